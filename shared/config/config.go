@@ -1,0 +1,482 @@
+// Package config reads the Ellipsis settings shared by the gateway, the
+// presence worker and the dev stack from environment variables and flags.
+// The names and defaults are PROTOCOL.md's ("Configuration names"); every
+// variable has a flag of the same name in lower case without the ELLIPSIS_
+// prefix and with '-' for '_' (ELLIPSIS_TYPING_TTL is -typing-ttl). A flag
+// wins over its variable, which wins over the default.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults (PROTOCOL.md, "Timing" and "Limits"; the seed design's numbers).
+const (
+	DefaultHTTPAddr        = ":8080"
+	DefaultAdminAddr       = ":9090"
+	DefaultNATSURL         = "nats://127.0.0.1:4222"
+	DefaultRedisURL        = "redis://127.0.0.1:6379"
+	DefaultSubjectPrefix   = "ellipsis"
+	DefaultTypingTTL       = 5 * time.Second
+	DefaultTypingThrottle  = 2 * time.Second
+	DefaultTypingRefresh   = 4 * time.Second
+	DefaultTypingIdleStop  = 3 * time.Second
+	DefaultShutdownDrain   = 5 * time.Second
+	DefaultSweepInterval   = 250 * time.Millisecond
+	DefaultSnapshotTimeout = 2 * time.Second
+	DefaultMaxFrameBytes   = 4096
+	DefaultMaxRoomsPerConn = 100
+	DefaultInboundRate     = 20
+	DefaultInboundBurst    = 40
+	DefaultOutboundQueue   = 256
+	DefaultWorkerShards    = 16
+)
+
+// Auth modes.
+const (
+	AuthNone = "none"
+	AuthJWT  = "jwt"
+)
+
+// Authorisation modes.
+const (
+	AuthzNone   = "none"
+	AuthzClaims = "claims"
+	AuthzNATS   = "nats"
+)
+
+// Config holds every setting. The zero value is not useful: start from
+// [Default] (or a dev variant of it) and [Load] over it.
+type Config struct {
+	// HTTPAddr is the gateway's public listener (WebSocket, HTTP API, demo
+	// page). ELLIPSIS_HTTP_ADDR, default ":8080".
+	HTTPAddr string
+	// AdminAddr serves /healthz, /readyz and /metrics on both services.
+	// ELLIPSIS_ADMIN_ADDR, default ":9090". Empty disables it.
+	AdminAddr string
+	// NATSURL is one or more NATS server URLs, comma-separated.
+	// ELLIPSIS_NATS_URL, default "nats://127.0.0.1:4222".
+	NATSURL string
+	// RedisURL is a redis:// or rediss:// URL. ELLIPSIS_REDIS_URL, default
+	// "redis://127.0.0.1:6379".
+	RedisURL string
+	// SubjectPrefix is the first token of every NATS subject.
+	// ELLIPSIS_SUBJECT_PREFIX, default "ellipsis".
+	SubjectPrefix string
+	// KeyPrefix is prepended to every Redis key and channel.
+	// ELLIPSIS_KEY_PREFIX, default empty.
+	KeyPrefix string
+	// Auth is "none" (dev: ?user=&name=) or "jwt". ELLIPSIS_AUTH, default "jwt".
+	Auth string
+	// JWTSecret is the HS256 shared secret. ELLIPSIS_JWT_SECRET.
+	JWTSecret string
+	// JWKSFile is a JWKS file for RS256 / ES256 / EdDSA. ELLIPSIS_JWKS_FILE.
+	JWKSFile string
+	// AllowedOrigins is the WebSocket Origin allow-list; empty means the
+	// request's own host. Entries are origins ("https://chat.example.com")
+	// or wildcards ("https://*.example.com"); "*" allows any.
+	// ELLIPSIS_ALLOWED_ORIGINS, comma-separated.
+	AllowedOrigins []string
+	// Authz is "none", "claims" or "nats". ELLIPSIS_AUTHZ, default "none".
+	Authz string
+	// TypingTTL is how long a typing entry lives after its last start or
+	// refresh. ELLIPSIS_TYPING_TTL, default 5s (seed design).
+	TypingTTL time.Duration
+	// TypingThrottle is the refresh fan-out window per user per room; must be
+	// below TypingRefresh. ELLIPSIS_TYPING_THROTTLE, default 2s (seed design).
+	TypingThrottle time.Duration
+	// TypingRefresh is the client's refresh interval while typing, served to
+	// clients; must be below TypingTTL. ELLIPSIS_TYPING_REFRESH, default 4s.
+	TypingRefresh time.Duration
+	// TypingIdleStop is the client's stop-after-idle delay, served to
+	// clients. ELLIPSIS_TYPING_IDLE_STOP, default 3s.
+	TypingIdleStop time.Duration
+	// ShutdownDrain is the window over which the gateway closes its clients
+	// on SIGTERM. ELLIPSIS_SHUTDOWN_DRAIN, default 5s.
+	ShutdownDrain time.Duration
+	// SweepInterval is how often a worker looks for expired entries; expiry
+	// pushes reach receivers within TypingTTL + SweepInterval + latency.
+	// ELLIPSIS_SWEEP_INTERVAL, default 250ms.
+	SweepInterval time.Duration
+	// SnapshotTimeout bounds a snapshot request from the gateway to the
+	// workers. ELLIPSIS_SNAPSHOT_TIMEOUT, default 2s.
+	SnapshotTimeout time.Duration
+	// MaxFrameBytes is the largest inbound WebSocket message; larger closes
+	// with 1009. ELLIPSIS_MAX_FRAME_BYTES, default 4096.
+	MaxFrameBytes int
+	// MaxRoomsPerConn caps joined rooms per connection (room_limit).
+	// ELLIPSIS_MAX_ROOMS_PER_CONN, default 100.
+	MaxRoomsPerConn int
+	// InboundRate and InboundBurst are the per-connection token bucket of
+	// inbound frames (frames/s, frames). ELLIPSIS_INBOUND_RATE (20),
+	// ELLIPSIS_INBOUND_BURST (40).
+	InboundRate  float64
+	InboundBurst int
+	// OutboundQueue is the per-connection outbound queue, in frames; a full
+	// queue closes the connection with 1013. ELLIPSIS_OUTBOUND_QUEUE, 256.
+	OutboundQueue int
+	// WorkerShards is how many goroutines of a worker apply commands at once
+	// (commands of one connection always go to the same one, in order).
+	// ELLIPSIS_WORKER_SHARDS, default 16.
+	WorkerShards int
+	// GatewayID names this gateway in conn ids ("<id>:<n>"). Empty means a
+	// random one. ELLIPSIS_GATEWAY_ID.
+	GatewayID string
+	// DemoPage serves the demo chat page and JS client at "/".
+	// ELLIPSIS_DEMO_PAGE, default true.
+	DemoPage bool
+	// LogLevel is debug, info, warn or error. ELLIPSIS_LOG_LEVEL, "info".
+	LogLevel string
+	// LogFormat is json or console. ELLIPSIS_LOG_FORMAT, "json".
+	LogFormat string
+
+	set map[string]bool
+}
+
+// Default returns the production defaults.
+func Default() Config {
+	return Config{
+		HTTPAddr:        DefaultHTTPAddr,
+		AdminAddr:       DefaultAdminAddr,
+		NATSURL:         DefaultNATSURL,
+		RedisURL:        DefaultRedisURL,
+		SubjectPrefix:   DefaultSubjectPrefix,
+		Auth:            AuthJWT,
+		Authz:           AuthzNone,
+		TypingTTL:       DefaultTypingTTL,
+		TypingThrottle:  DefaultTypingThrottle,
+		TypingRefresh:   DefaultTypingRefresh,
+		TypingIdleStop:  DefaultTypingIdleStop,
+		ShutdownDrain:   DefaultShutdownDrain,
+		SweepInterval:   DefaultSweepInterval,
+		SnapshotTimeout: DefaultSnapshotTimeout,
+		MaxFrameBytes:   DefaultMaxFrameBytes,
+		MaxRoomsPerConn: DefaultMaxRoomsPerConn,
+		InboundRate:     DefaultInboundRate,
+		InboundBurst:    DefaultInboundBurst,
+		OutboundQueue:   DefaultOutboundQueue,
+		WorkerShards:    DefaultWorkerShards,
+		DemoPage:        true,
+		LogLevel:        "info",
+		LogFormat:       "json",
+	}
+}
+
+// Dev returns the dev stack's defaults: [Default] with auth "none" and
+// console logs (PROTOCOL.md).
+func Dev() Config {
+	c := Default()
+	c.Auth = AuthNone
+	c.LogFormat = "console"
+	return c
+}
+
+// IsSet reports whether the setting named by its environment variable (e.g.
+// "ELLIPSIS_REDIS_URL") was given explicitly, by variable or flag.
+func (c *Config) IsSet(env string) bool { return c.set[env] }
+
+type setting struct {
+	env   string
+	usage string
+	parse func(string) error
+	show  func() string
+}
+
+func (c *Config) settings() []setting {
+	str := func(p *string) (func(string) error, func() string) {
+		return func(s string) error { *p = s; return nil }, func() string { return *p }
+	}
+	dur := func(p *time.Duration) (func(string) error, func() string) {
+		return func(s string) error {
+				d, err := time.ParseDuration(s)
+				if err != nil {
+					return fmt.Errorf("not a duration like 5s or 250ms: %q", s)
+				}
+				*p = d
+				return nil
+			}, func() string {
+				return p.String()
+			}
+	}
+	integer := func(p *int) (func(string) error, func() string) {
+		return func(s string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("not an integer: %q", s)
+			}
+			*p = n
+			return nil
+		}, func() string { return strconv.Itoa(*p) }
+	}
+	float := func(p *float64) (func(string) error, func() string) {
+		return func(s string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil {
+				return fmt.Errorf("not a number: %q", s)
+			}
+			*p = f
+			return nil
+		}, func() string { return strconv.FormatFloat(*p, 'g', -1, 64) }
+	}
+	boolean := func(p *bool) (func(string) error, func() string) {
+		return func(s string) error {
+			b, err := strconv.ParseBool(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("not a boolean (true/false): %q", s)
+			}
+			*p = b
+			return nil
+		}, func() string { return strconv.FormatBool(*p) }
+	}
+	list := func(p *[]string) (func(string) error, func() string) {
+		return func(s string) error {
+			*p = nil
+			for _, part := range strings.Split(s, ",") {
+				if part = strings.TrimSpace(part); part != "" {
+					*p = append(*p, part)
+				}
+			}
+			return nil
+		}, func() string { return strings.Join(*p, ",") }
+	}
+	mk := func(env, usage string, f func(string) error, show func() string) setting {
+		return setting{env: env, usage: usage, parse: f, show: show}
+	}
+	var s []setting
+	add := func(env, usage string, pair func() (func(string) error, func() string)) {
+		f, show := pair()
+		s = append(s, mk(env, usage, f, show))
+	}
+	add("ELLIPSIS_HTTP_ADDR", "gateway public listener", func() (func(string) error, func() string) { return str(&c.HTTPAddr) })
+	add("ELLIPSIS_ADMIN_ADDR", "admin listener (/healthz, /readyz, /metrics); empty disables", func() (func(string) error, func() string) { return str(&c.AdminAddr) })
+	add("ELLIPSIS_NATS_URL", "NATS server URLs, comma-separated", func() (func(string) error, func() string) { return str(&c.NATSURL) })
+	add("ELLIPSIS_REDIS_URL", "Redis URL (redis:// or rediss://)", func() (func(string) error, func() string) { return str(&c.RedisURL) })
+	add("ELLIPSIS_SUBJECT_PREFIX", "first token of every NATS subject", func() (func(string) error, func() string) { return str(&c.SubjectPrefix) })
+	add("ELLIPSIS_KEY_PREFIX", "prepended to every Redis key and channel", func() (func(string) error, func() string) { return str(&c.KeyPrefix) })
+	add("ELLIPSIS_AUTH", "none or jwt", func() (func(string) error, func() string) { return str(&c.Auth) })
+	add("ELLIPSIS_JWT_SECRET", "HS256 shared secret", func() (func(string) error, func() string) { return str(&c.JWTSecret) })
+	add("ELLIPSIS_JWKS_FILE", "JWKS file for RS256 / ES256 / EdDSA", func() (func(string) error, func() string) { return str(&c.JWKSFile) })
+	add("ELLIPSIS_ALLOWED_ORIGINS", "WebSocket origin allow-list, comma-separated (default: same host)", func() (func(string) error, func() string) { return list(&c.AllowedOrigins) })
+	add("ELLIPSIS_AUTHZ", "none, claims or nats", func() (func(string) error, func() string) { return str(&c.Authz) })
+	add("ELLIPSIS_TYPING_TTL", "typing entry lifetime", func() (func(string) error, func() string) { return dur(&c.TypingTTL) })
+	add("ELLIPSIS_TYPING_THROTTLE", "refresh fan-out window per user per room (< refresh)", func() (func(string) error, func() string) { return dur(&c.TypingThrottle) })
+	add("ELLIPSIS_TYPING_REFRESH", "client refresh interval while typing (< ttl)", func() (func(string) error, func() string) { return dur(&c.TypingRefresh) })
+	add("ELLIPSIS_TYPING_IDLE_STOP", "client stop after this long without a keystroke", func() (func(string) error, func() string) { return dur(&c.TypingIdleStop) })
+	add("ELLIPSIS_SHUTDOWN_DRAIN", "gateway: window over which clients are closed on SIGTERM", func() (func(string) error, func() string) { return dur(&c.ShutdownDrain) })
+	add("ELLIPSIS_SWEEP_INTERVAL", "worker: how often expired entries are swept", func() (func(string) error, func() string) { return dur(&c.SweepInterval) })
+	add("ELLIPSIS_SNAPSHOT_TIMEOUT", "gateway: snapshot request timeout", func() (func(string) error, func() string) { return dur(&c.SnapshotTimeout) })
+	add("ELLIPSIS_MAX_FRAME_BYTES", "largest inbound WebSocket message, bytes", func() (func(string) error, func() string) { return integer(&c.MaxFrameBytes) })
+	add("ELLIPSIS_MAX_ROOMS_PER_CONN", "joined rooms per connection", func() (func(string) error, func() string) { return integer(&c.MaxRoomsPerConn) })
+	add("ELLIPSIS_INBOUND_RATE", "inbound frames per second per connection", func() (func(string) error, func() string) { return float(&c.InboundRate) })
+	add("ELLIPSIS_INBOUND_BURST", "inbound frame burst per connection", func() (func(string) error, func() string) { return integer(&c.InboundBurst) })
+	add("ELLIPSIS_OUTBOUND_QUEUE", "outbound queue per connection, frames", func() (func(string) error, func() string) { return integer(&c.OutboundQueue) })
+	add("ELLIPSIS_WORKER_SHARDS", "worker: commands applied concurrently", func() (func(string) error, func() string) { return integer(&c.WorkerShards) })
+	add("ELLIPSIS_GATEWAY_ID", "gateway id in conn ids (default random)", func() (func(string) error, func() string) { return str(&c.GatewayID) })
+	add("ELLIPSIS_DEMO_PAGE", "serve the demo page at /", func() (func(string) error, func() string) { return boolean(&c.DemoPage) })
+	add("ELLIPSIS_LOG_LEVEL", "debug, info, warn or error", func() (func(string) error, func() string) { return str(&c.LogLevel) })
+	add("ELLIPSIS_LOG_FORMAT", "json or console", func() (func(string) error, func() string) { return str(&c.LogFormat) })
+	return s
+}
+
+// EnvNames lists every environment variable that [Load] reads, in order.
+func EnvNames() []string {
+	var c Config
+	var out []string
+	for _, s := range c.settings() {
+		out = append(out, s.env)
+	}
+	return out
+}
+
+// FlagName returns the flag that mirrors an environment variable:
+// ELLIPSIS_TYPING_TTL -> typing-ttl.
+func FlagName(env string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "ELLIPSIS_")), "_", "-")
+}
+
+// Load fills base from the environment (lookup, usually os.LookupEnv) and
+// then from args parsed by fs (flags mirror the variables; fs may carry
+// flags of its own, registered before the call). It then calls
+// [Config.Validate]. Every unparsable value and every invalid setting is
+// reported at once, joined, each naming its variable.
+func Load(fs *flag.FlagSet, args []string, lookup func(string) (string, bool), base Config) (Config, error) {
+	c := base
+	c.set = map[string]bool{}
+	var errs []error
+	settings := c.settings()
+	for _, s := range settings {
+		v, ok := lookup(s.env)
+		if !ok {
+			continue
+		}
+		c.set[s.env] = true
+		if err := s.parse(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.env, err))
+		}
+	}
+	if fs != nil {
+		for _, s := range settings {
+			s := s
+			fs.Func(FlagName(s.env), s.usage+" ("+s.env+", now "+strconv.Quote(s.show())+")", func(v string) error {
+				c.set[s.env] = true
+				if err := s.parse(v); err != nil {
+					return err
+				}
+				return nil
+			})
+		}
+		if err := fs.Parse(args); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return c, errors.Join(errs...)
+	}
+	return c, c.Validate()
+}
+
+// Validate reports every invalid setting at once (errors.Join), each error
+// naming its variable and value. It checks the seed design's timing rules:
+// throttle < refresh < ttl (so refreshes keep an entry alive and are not all
+// throttled), and idle_stop < ttl.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+
+	checkAddr := func(env, v string, optional bool) {
+		if v == "" {
+			if !optional {
+				bad("%s: is required", env)
+			}
+			return
+		}
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			bad("%s: not a host:port listen address: %q", env, v)
+		}
+	}
+	checkAddr("ELLIPSIS_HTTP_ADDR", c.HTTPAddr, false)
+	checkAddr("ELLIPSIS_ADMIN_ADDR", c.AdminAddr, true)
+
+	if strings.TrimSpace(c.NATSURL) == "" {
+		bad("ELLIPSIS_NATS_URL: is required")
+	}
+	for _, u := range strings.Split(c.NATSURL, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		p, err := url.Parse(u)
+		if err != nil || p.Host == "" || (p.Scheme != "nats" && p.Scheme != "tls" && p.Scheme != "ws" && p.Scheme != "wss") {
+			bad("ELLIPSIS_NATS_URL: %q is not a nats://, tls://, ws:// or wss:// URL with a host", u)
+		}
+	}
+	if p, err := url.Parse(c.RedisURL); err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {
+		bad("ELLIPSIS_REDIS_URL: %q is not a redis:// or rediss:// URL with a host", c.RedisURL)
+	}
+	if c.SubjectPrefix == "" || strings.ContainsAny(c.SubjectPrefix, " \t\r\n.*>") {
+		bad("ELLIPSIS_SUBJECT_PREFIX: %q must be one non-empty NATS subject token (no '.', '*', '>' or spaces)", c.SubjectPrefix)
+	}
+	switch c.Auth {
+	case AuthNone:
+	case AuthJWT:
+		if c.JWTSecret == "" && c.JWKSFile == "" {
+			bad("ELLIPSIS_AUTH: jwt needs ELLIPSIS_JWT_SECRET or ELLIPSIS_JWKS_FILE (or set ELLIPSIS_AUTH=none for development)")
+		}
+	default:
+		bad("ELLIPSIS_AUTH: %q must be none or jwt", c.Auth)
+	}
+	switch c.Authz {
+	case AuthzNone, AuthzClaims, AuthzNATS:
+	default:
+		bad("ELLIPSIS_AUTHZ: %q must be none, claims or nats", c.Authz)
+	}
+	for _, o := range c.AllowedOrigins {
+		if o == "*" {
+			continue
+		}
+		p, err := url.Parse(o)
+		if err != nil || p.Scheme == "" || p.Host == "" || (p.Path != "" && p.Path != "/") {
+			bad("ELLIPSIS_ALLOWED_ORIGINS: %q is not an origin like https://chat.example.com or https://*.example.com", o)
+		}
+	}
+
+	positive := func(env string, d time.Duration) bool {
+		if d <= 0 {
+			bad("%s: must be positive, got %s", env, d)
+			return false
+		}
+		return true
+	}
+	okTTL := positive("ELLIPSIS_TYPING_TTL", c.TypingTTL)
+	okThr := positive("ELLIPSIS_TYPING_THROTTLE", c.TypingThrottle)
+	okRef := positive("ELLIPSIS_TYPING_REFRESH", c.TypingRefresh)
+	okIdle := positive("ELLIPSIS_TYPING_IDLE_STOP", c.TypingIdleStop)
+	positive("ELLIPSIS_SWEEP_INTERVAL", c.SweepInterval)
+	positive("ELLIPSIS_SNAPSHOT_TIMEOUT", c.SnapshotTimeout)
+	if c.ShutdownDrain < 0 {
+		bad("ELLIPSIS_SHUTDOWN_DRAIN: must not be negative, got %s", c.ShutdownDrain)
+	}
+	if okTTL && c.TypingTTL%time.Millisecond != 0 {
+		bad("ELLIPSIS_TYPING_TTL: must be whole milliseconds, got %s", c.TypingTTL)
+	}
+	if okTTL && okThr && c.TypingThrottle >= c.TypingTTL {
+		bad("ELLIPSIS_TYPING_THROTTLE (%s) must be below ELLIPSIS_TYPING_TTL (%s)", c.TypingThrottle, c.TypingTTL)
+	}
+	if okTTL && okRef && c.TypingRefresh >= c.TypingTTL {
+		bad("ELLIPSIS_TYPING_REFRESH (%s) must be below ELLIPSIS_TYPING_TTL (%s), or indicators flicker between refreshes", c.TypingRefresh, c.TypingTTL)
+	}
+	if okThr && okRef && c.TypingThrottle >= c.TypingRefresh {
+		bad("ELLIPSIS_TYPING_THROTTLE (%s) must be below ELLIPSIS_TYPING_REFRESH (%s), or refreshes are never fanned out", c.TypingThrottle, c.TypingRefresh)
+	}
+	if okTTL && okIdle && c.TypingIdleStop >= c.TypingTTL {
+		bad("ELLIPSIS_TYPING_IDLE_STOP (%s) must be below ELLIPSIS_TYPING_TTL (%s)", c.TypingIdleStop, c.TypingTTL)
+	}
+
+	intRange := func(env string, v, lo, hi int) {
+		if v < lo || v > hi {
+			bad("%s: must be %d..%d, got %d", env, lo, hi, v)
+		}
+	}
+	intRange("ELLIPSIS_MAX_FRAME_BYTES", c.MaxFrameBytes, 256, 1<<20)
+	intRange("ELLIPSIS_MAX_ROOMS_PER_CONN", c.MaxRoomsPerConn, 1, 1000)
+	intRange("ELLIPSIS_INBOUND_BURST", c.InboundBurst, 1, 100000)
+	intRange("ELLIPSIS_OUTBOUND_QUEUE", c.OutboundQueue, 1, 1<<20)
+	intRange("ELLIPSIS_WORKER_SHARDS", c.WorkerShards, 1, 4096)
+	if c.InboundRate <= 0 {
+		bad("ELLIPSIS_INBOUND_RATE: must be positive, got %g", c.InboundRate)
+	}
+	if c.GatewayID != "" {
+		if len(c.GatewayID) > 64 || strings.ContainsAny(c.GatewayID, ": \t\r\n") {
+			bad("ELLIPSIS_GATEWAY_ID: %q must be at most 64 bytes without ':' or spaces", c.GatewayID)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("ELLIPSIS_LOG_LEVEL: %q must be debug, info, warn or error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		bad("ELLIPSIS_LOG_FORMAT: %q must be json or console", c.LogFormat)
+	}
+	return errors.Join(errs...)
+}
+
+// NATSServers splits NATSURL into its URLs.
+func (c *Config) NATSServers() []string {
+	var out []string
+	for _, u := range strings.Split(c.NATSURL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}

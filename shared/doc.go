@@ -1,0 +1,13 @@
+// Package shared is the root of the Ellipsis shared module: what the gateway,
+// the presence worker, the tools and outside platform services must agree on.
+//
+//   - [github.com/ellipsis-chat/ellipsis/shared/protocol]: client frames, server
+//     events, NATS commands and snapshot messages, their codec and validation.
+//   - [github.com/ellipsis-chat/ellipsis/shared/names]: enc() and every Redis
+//     key, Pub/Sub channel and NATS subject name.
+//   - [github.com/ellipsis-chat/ellipsis/shared/config]: configuration from
+//     environment variables and flags, with Validate.
+//   - [github.com/ellipsis-chat/ellipsis/shared/logging]: zap logger setup.
+//
+// The module never imports a service.
+package shared

@@ -1,0 +1,261 @@
+// Package names builds every Redis key, Redis Pub/Sub channel and NATS subject
+// that Ellipsis uses, in one place, from ids encoded with [Enc].
+//
+// The layout is the one in PROTOCOL.md ("Redis" and "NATS"):
+//
+//	typing:room:{enc(room)}                      sorted set, member enc(user):conn, score = expiry (unix ms, Redis TIME)
+//	typing:names:{enc(room)}                     hash enc(user) -> display name of a visible typist
+//	typing:seq:{enc(room)}:enc(conn)             string, last applied seq of a connection in the room
+//	throttle:typing:{enc(room)}:enc(user)        string, SET NX PX throttle (refresh fan-out window)
+//	typing:sweep                                 sorted set, member enc(room), score = when the room is next due for an expiry sweep
+//	chat:room:{enc(room)}                        Pub/Sub channel of normalized room events
+//	typing:{enc(room)}:enc(user)                 seed pattern 1 (store "keys"): one TTL key per typist
+//
+// Every key and channel of a room carries the room in a hash tag, so with
+// Redis Cluster a room's keys and channel share one hash slot. Keys and
+// channels get the configured key prefix in front; subjects start with the
+// configured subject prefix.
+package names
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// needsEscape reports whether b must be percent-encoded by [Enc]: '%', ':',
+// '{', '}', '*', '?', '[', ']', '\\', bytes below 0x21 (space and controls)
+// and 0x7F (PROTOCOL.md, "Redis").
+func needsEscape(b byte) bool {
+	switch b {
+	case '%', ':', '{', '}', '*', '?', '[', ']', '\\', 0x7F:
+		return true
+	}
+	return b < 0x21
+}
+
+const upperHex = "0123456789ABCDEF"
+
+// Enc percent-encodes s for use inside a Redis name: the bytes listed in
+// PROTOCOL.md become %XX (upper-case hex), every other byte (UTF-8 included)
+// is kept. The result contains no ':' (so it is a safe field separator), no
+// '{' or '}' (so it never changes a hash tag) and no glob characters (so it
+// never widens a SCAN MATCH pattern). Enc is injective: [Dec] inverts it.
+func Enc(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if needsEscape(s[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if needsEscape(c) {
+			b.WriteByte('%')
+			b.WriteByte(upperHex[c>>4])
+			b.WriteByte(upperHex[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// ErrBadEncoding is returned by [Dec] for a string that [Enc] cannot have
+// produced.
+var ErrBadEncoding = errors.New("names: not an enc() string")
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// Dec inverts [Enc]. It accepts exactly the strings Enc produces: a '%' must be
+// followed by two upper-case hex digits naming a byte that Enc escapes, and
+// every byte that Enc escapes must appear escaped. Otherwise it returns an
+// error wrapping [ErrBadEncoding].
+func Dec(s string) (string, error) {
+	if strings.IndexByte(s, '%') < 0 {
+		for i := 0; i < len(s); i++ {
+			if needsEscape(s[i]) {
+				return "", fmt.Errorf("%w: raw byte 0x%02X at %d", ErrBadEncoding, s[i], i)
+			}
+		}
+		return s, nil
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '%' {
+			if needsEscape(c) {
+				return "", fmt.Errorf("%w: raw byte 0x%02X at %d", ErrBadEncoding, c, i)
+			}
+			b = append(b, c)
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", fmt.Errorf("%w: truncated escape at %d", ErrBadEncoding, i)
+		}
+		hi, ok1 := unhex(s[i+1])
+		lo, ok2 := unhex(s[i+2])
+		if !ok1 || !ok2 {
+			return "", fmt.Errorf("%w: bad escape at %d", ErrBadEncoding, i)
+		}
+		v := hi<<4 | lo
+		if !needsEscape(v) {
+			return "", fmt.Errorf("%w: needless escape %%%02X at %d", ErrBadEncoding, v, i)
+		}
+		b = append(b, v)
+		i += 2
+	}
+	return string(b), nil
+}
+
+// Defaults for [Names].
+const (
+	// DefaultSubjectPrefix is the first token of every NATS subject.
+	DefaultSubjectPrefix = "ellipsis"
+	// QueueGroup is the NATS queue group of presence workers on the command
+	// and snapshot subjects (PROTOCOL.md, "NATS").
+	QueueGroup = "presence-worker"
+)
+
+// Names builds keys, channels and subjects for one deployment. The zero
+// value uses no key prefix and the subject prefix "" (invalid): use [New].
+type Names struct {
+	keyPrefix     string
+	subjectPrefix string
+}
+
+// New returns the names for a key prefix (prepended verbatim to every Redis
+// key and channel; may be empty) and a subject prefix (the first NATS subject
+// token; empty means [DefaultSubjectPrefix]).
+func New(keyPrefix, subjectPrefix string) Names {
+	if subjectPrefix == "" {
+		subjectPrefix = DefaultSubjectPrefix
+	}
+	return Names{keyPrefix: keyPrefix, subjectPrefix: subjectPrefix}
+}
+
+// KeyPrefix returns the prefix prepended to every Redis key and channel.
+func (n Names) KeyPrefix() string { return n.keyPrefix }
+
+// SubjectPrefix returns the first token of every NATS subject.
+func (n Names) SubjectPrefix() string { return n.subjectPrefix }
+
+// RoomTag returns "{enc(room)}", the hash tag shared by all of a room's keys.
+func RoomTag(room string) string { return "{" + Enc(room) + "}" }
+
+// RoomKey is the room's sorted set: "typing:room:{enc(room)}".
+func (n Names) RoomKey(room string) string {
+	return n.keyPrefix + "typing:room:" + RoomTag(room)
+}
+
+// RoomKeyPrefix is what precedes the hash tag in [Names.RoomKey]; the sweep
+// index stores enc(room) only, and this rebuilds the key.
+func (n Names) RoomKeyPrefix() string { return n.keyPrefix + "typing:room:" }
+
+// NamesKey is the room's hash of display names: "typing:names:{enc(room)}".
+func (n Names) NamesKey(room string) string {
+	return n.keyPrefix + "typing:names:" + RoomTag(room)
+}
+
+// SeqKey holds the last applied seq of conn in room:
+// "typing:seq:{enc(room)}:enc(conn)".
+func (n Names) SeqKey(room, conn string) string {
+	return n.keyPrefix + "typing:seq:" + RoomTag(room) + ":" + Enc(conn)
+}
+
+// ThrottleKey is the refresh fan-out throttle of user in room:
+// "throttle:typing:{enc(room)}:enc(user)".
+func (n Names) ThrottleKey(room, user string) string {
+	return n.keyPrefix + "throttle:typing:" + RoomTag(room) + ":" + Enc(user)
+}
+
+// SweepKey is the sweep index: member enc(room), score = unix ms at which the
+// room may next hold an expired entry.
+func (n Names) SweepKey() string { return n.keyPrefix + "typing:sweep" }
+
+// TypistKey is seed pattern 1's key for one typist:
+// "typing:{enc(room)}:enc(user)".
+func (n Names) TypistKey(room, user string) string {
+	return n.keyPrefix + "typing:" + RoomTag(room) + ":" + Enc(user)
+}
+
+// TypistPattern is the SCAN MATCH pattern for seed pattern 1's keys of room:
+// "typing:{enc(room)}:*". Because enc() escapes glob characters, the pattern
+// matches that room's keys and no other's. The key prefix is glob-escaped.
+func (n Names) TypistPattern(room string) string {
+	return globEscape(n.keyPrefix) + "typing:" + RoomTag(room) + ":*"
+}
+
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// RoomChannel is the room's Pub/Sub channel: "chat:room:{enc(room)}".
+func (n Names) RoomChannel(room string) string {
+	return n.keyPrefix + "chat:room:" + RoomTag(room)
+}
+
+// RoomFromChannel inverts [Names.RoomChannel]; ok is false for any other
+// string.
+func (n Names) RoomFromChannel(channel string) (room string, ok bool) {
+	p := n.keyPrefix + "chat:room:{"
+	if !strings.HasPrefix(channel, p) || !strings.HasSuffix(channel, "}") {
+		return "", false
+	}
+	r, err := Dec(channel[len(p) : len(channel)-1])
+	if err != nil {
+		return "", false
+	}
+	return r, true
+}
+
+// Member is a room sorted-set member: "enc(user):conn". enc(user) has no ':',
+// so the first ':' separates user from conn, and conn may contain ':'.
+func Member(user, conn string) string { return Enc(user) + ":" + conn }
+
+// ParseMember inverts [Member].
+func ParseMember(m string) (user, conn string, err error) {
+	i := strings.IndexByte(m, ':')
+	if i < 0 {
+		return "", "", fmt.Errorf("%w: member %q has no ':'", ErrBadEncoding, m)
+	}
+	user, err = Dec(m[:i])
+	if err != nil {
+		return "", "", err
+	}
+	return user, m[i+1:], nil
+}
+
+// CommandSubject is where typing commands go: "<prefix>.typing.v1.cmd".
+func (n Names) CommandSubject() string { return n.subjectPrefix + ".typing.v1.cmd" }
+
+// SnapshotSubject answers "who is typing": "<prefix>.typing.v1.snapshot".
+func (n Names) SnapshotSubject() string { return n.subjectPrefix + ".typing.v1.snapshot" }
+
+// AuthzJoinSubject is the optional join authorisation hook:
+// "<prefix>.authz.v1.join".
+func (n Names) AuthzJoinSubject() string { return n.subjectPrefix + ".authz.v1.join" }

@@ -1,0 +1,188 @@
+// Package protocol holds the Ellipsis wire contract v1 (PROTOCOL.md): the
+// WebSocket frames between browsers and the gateway, the NATS commands and
+// snapshot messages between gateways (or platform services) and presence
+// workers, and the normalized room events on Redis Pub/Sub. Decoders validate
+// everything from outside and return errors that name the field and the limit.
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Client frame types (client to gateway).
+const (
+	TypeJoin        = "join"
+	TypeLeave       = "leave"
+	TypeTypingStart = "typing_start"
+	TypeTypingStop  = "typing_stop"
+	TypeSync        = "sync"
+	TypePing        = "ping"
+)
+
+// Server event types (gateway to client). typing_start and typing_stop are
+// shared with the client frame types above.
+const (
+	TypeJoined = "joined"
+	TypeLeft   = "left"
+	TypeTyping = "typing"
+	TypePong   = "pong"
+	TypeError  = "error"
+)
+
+// Error codes of error frames (PROTOCOL.md, "WebSocket").
+const (
+	CodeBadRequest  = "bad_request"
+	CodeUnknownType = "unknown_type"
+	CodeNotJoined   = "not_joined"
+	CodeForbidden   = "forbidden"
+	CodeRoomLimit   = "room_limit"
+	CodeRateLimited = "rate_limited"
+	CodeUnavailable = "unavailable"
+	CodeInternal    = "internal"
+)
+
+// Stop reasons carried by typing_stop.
+const (
+	ReasonStopped      = "stopped"
+	ReasonExpired      = "expired"
+	ReasonDisconnected = "disconnected"
+	ReasonLeft         = "left"
+)
+
+// ClientFrame is one decoded, validated client frame. Room is set for every
+// type but ping; ID is the optional request id echoed on the reply. Unknown
+// JSON fields (a "user" field included) are ignored: the user id only ever
+// comes from authentication.
+type ClientFrame struct {
+	Type string `json:"type"`
+	Room string `json:"room,omitempty"`
+	ID   string `json:"id,omitempty"`
+}
+
+// FrameError is a client frame that cannot be served. Code is one of the
+// error codes ([CodeBadRequest], [CodeUnknownType]); Room and ID are echoed
+// when they could be read.
+type FrameError struct {
+	Code    string
+	Message string
+	Room    string
+	ID      string
+}
+
+func (e *FrameError) Error() string { return e.Code + ": " + e.Message }
+
+// DecodeClientFrame parses and validates one client text frame. On failure
+// it returns a *[FrameError] whose Code is [CodeBadRequest] (malformed JSON,
+// missing or invalid field) or [CodeUnknownType].
+func DecodeClientFrame(data []byte) (ClientFrame, error) {
+	var f ClientFrame
+	if err := json.Unmarshal(data, &f); err != nil {
+		return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "malformed JSON: " + jsonErrText(err)}
+	}
+	if err := ValidateRequestID(f.ID); err != nil {
+		return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: err.Error()}
+	}
+	switch f.Type {
+	case TypePing:
+		f.Room = ""
+		return f, nil
+	case TypeJoin, TypeLeave, TypeTypingStart, TypeTypingStop, TypeSync:
+		if err := ValidateID("room", f.Room); err != nil {
+			e := &FrameError{Code: CodeBadRequest, Message: err.Error(), ID: f.ID}
+			return ClientFrame{}, e
+		}
+		return f, nil
+	case "":
+		return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "type: is required", ID: f.ID}
+	default:
+		t := f.Type
+		if len(t) > 64 {
+			t = t[:64] + "..."
+		}
+		return ClientFrame{}, &FrameError{Code: CodeUnknownType, Message: fmt.Sprintf("type: unknown type %q", t), ID: f.ID}
+	}
+}
+
+func jsonErrText(err error) string {
+	s := err.Error()
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// Typist is one entry of a snapshot: a user who is typing, with the display
+// name from their token when there is one.
+type Typist struct {
+	User string `json:"user"`
+	Name string `json:"name,omitempty"`
+}
+
+// Joined answers join with the snapshot of who is typing (self filtered).
+// Typing is always present, [] when nobody types.
+type Joined struct {
+	Type   string   `json:"type"` // "joined"
+	Room   string   `json:"room"`
+	Typing []Typist `json:"typing"`
+	ID     string   `json:"id,omitempty"`
+}
+
+// Left answers leave.
+type Left struct {
+	Type string `json:"type"` // "left"
+	Room string `json:"room"`
+	ID   string `json:"id,omitempty"`
+}
+
+// TypingSnapshot answers sync, and is pushed unasked after a resync. Users is
+// always present.
+type TypingSnapshot struct {
+	Type  string   `json:"type"` // "typing"
+	Room  string   `json:"room"`
+	Users []Typist `json:"users"`
+	ID    string   `json:"id,omitempty"`
+}
+
+// Pong answers ping.
+type Pong struct {
+	Type string `json:"type"` // "pong"
+	ID   string `json:"id,omitempty"`
+}
+
+// ErrorFrame reports a failed client frame.
+type ErrorFrame struct {
+	Type    string `json:"type"` // "error"
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Room    string `json:"room,omitempty"`
+	ID      string `json:"id,omitempty"`
+}
+
+// NewJoined, NewLeft, NewTypingSnapshot, NewPong and NewError fill Type.
+
+func NewJoined(room string, typing []Typist, id string) Joined {
+	if typing == nil {
+		typing = []Typist{}
+	}
+	return Joined{Type: TypeJoined, Room: room, Typing: typing, ID: id}
+}
+
+func NewLeft(room, id string) Left { return Left{Type: TypeLeft, Room: room, ID: id} }
+
+func NewTypingSnapshot(room string, users []Typist, id string) TypingSnapshot {
+	if users == nil {
+		users = []Typist{}
+	}
+	return TypingSnapshot{Type: TypeTyping, Room: room, Users: users, ID: id}
+}
+
+func NewPong(id string) Pong { return Pong{Type: TypePong, ID: id} }
+
+func NewError(code, message, room, id string) ErrorFrame {
+	return ErrorFrame{Type: TypeError, Code: code, Message: message, Room: room, ID: id}
+}
+
+// Encode marshals a server frame. The frame types above cannot fail to
+// marshal; a failure is a programming error and is returned as is.
+func Encode(v any) ([]byte, error) { return json.Marshal(v) }
