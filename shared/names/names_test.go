@@ -1,0 +1,159 @@
+package names
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// contractIDs are PROTOCOL.md's example ids ("Terms"): every one must work.
+var contractIDs = []string{"42", "room:42", "!abc:matrix.org", "a*b?c[d]", "{x}", "café ☕", "a b", `back\slash`, "100%", "\x7f"}
+
+func TestEncEscapesExactlyTheContractBytes(t *testing.T) {
+	for b := 0; b < 256; b++ {
+		s := string([]byte{byte(b)})
+		got := Enc(s)
+		want := s
+		if strings.IndexByte(`%:{}*?[]\`, byte(b)) >= 0 || b < 0x21 || b == 0x7F {
+			want = "%" + strings.ToUpper(string("0123456789abcdef"[b>>4])+string("0123456789abcdef"[b&15]))
+		}
+		if got != want {
+			t.Errorf("Enc(0x%02X) = %q, want %q", b, got, want)
+		}
+	}
+}
+
+func TestEncExamples(t *testing.T) {
+	cases := map[string]string{
+		"42":              "42",
+		"room:42":         "room%3A42",
+		"!abc:matrix.org": "!abc%3Amatrix.org",
+		"a*b?c[d]":        "a%2Ab%3Fc%5Bd%5D",
+		"{x}":             "%7Bx%7D",
+		"café ☕":          "café%20☕",
+		"a b":             "a%20b",
+		"50%":             "50%25",
+	}
+	for in, want := range cases {
+		if got := Enc(in); got != want {
+			t.Errorf("Enc(%q) = %q, want %q", in, got, want)
+		}
+		back, err := Dec(want)
+		if err != nil || back != in {
+			t.Errorf("Dec(%q) = %q, %v; want %q", want, back, err, in)
+		}
+	}
+}
+
+func TestDecRejectsWhatEncNeverProduces(t *testing.T) {
+	for _, s := range []string{"%", "%4", "%zz", "%4a", "%41", "a:b", "{x}", "a b", "*"} {
+		if _, err := Dec(s); !errors.Is(err, ErrBadEncoding) {
+			t.Errorf("Dec(%q) err = %v, want ErrBadEncoding", s, err)
+		}
+	}
+}
+
+func TestRoomNamesAreDistinctAndHashTagged(t *testing.T) {
+	n := New("p:", "")
+	owner := map[string]string{} // name -> the (room, user) or room it belongs to
+	claim := func(name, who, room string) {
+		t.Helper()
+		if prev, dup := owner[name]; dup && prev != who {
+			t.Fatalf("name %q shared by %q and %q", name, prev, who)
+		}
+		owner[name] = who
+		// The hash tag is the first {...} and it is exactly enc(room).
+		open, end := strings.IndexByte(name, '{'), strings.IndexByte(name, '}')
+		if open < 0 || end < open || name[open+1:end] != Enc(room) {
+			t.Fatalf("name %q: hash tag is not {enc(%q)}", name, room)
+		}
+	}
+	for _, room := range contractIDs {
+		claim(n.RoomKey(room), "room "+room, room)
+		claim(n.NamesKey(room), "room "+room, room)
+		claim(n.RoomChannel(room), "room "+room, room)
+		for _, user := range contractIDs {
+			pair := "pair " + room + "\x00" + user
+			claim(n.ThrottleKey(room, user), pair, room)
+			claim(n.TypistKey(room, user), pair, room)
+			claim(n.SeqKey(room, user), pair, room)
+		}
+	}
+	if n.ThrottleKey("a:b", "c") == n.ThrottleKey("a", "b:c") {
+		t.Fatal("throttle keys collide across the room/user boundary")
+	}
+}
+
+func TestRoomFromChannel(t *testing.T) {
+	n := New("pre*fix:", "x")
+	for _, room := range contractIDs {
+		got, ok := n.RoomFromChannel(n.RoomChannel(room))
+		if !ok || got != room {
+			t.Errorf("RoomFromChannel(RoomChannel(%q)) = %q, %v", room, got, ok)
+		}
+	}
+	for _, ch := range []string{"chat:room:{x}", "pre*fix:chat:room:x", "pre*fix:chat:room:{a b}"} {
+		if _, ok := n.RoomFromChannel(ch); ok {
+			t.Errorf("RoomFromChannel(%q) accepted", ch)
+		}
+	}
+}
+
+func TestTypistPatternMatchesOnlyItsRoom(t *testing.T) {
+	n := New("k*", "")
+	p := n.TypistPattern("a*")
+	if !strings.HasPrefix(p, `k\*typing:{a%2A}:`) {
+		t.Fatalf("pattern %q does not escape the prefix or the room", p)
+	}
+}
+
+func TestMemberRoundTrip(t *testing.T) {
+	for _, user := range contractIDs {
+		m := Member(user, "gw-1:17")
+		u, c, err := ParseMember(m)
+		if err != nil || u != user || c != "gw-1:17" {
+			t.Errorf("ParseMember(Member(%q)) = %q, %q, %v", user, u, c, err)
+		}
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	n := New("", "")
+	if n.CommandSubject() != "ellipsis.typing.v1.cmd" || n.SnapshotSubject() != "ellipsis.typing.v1.snapshot" || n.AuthzJoinSubject() != "ellipsis.authz.v1.join" {
+		t.Fatal("default subjects differ from PROTOCOL.md")
+	}
+	if New("", "t1").CommandSubject() != "t1.typing.v1.cmd" {
+		t.Fatal("subject prefix not applied")
+	}
+}
+
+// FuzzEnc checks that Dec inverts Enc, that the output holds no byte Enc must
+// escape (so it is a safe field, glob-safe and never changes a hash tag), and
+// that Enc is injective (via the round trip).
+func FuzzEnc(f *testing.F) {
+	for _, s := range contractIDs {
+		f.Add(s)
+	}
+	f.Add("%25")
+	f.Add("\x00\xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		e := Enc(s)
+		for i := 0; i < len(e); i++ {
+			if e[i] != '%' && needsEscape(e[i]) {
+				t.Fatalf("Enc(%q) = %q holds raw byte 0x%02X", s, e, e[i])
+			}
+		}
+		d, err := Dec(e)
+		if err != nil || d != s {
+			t.Fatalf("Dec(Enc(%q)) = %q, %v", s, d, err)
+		}
+		if utf8.ValidString(s) && !utf8.ValidString(e) {
+			t.Fatalf("Enc(%q) = %q broke UTF-8", s, e)
+		}
+		// Any string Dec accepts re-encodes to itself (canonical form).
+		if d2, err := Dec(s); err == nil && Enc(d2) != s {
+			t.Fatalf("Enc(Dec(%q)) = %q", s, Enc(d2))
+		}
+	})
+}
