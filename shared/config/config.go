@@ -52,6 +52,18 @@ const (
 	AuthzNATS   = "nats"
 )
 
+// Services a [Config] is validated for (Config.Service).
+const (
+	// ServiceAll validates every setting (the dev stack runs both services).
+	ServiceAll = ""
+	// ServiceGateway validates what the gateway reads.
+	ServiceGateway = "gateway"
+	// ServiceWorker skips the gateway-only settings (authentication, origins,
+	// authorisation), so a worker sharing the gateway's environment starts
+	// without the JWT secret.
+	ServiceWorker = "presence-worker"
+)
+
 // Config holds every setting. The zero value is not useful: start from
 // [Default] (or a dev variant of it) and [Load] over it.
 type Config struct {
@@ -136,6 +148,11 @@ type Config struct {
 	LogLevel string
 	// LogFormat is json or console. ELLIPSIS_LOG_FORMAT, "json".
 	LogFormat string
+
+	// Service selects which settings Validate checks: [ServiceAll] (zero
+	// value), [ServiceGateway] or [ServiceWorker]. Not read from the
+	// environment: each main sets it.
+	Service string
 
 	set map[string]bool
 }
@@ -361,7 +378,7 @@ func (c *Config) Validate() error {
 			bad("%s: not a host:port listen address: %q", env, v)
 		}
 	}
-	checkAddr("ELLIPSIS_HTTP_ADDR", c.HTTPAddr, false)
+	checkAddr("ELLIPSIS_HTTP_ADDR", c.HTTPAddr, c.Service == ServiceWorker)
 	checkAddr("ELLIPSIS_ADMIN_ADDR", c.AdminAddr, true)
 
 	if strings.TrimSpace(c.NATSURL) == "" {
@@ -383,28 +400,13 @@ func (c *Config) Validate() error {
 	if c.SubjectPrefix == "" || strings.ContainsAny(c.SubjectPrefix, " \t\r\n.*>") {
 		bad("ELLIPSIS_SUBJECT_PREFIX: %q must be one non-empty NATS subject token (no '.', '*', '>' or spaces)", c.SubjectPrefix)
 	}
-	switch c.Auth {
-	case AuthNone:
-	case AuthJWT:
-		if c.JWTSecret == "" && c.JWKSFile == "" {
-			bad("ELLIPSIS_AUTH: jwt needs ELLIPSIS_JWT_SECRET or ELLIPSIS_JWKS_FILE (or set ELLIPSIS_AUTH=none for development)")
-		}
+	switch c.Service {
+	case ServiceAll, ServiceGateway, ServiceWorker:
 	default:
-		bad("ELLIPSIS_AUTH: %q must be none or jwt", c.Auth)
+		bad("config: Service %q must be empty, %q or %q", c.Service, ServiceGateway, ServiceWorker)
 	}
-	switch c.Authz {
-	case AuthzNone, AuthzClaims, AuthzNATS:
-	default:
-		bad("ELLIPSIS_AUTHZ: %q must be none, claims or nats", c.Authz)
-	}
-	for _, o := range c.AllowedOrigins {
-		if o == "*" {
-			continue
-		}
-		p, err := url.Parse(o)
-		if err != nil || p.Scheme == "" || p.Host == "" || (p.Path != "" && p.Path != "/") {
-			bad("ELLIPSIS_ALLOWED_ORIGINS: %q is not an origin like https://chat.example.com or https://*.example.com", o)
-		}
+	if c.Service != ServiceWorker {
+		c.validateGateway(bad)
 	}
 
 	positive := func(env string, d time.Duration) bool {
@@ -468,6 +470,33 @@ func (c *Config) Validate() error {
 		bad("ELLIPSIS_LOG_FORMAT: %q must be json or console", c.LogFormat)
 	}
 	return errors.Join(errs...)
+}
+
+// validateGateway checks the settings only the gateway reads.
+func (c *Config) validateGateway(bad func(string, ...any)) {
+	switch c.Auth {
+	case AuthNone:
+	case AuthJWT:
+		if c.JWTSecret == "" && c.JWKSFile == "" {
+			bad("ELLIPSIS_AUTH: jwt needs ELLIPSIS_JWT_SECRET or ELLIPSIS_JWKS_FILE (or set ELLIPSIS_AUTH=none for development)")
+		}
+	default:
+		bad("ELLIPSIS_AUTH: %q must be none or jwt", c.Auth)
+	}
+	switch c.Authz {
+	case AuthzNone, AuthzClaims, AuthzNATS:
+	default:
+		bad("ELLIPSIS_AUTHZ: %q must be none, claims or nats", c.Authz)
+	}
+	for _, o := range c.AllowedOrigins {
+		if o == "*" {
+			continue
+		}
+		p, err := url.Parse(o)
+		if err != nil || p.Scheme == "" || p.Host == "" || (p.Path != "" && p.Path != "/") {
+			bad("ELLIPSIS_ALLOWED_ORIGINS: %q is not an origin like https://chat.example.com or https://*.example.com", o)
+		}
+	}
 }
 
 // NATSServers splits NATSURL into its URLs.

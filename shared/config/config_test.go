@@ -113,3 +113,17 @@ func TestFlagNames(t *testing.T) {
 		}
 	}
 }
+
+func TestWorkerNeedsNoAuthSettings(t *testing.T) {
+	base := Default()
+	base.Service = ServiceWorker
+	fs := flag.NewFlagSet("w", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if _, err := Load(fs, nil, env(map[string]string{"ELLIPSIS_AUTH": "jwt"}), base); err != nil {
+		t.Fatalf("worker config demands gateway settings: %v", err)
+	}
+	base.Service = ServiceGateway
+	if _, err := Load(flag.NewFlagSet("g", flag.ContinueOnError), nil, env(nil), base); err == nil {
+		t.Fatal("gateway config without a JWT secret accepted")
+	}
+}

@@ -1,0 +1,114 @@
+package worker
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Command outcomes, the "outcome" label of ellipsis_worker_commands_total.
+const (
+	OutcomeStarted   = "started"   // start made the user visible; typing_start published
+	OutcomeRefreshed = "refreshed" // start of a visible user after the throttle window; typing_start published
+	OutcomeThrottled = "throttled" // start of a visible user inside the window; entry extended, nothing published
+	OutcomeStopped   = "stopped"   // stop/leave/disconnect hid the user; typing_stop published
+	OutcomeNoop      = "noop"      // nothing visible changed
+	OutcomeStale     = "stale"     // seq not above the connection's last applied seq; ignored
+	OutcomeInvalid   = "invalid"   // payload failed protocol.DecodeCommand; dropped
+	OutcomeError     = "error"     // Redis failed after retries (or the script failed); dropped
+)
+
+// metrics are the worker's Prometheus collectors, all prefixed
+// ellipsis_worker_. See README.md for what each one tells an operator.
+type metrics struct {
+	commands        *prometheus.CounterVec   // {op, outcome}
+	scriptDuration  *prometheus.HistogramVec // {script}, seconds per script call (a pipeline counts once)
+	expiredStops    prometheus.Counter
+	sweepLag        prometheus.Histogram // seconds between a room's due time and its sweep
+	redisErrors     prometheus.Counter
+	natsErrors      *prometheus.CounterVec // {kind}
+	invalidPayloads *prometheus.CounterVec // {field}
+	eventsPublished *prometheus.CounterVec // {type}
+	snapshots       *prometheus.CounterVec // {outcome}: ok, bad_request, unavailable, internal
+}
+
+// newMetrics builds the collectors and registers them on reg. A collector
+// that reg already holds (a second worker on a shared registry) is reused,
+// so two workers in one process add up instead of failing.
+func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
+	const ns, sub = "ellipsis", "worker"
+	m := &metrics{
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "commands_total",
+			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown) and outcome (started, refreshed, throttled, stopped, noop, stale, invalid, error).",
+		}, []string{"op", "outcome"}),
+		scriptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "script_duration_seconds",
+			Help:    "Round trip of one Lua script call (or one pipeline of them) to Redis, retries included, by script.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"script"}),
+		expiredStops: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "expired_stops_total",
+			Help: "typing_stop events with reason expired published by this worker's sweeper.",
+		}),
+		sweepLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "sweep_lag_seconds",
+			Help:    "How late a due room was swept: Redis TIME at the sweep minus the room's due time in the sweep index.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
+			Help: "Failed Redis calls, each failed attempt counted (retried or not).",
+		}),
+		natsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "nats_errors_total",
+			Help: "NATS problems by kind: slow_consumer, disconnect, async, reply.",
+		}, []string{"kind"}),
+		invalidPayloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "invalid_payloads_total",
+			Help: "NATS payloads dropped by validation, by the first bad field (json, v, op, room, rooms, user, name, conn).",
+		}, []string{"field"}),
+		eventsPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "events_published_total",
+			Help: "Room events published on Redis Pub/Sub, by type (typing_start, typing_stop).",
+		}, []string{"type"}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "snapshots_total",
+			Help: "Snapshot requests answered, by outcome (ok, bad_request, unavailable, internal).",
+		}, []string{"outcome"}),
+	}
+	var err error
+	reg1 := func(c prometheus.Collector) prometheus.Collector {
+		if err != nil {
+			return c
+		}
+		if e := reg.Register(c); e != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(e, &are) {
+				return are.ExistingCollector
+			}
+			err = e
+		}
+		return c
+	}
+	m.commands = reg1(m.commands).(*prometheus.CounterVec)
+	m.scriptDuration = reg1(m.scriptDuration).(*prometheus.HistogramVec)
+	m.expiredStops = reg1(m.expiredStops).(prometheus.Counter)
+	m.sweepLag = reg1(m.sweepLag).(prometheus.Histogram)
+	m.redisErrors = reg1(m.redisErrors).(prometheus.Counter)
+	m.natsErrors = reg1(m.natsErrors).(*prometheus.CounterVec)
+	m.invalidPayloads = reg1(m.invalidPayloads).(*prometheus.CounterVec)
+	m.eventsPublished = reg1(m.eventsPublished).(*prometheus.CounterVec)
+	m.snapshots = reg1(m.snapshots).(*prometheus.CounterVec)
+	if private {
+		// A private registry is this worker's alone: add the process and Go
+		// runtime collectors. A shared registry's owner adds them once.
+		reg1(collectors.NewGoCollector())
+		reg1(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}

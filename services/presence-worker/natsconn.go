@@ -1,0 +1,212 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// NATS settings. Reconnect numbers follow nats.go's defaults where they suit
+// a worker, and say so where they differ.
+const (
+	// natsClientName is the connection name seen in NATS monitoring (and
+	// the Redis CLIENT SETNAME when the URL sets none).
+	natsClientName = "ellipsis-presence-worker"
+	// natsReconnectWait is the pause between reconnect rounds (nats.go
+	// default 2s; 1s brings a worker back sooner after a NATS restart).
+	natsReconnectWait = time.Second
+	// natsReconnectJitter and natsReconnectJitterTLS are added at random to
+	// each wait, so a fleet of workers does not reconnect in lockstep
+	// (nats.go defaults: 100ms and 1s).
+	natsReconnectJitter    = 500 * time.Millisecond
+	natsReconnectJitterTLS = time.Second
+
+	// cmdPendingMsgs and cmdPendingBytes bound the commands nats.go holds
+	// for the command subscription while the shards are busy. Beyond either,
+	// NATS drops messages for this subscription and reports a slow consumer
+	// (counted in ellipsis_worker_nats_errors_total{kind="slow_consumer"});
+	// a dropped stop is healed by expiry (ttl), a dropped start by the next
+	// refresh.
+	cmdPendingMsgs  = 65536
+	cmdPendingBytes = 64 << 20
+	// snapshotSubs is how many queue subscriptions answer snapshots on one
+	// connection; each has its own delivery goroutine, so this many
+	// snapshots are read from Redis at once, and nc.Drain still waits for
+	// every one of them to be answered.
+	snapshotSubs = 4
+	// snapPendingMsgs and snapPendingBytes bound each snapshot
+	// subscription's queue (slow consumer beyond). A snapshot waits at most
+	// SnapshotTimeout on the gateway's side, so a long queue is useless.
+	snapPendingMsgs  = 4096
+	snapPendingBytes = 4 << 20
+	// startFlushTimeout bounds Start's wait for the server to confirm the
+	// subscriptions when Start's ctx has no deadline.
+	startFlushTimeout = 5 * time.Second
+)
+
+// connectNATS connects, queue-subscribes the command and snapshot subjects
+// and, when connected, waits until the server has the subscriptions, so a
+// command published after Start returns reaches this worker's group.
+func (s *Server) connectNATS(ctx context.Context) error {
+	log := s.log.Named("nats")
+	opts := []nats.Option{
+		nats.Name(natsClientName),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(natsReconnectWait),
+		nats.ReconnectJitter(natsReconnectJitter, natsReconnectJitterTLS),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if s.stopping.Load() {
+				return // our own Shutdown closed the connection
+			}
+			s.m.natsErrors.WithLabelValues("disconnect").Inc()
+			log.Warn("NATS disconnected", zap.Error(err))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ClosedHandler(func(*nats.Conn) {
+			s.natsClosedOnce.Do(func() { close(s.natsClosed) })
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				s.m.natsErrors.WithLabelValues("slow_consumer").Inc()
+				var pending int
+				if sub != nil {
+					pending, _, _ = sub.Pending()
+				}
+				s.rl.Warn("nats-slow-consumer", "NATS slow consumer: messages dropped, the worker cannot keep up",
+					zap.String("subject", subject), zap.Int("pending", pending))
+				return
+			}
+			s.m.natsErrors.WithLabelValues("async").Inc()
+			s.rl.Warn("nats-async", "NATS error", zap.String("subject", subject), zap.Error(err))
+		}),
+	}
+	nc, err := nats.Connect(strings.Join(s.cfg.NATSServers(), ","), opts...)
+	if err != nil {
+		return fmt.Errorf("worker: NATS: %w", err)
+	}
+	s.nc = nc
+	if !nc.IsConnected() {
+		log.Warn("NATS not reachable yet, reconnecting in the background", zap.Strings("servers", s.cfg.NATSServers()))
+	}
+
+	sub, err := nc.QueueSubscribe(s.names.CommandSubject(), names.QueueGroup, s.onCommand)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe %s: %w", s.names.CommandSubject(), err)
+	}
+	if err := sub.SetPendingLimits(cmdPendingMsgs, cmdPendingBytes); err != nil {
+		return fmt.Errorf("worker: pending limits: %w", err)
+	}
+	for range snapshotSubs {
+		sub, err := nc.QueueSubscribe(s.names.SnapshotSubject(), names.QueueGroup, s.onSnapshot)
+		if err != nil {
+			return fmt.Errorf("worker: subscribe %s: %w", s.names.SnapshotSubject(), err)
+		}
+		if err := sub.SetPendingLimits(snapPendingMsgs, snapPendingBytes); err != nil {
+			return fmt.Errorf("worker: pending limits: %w", err)
+		}
+	}
+	if nc.IsConnected() {
+		fctx := ctx
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			fctx, cancel = context.WithTimeout(ctx, startFlushTimeout)
+			defer cancel()
+		}
+		if err := nc.FlushWithContext(fctx); err != nil {
+			return fmt.Errorf("worker: NATS flush: %w", err)
+		}
+	}
+	return nil
+}
+
+// onCommand decodes one command and hands it to its shard. It runs on the
+// subscription's delivery goroutine; when the shard's queue is full it
+// waits (see startShards), so NATS's pending queue grows behind it.
+func (s *Server) onCommand(msg *nats.Msg) {
+	cmd, err := protocol.DecodeCommand(msg.Data)
+	if err != nil {
+		s.dropInvalid(msg, err)
+		return
+	}
+	s.dispatch(cmd)
+}
+
+// dropInvalid counts and (rate-limited) logs a payload that failed
+// validation. It never replies: commands are fire-and-forget.
+func (s *Server) dropInvalid(msg *nats.Msg, err error) {
+	field := "json"
+	var fe *protocol.FieldError
+	if errors.As(err, &fe) {
+		field = fe.Field
+		if i := strings.IndexByte(field, '['); i >= 0 {
+			field = field[:i] // rooms[17] -> rooms: bounded label values
+		}
+	}
+	s.m.invalidPayloads.WithLabelValues(field).Inc()
+	s.m.commands.WithLabelValues("unknown", OutcomeInvalid).Inc()
+	s.rl.Warn("invalid-command", "dropping invalid command",
+		zap.String("subject", msg.Subject), zap.String("field", field), zap.Int("bytes", len(msg.Data)), zap.Error(err))
+}
+
+// onSnapshot answers one snapshot request (request/reply). Errors are
+// replied as {"v":1,"error":{"code":...,"message":...}} with code
+// bad_request (invalid request), unavailable (Redis down) or internal.
+func (s *Server) onSnapshot(msg *nats.Msg) {
+	var reply protocol.SnapshotReply
+	req, err := protocol.DecodeSnapshotRequest(msg.Data)
+	if err != nil {
+		reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: protocol.CodeBadRequest, Message: err.Error()}}
+	} else {
+		ctx, cancel := context.WithTimeout(s.runCtx, s.cfg.SnapshotTimeout)
+		users, err := s.st.snapshot(ctx, req.Room)
+		cancel()
+		if err != nil {
+			code := protocol.CodeInternal
+			var se *snapshotError
+			if errors.As(err, &se) {
+				code = se.code
+			}
+			s.rl.Error("snapshot-"+code, "snapshot failed", zap.String("room", req.Room), zap.String("code", code), zap.Error(err))
+			msg := "typing state unavailable, retry"
+			if code == protocol.CodeInternal {
+				msg = "internal error"
+			}
+			reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: code, Message: msg}}
+		} else {
+			reply = protocol.SnapshotReply{V: protocol.Version, Room: req.Room, Users: users}
+		}
+	}
+	outcome := "ok"
+	if reply.Error != nil {
+		outcome = reply.Error.Code
+	}
+	s.m.snapshots.WithLabelValues(outcome).Inc()
+	if msg.Reply == "" {
+		return // a publish, not a request: nobody to answer
+	}
+	data, err := json.Marshal(reply)
+	if err != nil {
+		s.log.Error("encoding snapshot reply", zap.Error(err))
+		return
+	}
+	if err := msg.Respond(data); err != nil {
+		s.m.natsErrors.WithLabelValues("reply").Inc()
+		s.rl.Warn("nats-reply", "snapshot reply failed", zap.Error(err))
+	}
+}

@@ -1,0 +1,72 @@
+-- start.lua: apply one typing "start" of a connection in a room, atomically.
+--
+-- KEYS[1] room sorted set   typing:room:{R}      member enc(user):conn, score = expiry (unix ms)
+-- KEYS[2] names hash        typing:names:{R}     enc(user) -> display name
+-- KEYS[3] seq string        typing:seq:{R}:enc(conn)
+-- KEYS[4] throttle string   throttle:typing:{R}:enc(user)   value = end of window (unix ms)
+-- KEYS[5] room channel      chat:room:{R}        (a key for cluster routing)
+-- KEYS[6] sweep index       typing:sweep         member enc(room), score = next due (unix ms)
+-- ARGV[1] member  ARGV[2] enc(user)  ARGV[3] display name ('' = none)
+-- ARGV[4] seq (decimal, '0' = unordered)  ARGV[5] ttl ms  ARGV[6] throttle ms
+-- ARGV[7] key grace ms  ARGV[8] enc(room)  ARGV[9] typing_start event JSON up to "ts_ms":
+--
+-- Returns {outcome, now_ms}; outcome is
+--   stale      seq not above the connection's last applied seq: nothing changed
+--   started    the user was not visible: entry added, typing_start published
+--   refreshed  visible already, throttle window over: entry extended, typing_start published
+--   throttled  visible already, inside the window: entry extended, nothing published
+local member, euser, name, seq = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ttl, throttle, grace = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+
+if seq ~= '0' then
+  local last = redis.call('GET', KEYS[3])
+  if last and seq_le(seq, last) then
+    return {'stale', 0}
+  end
+  redis.call('SET', KEYS[3], seq, 'PX', itoa(ttl + grace))
+end
+
+local now = now_ms()
+
+-- Visible before = the user has a live entry on any connection. The
+-- connection's own entry answers the common case (a refresh) in O(log N).
+local visible = false
+local own = redis.call('ZSCORE', KEYS[1], member)
+if own and tonumber(own) > now then
+  visible = true
+else
+  local live = user_members(KEYS[1], euser .. ':', now)
+  visible = live > 0
+end
+
+local expiry = now + ttl
+redis.call('ZADD', KEYS[1], itoa(expiry), member)
+-- The room frees its memory on its own when nobody refreshes it: the seed's
+-- fail-safe TTL at room granularity.
+redis.call('PEXPIRE', KEYS[1], itoa(ttl + grace))
+if name ~= '' then
+  redis.call('HSET', KEYS[2], euser, name)
+  redis.call('PEXPIRE', KEYS[2], itoa(ttl + grace))
+else
+  redis.call('HDEL', KEYS[2], euser)
+end
+-- Keep the earliest due time of the room (LT also adds when absent).
+redis.call('ZADD', KEYS[6], 'LT', itoa(expiry), ARGV[8])
+
+-- The throttle holds the end of its window and is checked against TIME, so
+-- it behaves as SET NX PX on Redis and does not depend on key-expiry clocks
+-- on servers whose TTLs lag (miniredis without ClockTTL).
+local window_end = now + throttle
+local outcome
+if not visible then
+  outcome = 'started'
+else
+  local until_ms = tonumber(redis.call('GET', KEYS[4]) or '')
+  if until_ms and until_ms > now then
+    return {'throttled', now}
+  end
+  outcome = 'refreshed'
+end
+redis.call('SET', KEYS[4], itoa(window_end), 'PX', itoa(throttle))
+redis.call('PUBLISH', KEYS[5], ARGV[9] .. itoa(now) .. '}')
+return {outcome, now}

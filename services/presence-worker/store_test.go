@@ -1,0 +1,400 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// The script suite, without NATS: the store's scripts called directly, time
+// stepped with miniredis.SetTime on miniredis (exact, frozen between steps)
+// and with sleeps on Redis. No sweeper runs unless a test calls sweep, so
+// "expired but not yet swept" states are reachable on both.
+
+const (
+	stTTL      = 400 * time.Millisecond
+	stThrottle = 150 * time.Millisecond
+	stMargin   = 30 * time.Millisecond
+)
+
+type storeEnv struct {
+	t     *testing.T
+	st    *store
+	rdb   *redis.Client
+	mr    *miniredis.Miniredis
+	now   time.Time // miniredis: the frozen clock
+	reg   *prometheus.Registry
+	names names.Names
+}
+
+func newStoreEnv(t *testing.T, be backend) *storeEnv {
+	t.Helper()
+	requireServices(t)
+	url, mr := redisURLFor(t, be)
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := names.New("t-"+randHex(5)+":", "")
+	st, err := newStore(rdb, n, stTTL, stThrottle, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := &storeEnv{t: t, st: st, rdb: rdb, mr: mr, reg: reg, names: n}
+	if mr != nil {
+		se.now = time.Now()
+		mr.SetTime(se.now)
+	}
+	t.Cleanup(func() {
+		if mr == nil {
+			cleanupKeys(rdb, n.KeyPrefix())
+		}
+		rdb.Close()
+	})
+	return se
+}
+
+// advance moves Redis time forward by d.
+func (se *storeEnv) advance(d time.Duration) {
+	if se.mr != nil {
+		se.now = se.now.Add(d)
+		se.mr.SetTime(se.now)
+		return
+	}
+	time.Sleep(d)
+}
+
+func (se *storeEnv) subscribe(rooms ...string) *stream {
+	return subscribeRooms(se.t, se.rdb, se.names, rooms...)
+}
+
+func (se *storeEnv) start(room, user, conn string, seq uint64, want string) {
+	se.t.Helper()
+	out, err := se.st.start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: "N"})
+	if err != nil || out != want {
+		se.t.Fatalf("start %s/%s/%s seq %d: %q, %v; want %q", room, user, conn, seq, out, err, want)
+	}
+}
+
+func (se *storeEnv) stop(room, user, conn string, seq uint64, want string) {
+	se.t.Helper()
+	out, err := se.st.stop(context.Background(), protocol.Command{V: 1, Op: "stop", Room: room, User: user, Conn: conn, Seq: seq}, protocol.ReasonStopped)
+	if err != nil || out != want {
+		se.t.Fatalf("stop %s/%s/%s seq %d: %q, %v; want %q", room, user, conn, seq, out, err, want)
+	}
+}
+
+func (se *storeEnv) sweep() sweepResult {
+	se.t.Helper()
+	r, err := se.st.sweep(context.Background())
+	if err != nil {
+		se.t.Fatalf("sweep: %v", err)
+	}
+	return r
+}
+
+func (se *storeEnv) typing(room string) []string {
+	se.t.Helper()
+	users, err := se.st.snapshot(context.Background(), room)
+	if err != nil {
+		se.t.Fatalf("snapshot: %v", err)
+	}
+	out := []string{}
+	for _, u := range users {
+		out = append(out, u.User)
+	}
+	return out
+}
+
+func forEachStore(t *testing.T, f func(t *testing.T, se *storeEnv)) {
+	forEachBackend(t, func(t *testing.T, be backend) { f(t, newStoreEnv(t, be)) })
+}
+
+func TestScriptThrottleWindow(t *testing.T) {
+	forEachStore(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.start("r", "u", "c", 0, OutcomeStarted)
+		se.start("r", "u", "c", 0, OutcomeThrottled)
+		se.advance(stThrottle + stMargin)
+		se.start("r", "u", "c", 0, OutcomeRefreshed)
+		se.start("r", "u", "c", 0, OutcomeThrottled)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+func TestScriptStartAfterUnsweptExpiryDoesNotStop(t *testing.T) {
+	forEachStore(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.start("r", "u", "phone", 0, OutcomeStarted)
+		se.advance(stTTL + stMargin) // phone's entry expired, nobody swept
+		if got := se.typing("r"); len(got) != 0 {
+			t.Fatalf("typing after expiry: %v", got)
+		}
+		se.start("r", "u", "laptop", 0, OutcomeStarted) // visible again: a start is published
+		r := se.sweep()
+		if r.Stops != 0 || r.Removed != 1 {
+			t.Fatalf("sweep %+v, want the expired entry removed and no stop", r)
+		}
+		if got := se.typing("r"); !slices.Equal(got, []string{"u"}) {
+			t.Fatalf("typing %v", got)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+func TestScriptStopOfUnsweptTypistStopsOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.start("r", "u", "c", 1, OutcomeStarted)
+		se.advance(stTTL + stMargin)
+		// Receivers still show u (no stop pushed yet): the stop is published,
+		// and the sweeper finds nothing left to expire.
+		se.stop("r", "u", "c", 2, OutcomeStopped)
+		if r := se.sweep(); r.Stops != 0 || r.Removed != 0 {
+			t.Fatalf("sweep after stop: %+v", r)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+func TestScriptParallelSweepsPushEachExpiryOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r1", "r2")
+		se.start("r1", "alice", "a", 0, OutcomeStarted)
+		se.start("r1", "bob", "b1", 0, OutcomeStarted)
+		se.start("r1", "bob", "b2", 0, OutcomeThrottled)
+		se.start("r1", "carol", "c", 0, OutcomeStarted)
+		se.start("r2", "dave", "d", 0, OutcomeStarted)
+		for range 4 {
+			s.next(waitLong) // the starts
+		}
+		se.advance(stTTL + stMargin)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		total := sweepResult{}
+		for range 4 {
+			wg.Go(func() {
+				r, err := se.st.sweep(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				total.Stops += r.Stops
+				total.Removed += r.Removed
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if total.Stops != 4 || total.Removed != 5 {
+			t.Fatalf("4 parallel sweeps: %+v, want 4 stops and 5 entries", total)
+		}
+		got := map[string]int{}
+		for range 4 {
+			r, ok := s.next(waitLong)
+			if !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonExpired {
+				t.Fatalf("event %s", r.raw)
+			}
+			got[r.ev.Room+"/"+r.ev.User]++
+		}
+		s.expectNone(100 * time.Millisecond)
+		for _, k := range []string{"r1/alice", "r1/bob", "r1/carol", "r2/dave"} {
+			if got[k] != 1 {
+				t.Fatalf("stops %v", got)
+			}
+		}
+		if n := gatherSum(t, se.reg, "ellipsis_worker_expired_stops_total", nil); n != 4 {
+			t.Fatalf("expired_stops_total %v", n)
+		}
+		// Names and throttles of the expired typists are gone too.
+		if n := se.rdb.Exists(context.Background(), se.names.NamesKey("r1"), se.names.ThrottleKey("r1", "bob")).Val(); n != 0 {
+			t.Fatalf("%d keys left after expiry", n)
+		}
+	})
+}
+
+func TestScriptSweepIndexFollowsEarliestEntry(t *testing.T) {
+	forEachStore(t, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		room, member := "r", names.Member("u", "c")
+		idx := func() (float64, bool) {
+			v, err := se.rdb.ZScore(ctx, se.names.SweepKey(), names.Enc(room)).Result()
+			return v, err == nil
+		}
+		se.start(room, "u", "c", 0, OutcomeStarted)
+		first := se.rdb.ZScore(ctx, se.names.RoomKey(room), member).Val()
+		if v, ok := idx(); !ok || v != first {
+			t.Fatalf("index %v %v, want the entry's expiry %v", v, ok, first)
+		}
+		se.advance(stTTL / 2)
+		se.start(room, "u", "c", 0, OutcomeRefreshed)
+		second := se.rdb.ZScore(ctx, se.names.RoomKey(room), member).Val()
+		if v, _ := idx(); v != first || second <= first {
+			t.Fatalf("index %v after refresh, want the earlier %v (entry now %v)", v, first, second)
+		}
+		se.advance(stTTL/2 + stMargin) // past first, before second
+		if r := se.sweep(); r.Rooms != 1 || r.Stops != 0 || r.Removed != 0 {
+			t.Fatalf("early sweep %+v", r)
+		}
+		if v, _ := idx(); v != second {
+			t.Fatalf("index %v, want rescheduled to %v", v, second)
+		}
+		se.advance(stTTL)
+		if r := se.sweep(); r.Stops != 1 {
+			t.Fatalf("sweep %+v", r)
+		}
+		if _, ok := idx(); ok {
+			t.Fatal("empty room still in the sweep index")
+		}
+		if r := se.sweep(); r.Rooms != 0 {
+			t.Fatalf("nothing due, swept %+v", r)
+		}
+	})
+}
+
+func TestScriptSeqBeyondFloatPrecision(t *testing.T) {
+	forEachStore(t, func(t *testing.T, se *storeEnv) {
+		const p53 = uint64(1) << 53 // 2^53 and 2^53+1 are one double
+		se.start("r", "u", "c", p53, OutcomeStarted)
+		se.stop("r", "u", "c", p53+1, OutcomeStopped)
+		se.start("r", "u", "c", p53+1, OutcomeStale)
+		se.start("r", "u", "c", p53, OutcomeStale)
+		se.start("r", "u", "c", ^uint64(0), OutcomeStarted)
+		se.stop("r", "u", "c", ^uint64(0)-1, OutcomeStale)
+		se.start("r", "u", "c", 0, OutcomeThrottled) // seq 0 is unordered: always applied
+		// seq is per connection: another connection's low seq applies.
+		se.stop("r", "u", "other", 1, OutcomeNoop)
+		// A stop without conn ignores seq and clears every connection.
+		se.stop("r", "u", "", 1, OutcomeStopped)
+	})
+}
+
+func TestScriptKeyTTLs(t *testing.T) {
+	forEachStore(t, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		se.start("r", "u", "c", 1, OutcomeStarted)
+		n := se.names
+		for _, k := range []string{n.RoomKey("r"), n.NamesKey("r"), n.SeqKey("r", "c")} {
+			d := se.rdb.PTTL(ctx, k).Val()
+			if d <= stTTL || d > stTTL+DefaultKeyGrace {
+				t.Fatalf("PTTL %s = %s, want in (ttl, ttl+grace]", k, d)
+			}
+		}
+		if d := se.rdb.PTTL(ctx, n.ThrottleKey("r", "u")).Val(); d <= 0 || d > stThrottle {
+			t.Fatalf("throttle PTTL %s", d)
+		}
+		if se.mr != nil {
+			// An abandoned room frees its memory: no sweeper, no stop, keys gone.
+			se.advance(stTTL + DefaultKeyGrace + time.Second)
+			if c := se.rdb.Exists(ctx, n.RoomKey("r"), n.NamesKey("r"), n.SeqKey("r", "c"), n.ThrottleKey("r", "u")).Val(); c != 0 {
+				t.Fatalf("%d keys outlived ttl + grace", c)
+			}
+		}
+	})
+}
+
+// The sweep script builds typing_stop(expired) in Lua from enc(user): it
+// must decode and JSON-encode any id exactly, byte for byte what Go builds.
+func TestScriptExpiredEventMatchesGo(t *testing.T) {
+	users := []string{"u", `a"b\c`, "%41", "%", "{x}", "café ☕", "a b", "ü:x:y", "a*b?c[d]", "tab\\t", "!abc:matrix.org"}
+	rooms := []string{"42", "room:42", `{"x"}`, "café ☕", "a b"}
+	forEachStore(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe(rooms...)
+		for _, r := range rooms {
+			for i, u := range users {
+				se.start(r, u, "c"+strconv.Itoa(i), 0, OutcomeStarted)
+			}
+		}
+		for range len(rooms) * len(users) {
+			s.next(waitLong)
+		}
+		se.advance(stTTL + stMargin)
+		if r := se.sweep(); r.Stops != len(rooms)*len(users) {
+			t.Fatalf("sweep %+v", r)
+		}
+		for range len(rooms) * len(users) {
+			r, ok := s.next(waitLong)
+			if !ok {
+				t.Fatal("missing expired stops")
+			}
+			want := string(protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: r.ev.Room, User: r.ev.User, Reason: protocol.ReasonExpired})) +
+				strconv.FormatInt(r.ev.TsMs, 10) + "}"
+			if r.raw != want {
+				t.Fatalf("Lua built %s\n      Go builds %s", r.raw, want)
+			}
+			if !slices.Contains(users, r.ev.User) || !slices.Contains(rooms, r.ev.Room) {
+				t.Fatalf("event for unknown id: %s", r.raw)
+			}
+		}
+	})
+}
+
+func TestScriptDisconnectManyRooms(t *testing.T) {
+	forEachStore(t, func(t *testing.T, se *storeEnv) {
+		var rooms []string
+		for i := range 60 {
+			rooms = append(rooms, fmt.Sprintf("room-%d", i))
+			if i%2 == 0 {
+				se.start(rooms[i], "u", "c", uint64(i+1), OutcomeStarted)
+			}
+		}
+		if se.mr != nil {
+			// The server lost its script cache: the pipeline reloads and reruns.
+			if err := se.rdb.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		outs, err := se.st.disconnect(context.Background(), protocol.Command{V: 1, Op: "disconnect", Rooms: rooms, User: "u", Conn: "c", Seq: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := gatherSum(t, se.reg, "ellipsis_worker_redis_errors_total", nil); n != 0 {
+			t.Fatalf("redis_errors_total %v", n)
+		}
+		for i, o := range outs {
+			want := OutcomeNoop
+			if i%2 == 0 {
+				want = OutcomeStopped
+			}
+			if o != want {
+				t.Fatalf("room %d: %s, want %s", i, o, want)
+			}
+		}
+		if got := disconnectOutcome(outs, nil); got != OutcomeStopped {
+			t.Fatalf("disconnect outcome %s", got)
+		}
+	})
+}
+
+func TestStopTemplate(t *testing.T) {
+	head, tail, err := stopTemplate(`r"1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(head) != `{"v":1,"type":"typing_stop","room":"r\"1","user":` || string(tail) != `,"reason":"expired","ts_ms":` {
+		t.Fatalf("head %s tail %s", head, tail)
+	}
+}

@@ -1,0 +1,706 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// The end-to-end contract: commands on NATS in, events on Redis Pub/Sub and
+// snapshot replies out, on both backends.
+
+func TestStartPublishesTypingStart(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("42")
+		before := time.Now().UnixMilli()
+		e.send(start("42", "alice", "Alice", "gw-a:1", 1))
+		r := s.expect(protocol.TypeTypingStart, "42", "alice", "", waitLong)
+		if r.ev.V != 1 || r.ev.Name != "Alice" || r.ev.TTLMs != testTTL.Milliseconds() {
+			t.Fatalf("event %s: want v 1, name Alice, ttl_ms %d", r.raw, testTTL.Milliseconds())
+		}
+		// ts_ms is Redis TIME; on this machine it is the same clock.
+		if r.ev.TsMs < before-1000 || r.ev.TsMs > time.Now().UnixMilli()+1000 {
+			t.Fatalf("ts_ms %d not near now %d", r.ev.TsMs, before)
+		}
+		want := `{"v":1,"type":"typing_start","room":"42","user":"alice","name":"Alice","ttl_ms":1000,"ts_ms":`
+		if !strings.HasPrefix(r.raw, want) {
+			t.Fatalf("raw event %s, want prefix %s", r.raw, want)
+		}
+		if got := typists(e.snapshot("42")); !slices.Equal(got, []string{"alice/Alice"}) {
+			t.Fatalf("snapshot %v", got)
+		}
+		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": "started"}); n != 1 {
+			t.Fatalf("commands_total{start,started} = %v", n)
+		}
+		if n := e.metric("ellipsis_worker_events_published_total", map[string]string{"type": "typing_start"}); n != 1 {
+			t.Fatalf("events_published_total{typing_start} = %v", n)
+		}
+	})
+}
+
+func TestRefreshBurstIsThrottledButExtends(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("r")
+		first := time.Now()
+		var last time.Time
+		for i := range 10 { // 10 starts over ~900 ms
+			if i > 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			last = time.Now()
+			e.send(start("r", "alice", "Alice", "c1", uint64(i+1)))
+		}
+		// By now the first start's entry would have expired (ttl 1 s from
+		// the first start); the refreshes extended it.
+		time.Sleep(time.Until(first.Add(testTTL + 200*time.Millisecond)))
+		if got := typists(e.snapshot("r")); !slices.Equal(got, []string{"alice/Alice"}) {
+			t.Fatalf("snapshot after the first entry's ttl: %v (refreshes did not extend it)", got)
+		}
+		var starts []received
+		var stopEv *received
+		for _, r := range s.drain(time.Until(last.Add(expiryBound))) {
+			switch r.ev.Type {
+			case protocol.TypeTypingStart:
+				starts = append(starts, r)
+			case protocol.TypeTypingStop:
+				if stopEv != nil {
+					t.Fatalf("second stop %s", r.raw)
+				}
+				stopEv = &r
+			}
+		}
+		// At most one fan-out per throttle window: 1 + floor(900/300) = 4.
+		if len(starts) < 2 || len(starts) > 4 {
+			t.Fatalf("%d typing_start events for 10 starts over 900 ms, want 2..4", len(starts))
+		}
+		for i := 1; i < len(starts); i++ {
+			if gap := starts[i].ev.TsMs - starts[i-1].ev.TsMs; gap < testThrottle.Milliseconds() {
+				t.Fatalf("typing_start %d and %d only %d ms apart (< throttle)", i-1, i, gap)
+			}
+		}
+		if stopEv == nil || stopEv.ev.Reason != protocol.ReasonExpired {
+			t.Fatalf("want one expired stop within ttl+1s of the last refresh, got %+v", stopEv)
+		}
+		if stopEv.at.Before(last.Add(testTTL - 50*time.Millisecond)) {
+			t.Fatalf("expired %s after the last refresh, before its ttl", stopEv.at.Sub(last))
+		}
+		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "throttled"}); n < 5 {
+			t.Fatalf("commands_total{throttled} = %v, want >= 5", n)
+		}
+	})
+}
+
+func TestStartStopStartIsNotThrottled(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("r")
+		began := time.Now()
+		e.send(start("r", "alice", "", "c1", 1), stop("r", "alice", "c1", 2), start("r", "alice", "", "c1", 3))
+		if d := time.Since(began); d > 300*time.Millisecond {
+			t.Logf("note: the three commands took %s", d)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.expectNone(200 * time.Millisecond)
+	})
+}
+
+func TestStop(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("r")
+		e.send(start("r", "alice", "Alice", "c1", 1))
+		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		e.send(stop("r", "alice", "c1", 2))
+		r := s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		want := `{"v":1,"type":"typing_stop","room":"r","user":"alice","reason":"stopped","ts_ms":`
+		if !strings.HasPrefix(r.raw, want) {
+			t.Fatalf("raw %s", r.raw)
+		}
+		if got := typists(e.snapshot("r")); len(got) != 0 {
+			t.Fatalf("snapshot after stop: %v", got)
+		}
+		// A second stop changes nothing visible.
+		e.send(stop("r", "alice", "c1", 3))
+		s.expectNone(200 * time.Millisecond)
+		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "stop", "outcome": "noop"}); n != 1 {
+			t.Fatalf("commands_total{stop,noop} = %v", n)
+		}
+		// Nothing of alice is left in Redis but her seq key.
+		n := e.names
+		if c := e.rdb.Exists(context.Background(), n.RoomKey("r"), n.NamesKey("r"), n.ThrottleKey("r", "alice")).Val(); c != 0 {
+			t.Fatalf("%d room keys left after stop", c)
+		}
+	})
+}
+
+func TestMultiDevice(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("r")
+		e.send(start("r", "alice", "Alice", "phone", 1))
+		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		e.send(start("r", "alice", "Alice", "laptop", 1)) // a refresh of a visible user: throttled
+		e.send(stop("r", "alice", "phone", 2))
+		s.expectNone(300 * time.Millisecond)
+		if got := typists(e.snapshot("r")); !slices.Equal(got, []string{"alice/Alice"}) {
+			t.Fatalf("snapshot with the laptop still typing: %v", got)
+		}
+		e.send(stop("r", "alice", "laptop", 2))
+		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		s.expectNone(200 * time.Millisecond)
+	})
+}
+
+func TestStopWithoutConnClearsEveryConnection(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("r")
+		e.send(start("r", "alice", "", "phone", 1))
+		e.send(start("r", "alice", "", "laptop", 7))
+		e.send(start("r", "bob", "", "b1", 1))
+		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.expect(protocol.TypeTypingStart, "r", "bob", "", waitLong)
+		e.send(stop("r", "alice", "", 0)) // the chat service: alice posted her message
+		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		s.expectNone(200 * time.Millisecond)
+		if got := typists(e.snapshot("r")); !slices.Equal(got, []string{"bob/"}) {
+			t.Fatalf("snapshot: %v", got)
+		}
+		members := e.rdb.ZRange(context.Background(), e.names.RoomKey("r"), 0, -1).Val()
+		if !slices.Equal(members, []string{"bob:b1"}) {
+			t.Fatalf("room members %v", members)
+		}
+	})
+}
+
+func TestLeave(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("r")
+		e.send(start("r", "alice", "", "c1", 1))
+		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		e.send(protocol.Command{V: 1, Op: protocol.OpLeave, Room: "r", User: "alice", Conn: "c1", Seq: 2})
+		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonLeft, waitLong)
+	})
+}
+
+func TestDisconnectStopsEveryRoom(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("r1", "r2", "r3")
+		e.send(start("r1", "alice", "", "c1", 1), start("r2", "alice", "", "c1", 2))
+		got := map[string]bool{}
+		for range 2 {
+			r, ok := s.next(waitLong)
+			if !ok || r.ev.Type != protocol.TypeTypingStart {
+				t.Fatalf("want two starts, got %s", r.raw)
+			}
+			got[r.ev.Room] = true
+		}
+		e.send(protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: []string{"r1", "r2", "r3"}, User: "alice", Conn: "c1", Seq: 3})
+		stops := map[string]bool{}
+		for range 2 {
+			r, ok := s.next(waitLong)
+			if !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonDisconnected || r.ev.User != "alice" {
+				t.Fatalf("want disconnected stops, got %s", r.raw)
+			}
+			stops[r.ev.Room] = true
+		}
+		if !stops["r1"] || !stops["r2"] {
+			t.Fatalf("stops in %v, want r1 and r2", stops)
+		}
+		s.expectNone(200 * time.Millisecond) // nothing for r3, where alice never typed
+		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "disconnect", "outcome": "stopped"}); n != 1 {
+			t.Fatalf("commands_total{disconnect,stopped} = %v", n)
+		}
+		// A start from before the disconnect, arriving late, stays ignored.
+		e.send(start("r1", "alice", "", "c1", 2))
+		s.expectNone(200 * time.Millisecond)
+	})
+}
+
+func TestStaleSeqIsIgnored(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("a", "b")
+		// start seq 2, then a late stop seq 1: still typing.
+		e.send(start("a", "alice", "", "c1", 2), stop("a", "alice", "c1", 1))
+		s.expect(protocol.TypeTypingStart, "a", "alice", "", waitLong)
+		s.expectNone(200 * time.Millisecond)
+		if got := typists(e.snapshot("a")); !slices.Equal(got, []string{"alice/"}) {
+			t.Fatalf("room a after a stale stop: %v", got)
+		}
+		// stop seq 2, then a late start seq 1: not typing.
+		e.send(stop("b", "alice", "c1", 2), start("b", "alice", "", "c1", 1))
+		s.expectNone(200 * time.Millisecond)
+		if got := typists(e.snapshot("b")); len(got) != 0 {
+			t.Fatalf("room b after a stale start: %v", got)
+		}
+		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "stale"}); n != 2 {
+			t.Fatalf("commands_total{stale} = %v", n)
+		}
+	})
+}
+
+// With two workers the queue group splits a connection's commands, so the
+// order of application is anyone's; seq still decides the end state.
+func TestStaleSeqAcrossWorkers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		e.startWorker()
+		for i := range 10 {
+			ra, rb := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
+			e.send(start(ra, "alice", "", "c1", 2), stop(ra, "alice", "c1", 1), stop(rb, "alice", "c1", 2), start(rb, "alice", "", "c1", 1))
+			if got := typists(e.snapshot(ra)); !slices.Equal(got, []string{"alice/"}) {
+				t.Fatalf("%s: %v, want alice typing", ra, got)
+			}
+			if got := typists(e.snapshot(rb)); len(got) != 0 {
+				t.Fatalf("%s: %v, want nobody", rb, got)
+			}
+		}
+	})
+}
+
+func TestExpiryPushesOneStopWithTwoSweepers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		e.startWorker()
+		s := e.subscribe("r1", "r2")
+		sent := time.Now()
+		e.send(start("r1", "alice", "Alice", "a1", 1), start("r1", "bob", "", "b1", 1), start("r1", "bob", "", "b2", 1), start("r2", "café ☕", "", "x", 1))
+		want := map[string]bool{"r1/alice": true, "r1/bob": true, "r2/café ☕": true}
+		startsSeen, stopsSeen := map[string]int{}, map[string]int{}
+		deadline := sent.Add(expiryBound)
+		for len(stopsSeen) < len(want) {
+			r, ok := s.next(time.Until(deadline))
+			if !ok {
+				t.Fatalf("expired stops seen %v within ttl+1s, want %v", stopsSeen, want)
+			}
+			k := r.ev.Room + "/" + r.ev.User
+			if !want[k] {
+				t.Fatalf("event for %s: %s", k, r.raw)
+			}
+			switch r.ev.Type {
+			case protocol.TypeTypingStart:
+				startsSeen[k]++
+			case protocol.TypeTypingStop:
+				if r.ev.Reason != protocol.ReasonExpired {
+					t.Fatalf("stop %s, want reason expired", r.raw)
+				}
+				stopsSeen[k]++
+				if stopsSeen[k] > 1 {
+					t.Fatalf("second expired stop for %s", k)
+				}
+				if d := r.at.Sub(sent); d < testTTL-50*time.Millisecond {
+					t.Fatalf("%s expired after %s, before its ttl", k, d)
+				}
+			}
+		}
+		// Several sweep intervals later, still exactly one stop each.
+		s.expectNone(5 * testSweep)
+		if n := e.metric("ellipsis_worker_expired_stops_total", nil); n != 3 {
+			t.Fatalf("expired_stops_total over both workers = %v, want 3", n)
+		}
+		if n := e.metric("ellipsis_worker_sweep_lag_seconds", nil); n < 2 {
+			t.Fatalf("sweep_lag_seconds has %v samples", n)
+		}
+		// The rooms are gone from the sweep index and their sets are empty.
+		if c := e.rdb.ZCard(context.Background(), e.names.SweepKey()).Val(); c != 0 {
+			t.Fatalf("sweep index holds %d rooms", c)
+		}
+	})
+}
+
+func TestSnapshot(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		// No sweeper in time: an expired entry stays in Redis, and the
+		// snapshot must leave it out by its score.
+		e.startWorker(func(c *config.Config) { c.SweepInterval = time.Hour })
+		e.send(start("r", "carol", "Carol", "c", 1))
+		carolDone := time.Now() // her entry expires before carolDone + ttl
+		time.Sleep(testTTL / 2)
+		e.send(start("r", "bob", "", "b", 1), start("r", "alice", "Alice", "a1", 1), start("r", "alice", "Alice", "a2", 1))
+		// Carol expired; bob and alice live until at least carolDone + 1.5 ttl.
+		time.Sleep(time.Until(carolDone.Add(testTTL + 50*time.Millisecond)))
+		if c := e.rdb.ZCard(context.Background(), e.names.RoomKey("r")).Val(); c != 4 {
+			t.Fatalf("room holds %d entries, want 4 (carol's expired one unswept)", c)
+		}
+		r := e.snapshot("r")
+		if r.V != 1 || r.Room != "r" || r.Error != nil {
+			t.Fatalf("reply %+v", r)
+		}
+		if got := typists(r); !slices.Equal(got, []string{"alice/Alice", "bob/"}) {
+			t.Fatalf("snapshot %v, want alice/Alice and bob/ (sorted, carol expired)", got)
+		}
+		if got := typists(e.snapshot("empty")); len(got) != 0 {
+			t.Fatalf("empty room: %v", got)
+		}
+		// Raw reply shape of an empty room: users present as [].
+		if raw := mustRequest(t, e, `{"v":1,"room":"empty"}`); string(raw) != `{"v":1,"room":"empty","users":[]}` {
+			t.Fatalf("raw empty reply %s", raw)
+		}
+		for _, bad := range []string{`garbage`, `{"v":2,"room":"r"}`, `{"v":1}`, `{"v":1,"room":"` + strings.Repeat("x", 300) + `"}`} {
+			msg, err := e.nc.Request(e.names.SnapshotSubject(), []byte(bad), waitLong)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = protocol.DecodeSnapshotReply(msg.Data)
+			var re *protocol.ReplyError
+			if !errors.As(err, &re) || re.Code != protocol.CodeBadRequest || re.Message == "" {
+				t.Fatalf("request %.40s: reply %s, want bad_request", bad, msg.Data)
+			}
+			if !strings.HasPrefix(string(msg.Data), `{"v":1,"error":{"code":"bad_request","message":`) {
+				t.Fatalf("raw error reply %s", msg.Data)
+			}
+		}
+	})
+}
+
+func TestInvalidPayloadsAreCountedAndDropped(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe("r")
+		rooms := make([]string, 5000)
+		for i := range rooms {
+			rooms[i] = fmt.Sprintf("room-%d", i)
+		}
+		many, _ := json.Marshal(protocol.Command{V: 1, Op: "disconnect", Rooms: rooms, User: "u", Conn: "c"})
+		payloads := map[string][]byte{
+			"garbage":      []byte("\x00\xffnot json at all"),
+			"empty":        nil,
+			"array":        []byte(`[1,2,3]`),
+			"wrong v":      []byte(`{"v":2,"op":"start","room":"r","user":"u","conn":"c"}`),
+			"no v":         []byte(`{"op":"start","room":"r","user":"u","conn":"c"}`),
+			"no user":      []byte(`{"v":1,"op":"start","room":"r","conn":"c"}`),
+			"no room":      []byte(`{"v":1,"op":"stop","user":"u","conn":"c"}`),
+			"no conn":      []byte(`{"v":1,"op":"start","room":"r","user":"u"}`),
+			"unknown op":   []byte(`{"v":1,"op":"dance","room":"r","user":"u","conn":"c"}`),
+			"no op":        []byte(`{"v":1,"room":"r","user":"u","conn":"c"}`),
+			"5000 rooms":   many,
+			"control char": []byte(`{"v":1,"op":"start","room":"r\u0007","user":"u","conn":"c"}`),
+			"bad rooms[1]": []byte(`{"v":1,"op":"disconnect","rooms":["a",""],"user":"u","conn":"c"}`),
+			"huge name":    []byte(`{"v":1,"op":"start","room":"r","user":"u","conn":"c","name":"` + strings.Repeat("n", 300) + `"}`),
+		}
+		var all [][]byte
+		for _, p := range payloads {
+			all = append(all, p)
+		}
+		e.sendRaw(all...)
+		wantField := map[string]float64{"json": 3, "v": 2, "user": 1, "room": 2, "conn": 1, "op": 2, "rooms": 2, "name": 1}
+		for f, n := range wantField {
+			if got := e.metric("ellipsis_worker_invalid_payloads_total", map[string]string{"field": f}); got != n {
+				t.Errorf("invalid_payloads_total{field=%q} = %v, want %v", f, got, n)
+			}
+		}
+		if got := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "invalid"}); got != float64(len(payloads)) {
+			t.Errorf("commands_total{invalid} = %v, want %d", got, len(payloads))
+		}
+		s.expectNone(100 * time.Millisecond)
+		// The worker keeps working.
+		e.send(start("r", "u", "", "c", 1))
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+	})
+}
+
+// The ids of PROTOCOL.md ("Terms") work end to end, and distinct ids never
+// share keys, even ids that look like another's encoding.
+func TestIDsEndToEnd(t *testing.T) {
+	ids := []string{"42", "room:42", "!abc:matrix.org", "a*b?c[d]", "{x}", "café ☕", "a b",
+		// look-alikes of the above after encoding or tag parsing:
+		"x", "a%20b", "a%2520b", "room%3A42", "%7Bx%7D", "a\\b", `q"uote`}
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		e.startWorker()
+		s := e.subscribe(ids...)
+		var cmds []protocol.Command
+		for i, id := range ids {
+			// In room id, the typist is user id, from connection "id:i".
+			cmds = append(cmds, start(id, id, "N "+id, fmt.Sprintf("%s:%d", id, i), 1))
+		}
+		sent := time.Now()
+		e.send(cmds...)
+		seen := map[string]bool{}
+		for range ids {
+			r, ok := s.next(waitLong)
+			if !ok || r.ev.Type != protocol.TypeTypingStart || r.ev.User != r.ev.Room || r.ev.Name != "N "+r.ev.Room {
+				t.Fatalf("start event %s", r.raw)
+			}
+			seen[r.ev.Room] = true
+		}
+		if len(seen) != len(ids) {
+			t.Fatalf("starts for %d rooms, want %d", len(seen), len(ids))
+		}
+		for _, id := range ids {
+			if got := typists(e.snapshot(id)); !slices.Equal(got, []string{id + "/N " + id}) {
+				t.Fatalf("snapshot of %q: %v", id, got)
+			}
+		}
+		// Every key holds one room's hash tag, and each room has the same
+		// set of keys: room, names, seq, throttle.
+		perRoom := map[string]int{}
+		iter := e.rdb.Scan(context.Background(), 0, e.cfg.KeyPrefix+"*", 1000).Iterator()
+		for iter.Next(context.Background()) {
+			k := iter.Val()
+			if k == e.names.SweepKey() {
+				continue
+			}
+			i, j := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
+			if i < 0 || j < i {
+				t.Fatalf("key %q has no hash tag", k)
+			}
+			room, err := names.Dec(k[i+1 : j])
+			if err != nil {
+				t.Fatalf("key %q: hash tag: %v", k, err)
+			}
+			perRoom[room]++
+		}
+		for _, id := range ids {
+			if perRoom[id] != 4 {
+				t.Fatalf("room %q has %d keys, want 4 (%v)", id, perRoom[id], perRoom)
+			}
+		}
+		// Expiry, built in Lua from enc(user): exact users and rooms.
+		stops := map[string]bool{}
+		for range ids {
+			r, ok := s.next(time.Until(sent.Add(expiryBound)))
+			if !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonExpired || r.ev.User != r.ev.Room {
+				t.Fatalf("expired stop event %s (ok %v)", r.raw, ok)
+			}
+			stops[r.ev.Room] = true
+		}
+		if len(stops) != len(ids) {
+			t.Fatalf("expired stops for %d rooms, want %d", len(stops), len(ids))
+		}
+	})
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
+		w := e.startWorker()
+		base := "http://" + w.AdminAddr()
+		if w.AdminAddr() == "" || strings.HasSuffix(w.AdminAddr(), ":0") {
+			t.Fatalf("AdminAddr %q", w.AdminAddr())
+		}
+		code, body := httpGet(t, base+"/healthz")
+		if code != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
+			t.Fatalf("healthz %d %s", code, body)
+		}
+		code, body = httpGet(t, base+"/readyz")
+		if code != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
+			t.Fatalf("readyz %d %s", code, body)
+		}
+		e.send(start("r", "u", "", "c", 1))
+		code, body = httpGet(t, base+"/metrics")
+		if code != 200 || !strings.Contains(body, `ellipsis_worker_commands_total{op="start",outcome="started"} 1`) ||
+			!strings.Contains(body, "ellipsis_worker_script_duration_seconds_bucket") {
+			t.Fatalf("metrics %d:\n%.2000s", code, body)
+		}
+		if err := w.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := http.Get(base + "/healthz"); err == nil {
+			t.Fatal("admin listener still serving after Shutdown")
+		}
+	})
+}
+
+func TestReadyzNamesWhatIsDown(t *testing.T) {
+	requireServices(t)
+	t.Parallel()
+	for _, tc := range []struct {
+		name, down string
+		mod        func(*config.Config)
+	}{
+		{"redis down", "redis", func(c *config.Config) { c.RedisURL = "redis://127.0.0.1:1" }},
+		{"nats down", "nats", func(c *config.Config) { c.NATSURL = "nats://127.0.0.1:1" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, backend{"redis", false}, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
+			w := e.startWorker(tc.mod) // Start succeeds with a backend down
+			code, body := httpGet(t, "http://"+w.AdminAddr()+"/readyz")
+			var v struct {
+				Status string            `json:"status"`
+				Down   map[string]string `json:"down"`
+			}
+			if err := json.Unmarshal([]byte(body), &v); err != nil || code != 503 || v.Status != "unavailable" || v.Down[tc.down] == "" || len(v.Down) != 1 {
+				t.Fatalf("readyz %d %s, want 503 naming %s only", code, body, tc.down)
+			}
+		})
+	}
+}
+
+func TestRedisDownCommandsFailAndSnapshotsSayUnavailable(t *testing.T) {
+	requireServices(t)
+	t.Parallel()
+	e := newEnv(t, backend{"redis", false}, func(c *config.Config) { c.RedisURL = "redis://127.0.0.1:1" })
+	e.startWorker()
+	e.send(start("r", "u", "", "c", 1)) // retried with backoff, then dropped
+	if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": "error"}); n != 1 {
+		t.Fatalf("commands_total{start,error} = %v", n)
+	}
+	if n := e.metric("ellipsis_worker_redis_errors_total", nil); n < redisAttempts {
+		t.Fatalf("redis_errors_total = %v, want >= %d (one per attempt)", n, redisAttempts)
+	}
+	_, err := protocol.DecodeSnapshotReply(mustRequest(t, e, `{"v":1,"room":"r"}`))
+	var re *protocol.ReplyError
+	if !errors.As(err, &re) || re.Code != protocol.CodeUnavailable {
+		t.Fatalf("snapshot with Redis down: %v, want unavailable", err)
+	}
+}
+
+func mustRequest(t *testing.T, e *env, req string) []byte {
+	t.Helper()
+	msg, err := e.nc.Request(e.names.SnapshotSubject(), []byte(req), waitLong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg.Data
+}
+
+func httpGet(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if ct := resp.Header.Get("Content-Type"); strings.HasSuffix(u, "z") && ct != "application/json" {
+		t.Fatalf("GET %s: Content-Type %q", u, ct)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestLifecycle(t *testing.T) {
+	requireServices(t)
+	t.Parallel()
+	e := newEnv(t, backend{"redis", false})
+	cfg := e.cfg
+
+	// Shutdown before Start, twice; Start afterwards is refused.
+	w, err := New(Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Shutdown: %v, want ErrClosed", err)
+	}
+
+	// Start twice is refused; Shutdown twice is fine.
+	w2 := e.startWorker()
+	if err := w2.Start(context.Background()); !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start: %v, want ErrStarted", err)
+	}
+
+	// In-flight commands are finished on Shutdown.
+	var ps [][]byte
+	for i := range 300 {
+		b, _ := json.Marshal(start(fmt.Sprintf("r%d", i%7), fmt.Sprintf("u%d", i), "", fmt.Sprintf("c%d", i), 1))
+		ps = append(ps, b)
+	}
+	e.publishRaw(ps...)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := w2.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := w2.Shutdown(ctx); err != nil {
+		t.Fatalf("second Shutdown: %v", err)
+	}
+	if n := e.processed(); n != 300 {
+		t.Fatalf("%v of 300 published commands processed before Shutdown returned", n)
+	}
+	if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "started"}); n != 300 {
+		t.Fatalf("%v commands started, want 300", n)
+	}
+	if err := w2.Start(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Shutdown: %v", err)
+	}
+}
+
+func TestPrivateRegistry(t *testing.T) {
+	cfg := config.Dev()
+	w, err := New(Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := gatherSum(t, w.reg, "go_goroutines", nil); n == 0 {
+		t.Fatal("a private registry has no Go runtime metrics")
+	}
+	// Two workers on one shared registry share the collectors.
+	reg := prometheus.NewRegistry()
+	for range 2 {
+		if _, err := New(Options{Config: cfg, Registry: reg}); err != nil {
+			t.Fatalf("second worker on a shared registry: %v", err)
+		}
+	}
+	if n := gatherSum(t, reg, "go_goroutines", nil); n != 0 {
+		t.Fatal("a shared registry got the Go collector from the worker")
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	cfg := config.Dev()
+	cfg.TypingTTL = time.Second
+	cfg.TypingThrottle = 2 * time.Second
+	cfg.WorkerShards = 0
+	cfg.RedisURL = "http://x"
+	cfg.SubjectPrefix = "a.b"
+	_, err := New(Options{Config: cfg})
+	if err == nil {
+		t.Fatal("New accepted a bad config")
+	}
+	for _, want := range []string{"ELLIPSIS_TYPING_THROTTLE", "ELLIPSIS_WORKER_SHARDS", "ELLIPSIS_SUBJECT_PREFIX"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	cfg = config.Dev()
+	cfg.RedisURL = "http://x"
+	if _, err := New(Options{Config: cfg}); err == nil || !strings.Contains(err.Error(), "ELLIPSIS_REDIS_URL") {
+		t.Fatalf("bad Redis URL: %v", err)
+	}
+	// The worker needs no JWT secret even when auth is jwt.
+	cfg = config.Default()
+	if _, err := New(Options{Config: cfg}); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+}
