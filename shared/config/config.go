@@ -39,6 +39,12 @@ const (
 	DefaultWorkerShards    = 16
 )
 
+// Store layouts (Config.Store).
+const (
+	StoreZSet = "zset"
+	StoreKeys = "keys"
+)
+
 // Auth modes.
 const (
 	AuthNone = "none"
@@ -138,6 +144,10 @@ type Config struct {
 	// (commands of one connection always go to the same one, in order).
 	// ELLIPSIS_WORKER_SHARDS, default 16.
 	WorkerShards int
+	// Store is the worker's typing-state layout: "zset" (one sorted set per
+	// room, the default) or "keys" (seed pattern 1: one TTL key per typist,
+	// listed with SCAN). ELLIPSIS_STORE, default "zset".
+	Store string
 	// GatewayID names this gateway in conn ids ("<id>:<n>"). Empty means a
 	// random one. ELLIPSIS_GATEWAY_ID.
 	GatewayID string
@@ -180,6 +190,7 @@ func Default() Config {
 		InboundBurst:    DefaultInboundBurst,
 		OutboundQueue:   DefaultOutboundQueue,
 		WorkerShards:    DefaultWorkerShards,
+		Store:           StoreZSet,
 		DemoPage:        true,
 		LogLevel:        "info",
 		LogFormat:       "json",
@@ -295,6 +306,7 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_INBOUND_BURST", "inbound frame burst per connection", func() (func(string) error, func() string) { return integer(&c.InboundBurst) })
 	add("ELLIPSIS_OUTBOUND_QUEUE", "outbound queue per connection, frames", func() (func(string) error, func() string) { return integer(&c.OutboundQueue) })
 	add("ELLIPSIS_WORKER_SHARDS", "worker: commands applied concurrently", func() (func(string) error, func() string) { return integer(&c.WorkerShards) })
+	add("ELLIPSIS_STORE", "worker: typing-state layout, zset or keys (seed pattern 1)", func() (func(string) error, func() string) { return str(&c.Store) })
 	add("ELLIPSIS_GATEWAY_ID", "gateway id in conn ids (default random)", func() (func(string) error, func() string) { return str(&c.GatewayID) })
 	add("ELLIPSIS_DEMO_PAGE", "serve the demo page at /", func() (func(string) error, func() string) { return boolean(&c.DemoPage) })
 	add("ELLIPSIS_LOG_LEVEL", "debug, info, warn or error", func() (func(string) error, func() string) { return str(&c.LogLevel) })
@@ -453,6 +465,9 @@ func (c *Config) Validate() error {
 	intRange("ELLIPSIS_WORKER_SHARDS", c.WorkerShards, 1, 4096)
 	if c.InboundRate <= 0 {
 		bad("ELLIPSIS_INBOUND_RATE: must be positive, got %g", c.InboundRate)
+	}
+	if c.Store != StoreZSet && c.Store != StoreKeys {
+		bad("ELLIPSIS_STORE: %q must be zset or keys", c.Store)
 	}
 	if c.GatewayID != "" {
 		if len(c.GatewayID) > 64 || strings.ContainsAny(c.GatewayID, ": \t\r\n") {
