@@ -1,0 +1,436 @@
+// Package gateway is the Ellipsis WebSocket gateway as an importable server
+// (DESIGN.md, ARCHITECTURE.md): it authenticates clients, turns their typing
+// frames into NATS commands for the presence workers, subscribes the Redis
+// Pub/Sub channels of the rooms its clients joined, and fans room events out
+// to them (PROTOCOL.md is the contract).
+//
+// The cmd/gateway main, the dev stack and tests all run it the same way:
+//
+//	s, err := gateway.New(gateway.Options{Config: cfg, Logger: log})
+//	if err != nil { ... }
+//	if err := s.Start(ctx); err != nil { ... }
+//	defer s.Shutdown(ctx)
+//
+// Public listener (cfg.HTTPAddr): GET /v1/ws (WebSocket), GET
+// /v1/rooms/{room}/typing (snapshot), GET /v1/config (client timing), and,
+// when cfg.DemoPage, the demo page at / and the JS client at /src/. Admin
+// listener (cfg.AdminAddr): /healthz, /readyz, /metrics.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/origin"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+)
+
+// Options configure a [Server].
+type Options struct {
+	// Config is the loaded and validated configuration (config.Load).
+	Config config.Config
+	// Logger receives the server's logs. Nil means no logs.
+	Logger *zap.Logger
+	// Registry receives the ellipsis_gateway_* metrics. Nil means a private
+	// registry (with the Go and process collectors added). Either way it is
+	// served on the admin listener's /metrics.
+	Registry *prometheus.Registry
+}
+
+// Errors of [Server.Start].
+var (
+	ErrStarted = errors.New("gateway: already started")
+	ErrStopped = errors.New("gateway: shut down")
+)
+
+// HTTP server timeouts of both listeners. Hijacked WebSocket connections
+// set their own deadlines (session.DefaultPongWait, DefaultWriteWait).
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 120 * time.Second
+	// redisPingTimeout bounds the Redis PING of /readyz and of Start.
+	redisPingTimeout = time.Second
+)
+
+const (
+	stateNew = iota
+	stateStarted
+	stateStopped
+)
+
+// Server is one gateway. Create it with [New]; [Server.Start] connects and
+// serves; [Server.Shutdown] stops it.
+type Server struct {
+	cfg       config.Config
+	log       *zap.Logger
+	reg       *prometheus.Registry
+	met       *metrics.Metrics
+	names     names.Names
+	gatewayID string
+	authn     auth.Authenticator
+	origins   *origin.Checker
+	redisOpt  *redis.Options
+	upgrader  websocket.Upgrader
+	warn      *rate.Sometimes // shared by connections for repetitive warnings
+	connSeq   atomic.Uint64
+
+	shuttingDown atomic.Bool // readiness 503, no new connections
+
+	mu      sync.Mutex
+	state   int
+	conns   map[*session.Conn]struct{}
+	connsWG sync.WaitGroup // one per registered connection
+
+	// Set by Start, read-only afterwards.
+	rdb      *redis.Client
+	pres     *presence.Client
+	hub      *hub.Hub
+	authz    authz.Authorizer
+	httpSrv  *http.Server
+	adminSrv *http.Server
+	httpLn   net.Listener
+	adminLn  net.Listener
+	serveWG  sync.WaitGroup // the listeners' Serve goroutines
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// New checks opts and builds a server without doing any I/O. It fails on an
+// invalid configuration (every problem at once, as config.Validate reports
+// them for config.ServiceGateway), on settings this gateway does not support yet (JWKS keys, authz
+// "claims") and when the metrics cannot be registered on opts.Registry.
+func New(opts Options) (*Server, error) {
+	cfg := opts.Config
+	// Check what the gateway reads, whichever service the caller loaded for.
+	check := cfg
+	check.Service = config.ServiceGateway
+	if err := check.Validate(); err != nil {
+		return nil, fmt.Errorf("gateway: config: %w", err)
+	}
+	var authn auth.Authenticator
+	switch cfg.Auth {
+	case config.AuthNone:
+		authn = auth.None{}
+	case config.AuthJWT:
+		if cfg.JWTSecret == "" {
+			return nil, errors.New("gateway: ELLIPSIS_JWKS_FILE is not supported yet; set ELLIPSIS_JWT_SECRET (HS256)")
+		}
+		a, err := auth.NewHS256(cfg.JWTSecret)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		authn = a
+	}
+	if cfg.Authz == config.AuthzClaims {
+		return nil, errors.New("gateway: ELLIPSIS_AUTHZ=claims is not supported yet; use none or nats")
+	}
+	redisOpt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: ELLIPSIS_REDIS_URL: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	met, err := metrics.New(reg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	id := cfg.GatewayID
+	if id == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		id = "gw-" + hex.EncodeToString(b[:])
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       log.Named("gateway").With(zap.String("gateway_id", id)),
+		reg:       reg,
+		met:       met,
+		names:     names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
+		gatewayID: id,
+		authn:     authn,
+		origins:   origin.New(cfg.AllowedOrigins),
+		redisOpt:  redisOpt,
+		warn:      &rate.Sometimes{First: 1, Interval: time.Minute},
+		conns:     map[*session.Conn]struct{}{},
+	}
+	s.upgrader = websocket.Upgrader{
+		HandshakeTimeout: readHeaderTimeout,
+		ReadBufferSize:   1024,
+		WriteBufferSize:  1024,
+		// The Origin is checked before Upgrade, with a JSON 403.
+		CheckOrigin: func(*http.Request) bool { return true },
+	}
+	return s, nil
+}
+
+// GatewayID returns the id used in connection ids ("<id>:<n>").
+func (s *Server) GatewayID() string { return s.gatewayID }
+
+// Start connects to NATS and Redis, binds the public and admin listeners
+// and returns once they serve. NATS and Redis being down is not an error:
+// the gateway serves anyway (answering unavailable, /readyz 503) and
+// reconnects in the background. It fails when a listener cannot be bound,
+// when called twice ([ErrStarted]) or after Shutdown ([ErrStopped]).
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case stateStarted:
+		return ErrStarted
+	case stateStopped:
+		return ErrStopped
+	}
+	if s.cfg.Auth == config.AuthNone {
+		s.log.Warn("authentication is OFF (ELLIPSIS_AUTH=none): any client can claim any user with ?user=; development only")
+	}
+	if s.cfg.Auth == config.AuthJWT && s.cfg.JWKSFile != "" {
+		s.log.Warn("ELLIPSIS_JWKS_FILE is ignored: JWKS keys are not supported yet; only HS256 tokens are accepted")
+	}
+
+	httpLn, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen ELLIPSIS_HTTP_ADDR %s: %w", s.cfg.HTTPAddr, err)
+	}
+	var adminLn net.Listener
+	if s.cfg.AdminAddr != "" {
+		if adminLn, err = net.Listen("tcp", s.cfg.AdminAddr); err != nil {
+			httpLn.Close()
+			return fmt.Errorf("gateway: listen ELLIPSIS_ADMIN_ADDR %s: %w", s.cfg.AdminAddr, err)
+		}
+	}
+
+	pres, err := presence.Connect(s.cfg.NATSServers(), s.names, s.cfg.SnapshotTimeout, s.log.Named("nats"))
+	if err != nil {
+		httpLn.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return fmt.Errorf("gateway: %w", err)
+	}
+	s.rdb = redis.NewClient(s.redisOpt)
+	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
+	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		s.log.Warn("redis not reachable at start; serving anyway, joins answer unavailable until it is", zap.Error(err))
+	}
+	cancel()
+	if !pres.Connected() {
+		s.log.Warn("nats not connected at start; retrying in the background", zap.Strings("urls", s.cfg.NATSServers()))
+	}
+	s.pres = pres
+	s.hub = hub.New(hub.Options{
+		Redis:        s.rdb,
+		Names:        s.names,
+		Snapshot:     pres.Snapshot,
+		ReadyTimeout: s.cfg.SnapshotTimeout,
+		PendingLimit: s.cfg.OutboundQueue,
+		Metrics:      s.met,
+		Logger:       s.log.Named("hub"),
+	})
+	s.hub.Start()
+	pres.OnReconnect(s.hub.Resync)
+	switch s.cfg.Authz {
+	case config.AuthzNATS:
+		s.authz = &authz.NATS{Requester: pres, Subject: s.names.AuthzJoinSubject()}
+	default:
+		s.authz = authz.AllowAll{}
+	}
+
+	s.httpLn = httpLn
+	s.httpSrv = newHTTPServer(s.publicHandler(), s.log)
+	s.serve(s.httpSrv, httpLn)
+	if adminLn != nil {
+		s.adminLn = adminLn
+		s.adminSrv = newHTTPServer(s.adminHandler(), s.log)
+		s.serve(s.adminSrv, adminLn)
+	}
+	s.state = stateStarted
+	s.log.Info("gateway serving", zap.String("http_addr", s.HTTPAddr()), zap.String("admin_addr", s.AdminAddr()),
+		zap.String("auth", s.cfg.Auth), zap.String("authz", s.cfg.Authz))
+	return nil
+}
+
+func newHTTPServer(h http.Handler, log *zap.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
+}
+
+func (s *Server) serve(srv *http.Server, ln net.Listener) {
+	s.serveWG.Add(1)
+	go func() {
+		defer s.serveWG.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("listener failed", zap.String("addr", ln.Addr().String()), zap.Error(err))
+		}
+	}()
+}
+
+// HTTPAddr returns the bound public address (host:port), "" before Start.
+func (s *Server) HTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}
+
+// AdminAddr returns the bound admin address, "" before Start or when the
+// admin listener is disabled (empty cfg.AdminAddr).
+func (s *Server) AdminAddr() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
+}
+
+// register adds a new connection unless the gateway is shutting down.
+func (s *Server) register(c *session.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shuttingDown.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.connsWG.Add(1)
+	return true
+}
+
+func (s *Server) unregister(c *session.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.connsWG.Done()
+}
+
+// Shutdown stops the gateway gracefully (PROTOCOL.md, "Outages and
+// shutdown"), in this order:
+//
+//  1. /readyz turns 503 and new WebSocket upgrades are refused (503);
+//     the public listener stops accepting and in-flight HTTP requests end;
+//  2. every connection publishes its disconnect command at once, so
+//     receivers see typing_stop(disconnected) within a second;
+//  3. connections are closed with 1001 spread over cfg.ShutdownDrain (at
+//     most half the time left before ctx's deadline), so clients do not all
+//     reconnect elsewhere at the same instant; when ctx ends the rest are
+//     closed at once;
+//  4. the hub's Redis subscription, NATS (drained) and Redis are closed, and
+//     finally the admin listener.
+//
+// It returns ctx's error if ctx ended first, or the first listener error.
+// Safe to call twice (the second call returns the first result) and before
+// Start (then it only prevents Start).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown(ctx) })
+	return s.shutdownErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	prev := s.state
+	s.state = stateStopped
+	s.shuttingDown.Store(true)
+	conns := make([]*session.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	if prev != stateStarted {
+		return nil
+	}
+	s.log.Info("shutting down", zap.Int("connections", len(conns)), zap.Duration("drain", s.cfg.ShutdownDrain))
+	var errs []error
+
+	httpDone := make(chan error, 1) // one result, read once below
+	go func() { httpDone <- s.httpSrv.Shutdown(ctx) }()
+
+	for _, c := range conns {
+		c.Disconnect()
+	}
+	if len(conns) > 0 {
+		if err := s.pres.Flush(time.Second); err != nil {
+			s.log.Warn("flushing disconnect commands failed", zap.Error(err))
+		}
+	}
+
+	window := s.cfg.ShutdownDrain
+	if dl, ok := ctx.Deadline(); ok {
+		window = min(window, time.Until(dl)/2)
+	}
+	var step time.Duration
+	if len(conns) > 1 && window > 0 {
+		step = window / time.Duration(len(conns))
+	}
+	for i, c := range conns {
+		c.Close(session.CloseGoingAway, "gateway shutting down")
+		if step > 0 && i < len(conns)-1 && ctx.Err() == nil {
+			t := time.NewTimer(step)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+	}
+	connsDone := make(chan struct{})
+	go func() { s.connsWG.Wait(); close(connsDone) }()
+	select {
+	case <-connsDone:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("gateway: waiting for connections: %w", ctx.Err()))
+	}
+
+	s.hub.Close()
+	if err := s.pres.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.rdb.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("gateway: redis close: %w", err))
+	}
+	if err := <-httpDone; err != nil {
+		errs = append(errs, fmt.Errorf("gateway: public listener: %w", err))
+	}
+	if s.adminSrv != nil {
+		if err := s.adminSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("gateway: admin listener: %w", err))
+		}
+	}
+	s.serveWG.Wait()
+	s.log.Info("shut down")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,778 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/services/gateway"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// handshake tries a WebSocket handshake and returns the HTTP status and
+// the JSON error body of a refused one.
+func handshake(t *testing.T, u string, h http.Header) (int, string, string) {
+	t.Helper()
+	ws, resp, err := websocket.DefaultDialer.Dial(u, h)
+	if err == nil {
+		ws.Close()
+		return resp.StatusCode, "", ""
+	}
+	if resp == nil {
+		t.Fatalf("dial %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var body map[string]any
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatalf("HTTP %d body %q is not JSON", resp.StatusCode, b)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	code, msg := errorOf(body)
+	return resp.StatusCode, code, msg
+}
+
+func TestDevAuthHandshake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	base := "ws://" + e.srv.HTTPAddr() + "/v1/ws"
+	if st, _, _ := handshake(t, base+"?user=alice&name=Alice", nil); st != http.StatusSwitchingProtocols {
+		t.Fatalf("valid user: HTTP %d", st)
+	}
+	if st, code, msg := handshake(t, base, nil); st != 401 || code != "unauthorized" || !strings.Contains(msg, "user") {
+		t.Fatalf("missing user: %d %s %q", st, code, msg)
+	}
+	if st, code, msg := handshake(t, base+"?user=a%01b", nil); st != 400 || code != "bad_request" || !strings.Contains(msg, "user") {
+		t.Fatalf("bad user: %d %s %q", st, code, msg)
+	}
+	if st, code, msg := handshake(t, base+"?user=a&name="+strings.Repeat("n", 300), nil); st != 400 || !strings.Contains(msg, "name") {
+		t.Fatalf("long name: %d %s %q", st, code, msg)
+	}
+}
+
+func signHS256(t *testing.T, secret string, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestJWTHandshake(t *testing.T) {
+	t.Parallel()
+	const secret = "test-secret-0123456789"
+	e := newEnv(t, func(c *config.Config) { c.Auth = config.AuthJWT; c.JWTSecret = secret })
+	base := "ws://" + e.srv.HTTPAddr() + "/v1/ws"
+	exp := time.Now().Add(time.Hour).Unix()
+	valid := signHS256(t, secret, jwt.MapClaims{"sub": "alice", "name": "Alice", "exp": exp})
+
+	if st, _, _ := handshake(t, base, http.Header{"Authorization": {"Bearer " + valid}}); st != 101 {
+		t.Fatalf("bearer: HTTP %d", st)
+	}
+	if st, _, _ := handshake(t, base+"?access_token="+valid, nil); st != 101 {
+		t.Fatalf("access_token: HTTP %d", st)
+	}
+	cases := []struct {
+		name, query string
+		header      http.Header
+		want        string
+	}{
+		{"missing", "", nil, "missing token"},
+		{"dev user ignored", "?user=alice", nil, "missing token"},
+		{"expired", "?access_token=" + signHS256(t, secret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(-time.Minute).Unix()}), nil, "expired"},
+		{"bad signature", "?access_token=" + signHS256(t, "other-secret", jwt.MapClaims{"sub": "alice", "exp": exp}), nil, "signature"},
+		{"no exp", "?access_token=" + signHS256(t, secret, jwt.MapClaims{"sub": "alice"}), nil, "exp"},
+		{"no sub", "?access_token=" + signHS256(t, secret, jwt.MapClaims{"exp": exp}), nil, "sub"},
+		{"malformed", "?access_token=abc", nil, "malformed"},
+		{"bad scheme", "", http.Header{"Authorization": {"Basic " + valid}}, "missing token"},
+	}
+	for _, tc := range cases {
+		st, code, msg := handshake(t, base+tc.query, tc.header)
+		if st != 401 || code != "unauthorized" || !strings.Contains(msg, tc.want) {
+			t.Errorf("%s: HTTP %d %s %q, want 401 unauthorized naming %q", tc.name, st, code, msg, tc.want)
+		}
+	}
+	// A valid token with an invalid user id: 400.
+	bad := signHS256(t, secret, jwt.MapClaims{"sub": "a\x01", "exp": exp})
+	if st, code, _ := handshake(t, base+"?access_token="+bad, nil); st != 400 || code != "bad_request" {
+		t.Errorf("bad sub: HTTP %d %s", st, code)
+	}
+}
+
+func TestJWTClaims(t *testing.T) {
+	t.Parallel()
+	const secret = "test-secret-claims"
+	e := newEnv(t, func(c *config.Config) { c.Auth = config.AuthJWT; c.JWTSecret = secret })
+	e.startWorker("")
+	base := "ws://" + e.srv.HTTPAddr() + "/v1/ws?access_token="
+
+	// The user comes from sub, the name from the token.
+	tok := signHS256(t, secret, jwt.MapClaims{"sub": "alice", "name": "Alice", "exp": time.Now().Add(time.Hour).Unix()})
+	c := e.dialURL(base+tok, nil)
+	c.join("r")
+	c.send(`{"type":"typing_start","room":"r"}`)
+	if cmd := e.nextCommand(); cmd.User != "alice" || cmd.Name != "Alice" {
+		t.Fatalf("command %+v", cmd)
+	}
+
+	// share_typing:false drops start and stop alike.
+	tok = signHS256(t, secret, jwt.MapClaims{"sub": "bob", "share_typing": false, "exp": time.Now().Add(time.Hour).Unix()})
+	b := e.dialURL(base+tok, nil)
+	b.join("r")
+	b.send(`{"type":"typing_start","room":"r"}`)
+	b.send(`{"type":"typing_stop","room":"r"}`)
+	b.send(`{"type":"ping","id":"p"}`)
+	b.expect(protocol.TypePong)
+	b.ws.Close()
+	e.noCommand(300 * time.Millisecond)
+
+	// A connection is closed with 1008 when its token expires.
+	tok = signHS256(t, secret, jwt.MapClaims{"sub": "carol", "exp": time.Now().Add(1500 * time.Millisecond).Unix()})
+	cc := e.dialURL(base+tok, nil)
+	cc.expectClose(websocket.ClosePolicyViolation)
+}
+
+func TestOrigin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	u := "ws://" + e.srv.HTTPAddr() + "/v1/ws?user=alice"
+	if st, _, _ := handshake(t, u, http.Header{"Origin": {"http://" + e.srv.HTTPAddr()}}); st != 101 {
+		t.Fatalf("same host: HTTP %d", st)
+	}
+	if st, code, msg := handshake(t, u, http.Header{"Origin": {"https://evil.example"}}); st != 403 || code != "forbidden" || !strings.Contains(msg, "evil.example") {
+		t.Fatalf("other origin: HTTP %d %s %q", st, code, msg)
+	}
+
+	e2 := newEnv(t, func(c *config.Config) {
+		c.AllowedOrigins = []string{"https://chat.example.com", "https://*.example.org"}
+	})
+	u2 := "ws://" + e2.srv.HTTPAddr() + "/v1/ws?user=alice"
+	for origin, want := range map[string]int{
+		"https://chat.example.com":    101,
+		"https://a.b.example.org":     101,
+		"https://example.org":         403,
+		"http://a.example.org":        403,
+		"https://chat.example.com.x":  403,
+		"http://" + e2.srv.HTTPAddr(): 403,
+	} {
+		if st, _, _ := handshake(t, u2, http.Header{"Origin": {origin}}); st != want {
+			t.Errorf("origin %s: HTTP %d, want %d", origin, st, want)
+		}
+	}
+}
+
+func TestJoinSnapshotSelfFiltered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("")
+	e.setSnapshot("42", protocol.Typist{User: "alice", Name: "Alice"}, protocol.Typist{User: "bob", Name: "Bob"})
+	c := e.dial("alice", "Alice")
+	f := c.join("42")
+	typing, _ := f["typing"].([]any)
+	if len(typing) != 1 || typing[0].(map[string]any)["user"] != "bob" || typing[0].(map[string]any)["name"] != "Bob" {
+		t.Fatalf("joined typing %v, want only bob", f["typing"])
+	}
+	// Joining again re-sends joined; an empty snapshot is [] not null.
+	e.setSnapshot("42")
+	f = c.join("42")
+	if typing, ok := f["typing"].([]any); !ok || len(typing) != 0 {
+		t.Fatalf("rejoin typing %v", f["typing"])
+	}
+	// sync answers with a typing snapshot and the id.
+	e.setSnapshot("42", protocol.Typist{User: "carol"}, protocol.Typist{User: "alice"})
+	c.send(`{"type":"sync","room":"42","id":"s1"}`)
+	f = c.expect(protocol.TypeTyping)
+	users, _ := f["users"].([]any)
+	if f.str("id") != "s1" || len(users) != 1 || users[0].(map[string]any)["user"] != "carol" {
+		t.Fatalf("sync: %v", f)
+	}
+	// ping.
+	c.send(`{"type":"ping","id":"p1"}`)
+	if f := c.expect(protocol.TypePong); f.str("id") != "p1" {
+		t.Fatalf("pong %v", f)
+	}
+}
+
+func TestTypingCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("")
+	c := e.dial("alice", "Alice")
+	c.join("42")
+	c.send(`{"type":"typing_start","room":"42","user":"mallory","name":"Mallory"}`)
+	c.send(`{"type":"typing_start","room":"42"}`)
+	c.send(`{"type":"typing_stop","room":"42"}`)
+	var seqs []uint64
+	var conn string
+	for i, op := range []string{"start", "start", "stop"} {
+		cmd := e.nextCommand()
+		if cmd.Op != op || cmd.Room != "42" || cmd.User != "alice" || cmd.Name != "Alice" || cmd.V != 1 || cmd.TsMs == 0 {
+			t.Fatalf("command %d: %+v", i, cmd)
+		}
+		if !strings.HasPrefix(cmd.Conn, e.srv.GatewayID()+":") || (conn != "" && cmd.Conn != conn) {
+			t.Fatalf("conn %q", cmd.Conn)
+		}
+		conn = cmd.Conn
+		seqs = append(seqs, cmd.Seq)
+	}
+	if !slices.IsSorted(seqs) || seqs[0] == seqs[1] || seqs[1] == seqs[2] {
+		t.Fatalf("seqs %v not increasing", seqs)
+	}
+	// leave publishes a leave command, answers left; typing then needs a join.
+	c.send(`{"type":"leave","room":"42","id":"l1"}`)
+	if f := c.expect(protocol.TypeLeft); f.str("id") != "l1" || f.str("room") != "42" {
+		t.Fatalf("left %v", f)
+	}
+	if cmd := e.nextCommand(); cmd.Op != "leave" || cmd.Conn != conn || cmd.Seq <= seqs[2] {
+		t.Fatalf("leave command %+v", cmd)
+	}
+	c.send(`{"type":"typing_start","room":"42","id":"t9"}`)
+	if f := c.expectError(protocol.CodeNotJoined); f.str("room") != "42" || f.str("id") != "t9" {
+		t.Fatalf("not_joined %v", f)
+	}
+	// Closing publishes nothing: no room is joined any more.
+	c.ws.Close()
+	e.noCommand(300 * time.Millisecond)
+}
+
+func TestFrameErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.MaxRoomsPerConn = 2 })
+	e.startWorker("")
+	c := e.dial("alice", "")
+	c.send(`{"type":"typing_start","room":"42"}`)
+	c.expectError(protocol.CodeNotJoined)
+	c.send(`{"type":"sync","room":"42","id":"s"}`)
+	c.expectError(protocol.CodeNotJoined)
+	c.send(`{"type":`)
+	c.expectError(protocol.CodeBadRequest)
+	c.send(`[1,2]`)
+	c.expectError(protocol.CodeBadRequest)
+	c.send(`{"room":"42"}`)
+	c.expectError(protocol.CodeBadRequest)
+	c.send(`{"type":"dance","room":"42","id":"d1"}`)
+	if f := c.expectError(protocol.CodeUnknownType); f.str("id") != "d1" {
+		t.Fatalf("unknown_type %v", f)
+	}
+	c.send(map[string]string{"type": "join", "room": "a\x01b"})
+	if f := c.expectError(protocol.CodeBadRequest); !strings.Contains(f.str("message"), "room") {
+		t.Fatalf("control char: %v", f)
+	}
+	c.send(map[string]string{"type": "join", "room": strings.Repeat("r", 300)})
+	if f := c.expectError(protocol.CodeBadRequest); !strings.Contains(f.str("message"), "300") {
+		t.Fatalf("300 bytes: %v", f)
+	}
+	c.send(`{"type":"join","room":""}`)
+	c.expectError(protocol.CodeBadRequest)
+	// room_limit: 2 rooms per connection in this test.
+	c.join("r1")
+	c.join("r2")
+	c.join("r1") // rejoining a joined room is fine
+	c.send(`{"type":"join","room":"r3","id":"j3"}`)
+	if f := c.expectError(protocol.CodeRoomLimit); f.str("room") != "r3" {
+		t.Fatalf("room_limit %v", f)
+	}
+	// Rooms with any valid text work.
+	c.send(`{"type":"leave","room":"r1"}`)
+	c.expect(protocol.TypeLeft)
+	c.join("café ☕ {x} a*b?c[d]")
+	// The connection survived every error.
+	c.send(`{"type":"ping"}`)
+	c.expect(protocol.TypePong)
+}
+
+func TestFanOutSelfFilter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("")
+	a1 := e.dial("alice", "Alice")
+	a2 := e.dial("alice", "Alice")
+	b := e.dial("bob", "Bob")
+	other := e.dial("carol", "")
+	for _, c := range []*client{a1, a2, b} {
+		c.join("room:42")
+	}
+	other.join("elsewhere")
+
+	aliceEv := e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "room:42", User: "alice", Name: "Alice", TTLMs: 5000})
+	if got := string(b.readRaw()); got != aliceEv {
+		t.Fatalf("bob got %s, want the payload as published %s", got, aliceEv)
+	}
+	bobEv := e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: "room:42", User: "bob", Reason: protocol.ReasonStopped})
+	// Redis keeps a channel's order: had alice's own event reached her, it
+	// would come before bob's.
+	for _, a := range []*client{a1, a2} {
+		if got := string(a.readRaw()); got != bobEv {
+			t.Fatalf("alice got %s, want only bob's event %s", got, bobEv)
+		}
+	}
+	// A client of another room got nothing.
+	other.send(`{"type":"ping"}`)
+	other.expect(protocol.TypePong)
+
+	// Invalid events are dropped, the fan-out goes on.
+	if err := e.rdb.Publish(context.Background(), e.names.RoomChannel("room:42"), `{"v":1,"type":"bogus"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "room:42", User: "dave", TTLMs: 5000})
+	if got := string(b.readRaw()); got != ev {
+		t.Fatalf("bob got %s", got)
+	}
+}
+
+func TestJoinBuffersEventsDuringSnapshot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("")
+	var payload string
+	e.mu.Lock()
+	e.onSnapshot = func(room string) {
+		// An event published after the subscription and before the
+		// snapshot answer must reach the joining client, after joined.
+		payload = e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: room, User: "bob", TTLMs: 5000})
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.mu.Unlock()
+	c := e.dial("alice", "")
+	c.join("42")
+	if got := string(c.readRaw()); got != payload {
+		t.Fatalf("after joined got %s, want %s", got, payload)
+	}
+}
+
+func pubsubChannels(t *testing.T, e *env) []string {
+	t.Helper()
+	chs, err := e.rdb.PubSubChannels(context.Background(), e.cfg.KeyPrefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(chs)
+	return chs
+}
+
+func TestLazySubscription(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("")
+	if chs := pubsubChannels(t, e); len(chs) != 0 {
+		t.Fatalf("channels before any join: %v", chs)
+	}
+	a := e.dial("alice", "")
+	b := e.dial("bob", "")
+	a.join("42")
+	want := []string{e.names.RoomChannel("42")}
+	if chs := pubsubChannels(t, e); !slices.Equal(chs, want) {
+		t.Fatalf("after first join: %v, want %v", chs, want)
+	}
+	b.join("42")
+	b.join("{x}")
+	want = []string{e.names.RoomChannel("42"), e.names.RoomChannel("{x}")}
+	slices.Sort(want)
+	if chs := pubsubChannels(t, e); !slices.Equal(chs, want) {
+		t.Fatalf("after joins: %v, want %v", chs, want)
+	}
+	a.send(`{"type":"leave","room":"42"}`)
+	a.expect(protocol.TypeLeft)
+	time.Sleep(100 * time.Millisecond)
+	if chs := pubsubChannels(t, e); !slices.Equal(chs, want) {
+		t.Fatalf("a member is left; channels %v, want %v", chs, want)
+	}
+	b.send(`{"type":"leave","room":"42"}`)
+	b.expect(protocol.TypeLeft)
+	want = []string{e.names.RoomChannel("{x}")}
+	eventually(t, "unsubscribe after the last leave", func() bool { return slices.Equal(pubsubChannels(t, e), want) })
+	b.ws.Close() // the last member of {x} disconnects
+	eventually(t, "unsubscribe after the last disconnect", func() bool { return len(pubsubChannels(t, e)) == 0 })
+}
+
+func TestDisconnectCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("")
+	c := e.dial("alice", "")
+	c.join("b")
+	c.join("a")
+	c.join("a")
+	c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	cmd := e.nextCommand()
+	if cmd.Op != protocol.OpDisconnect || cmd.User != "alice" || cmd.Room != "" || !slices.Equal(cmd.Rooms, []string{"a", "b"}) || cmd.Seq == 0 {
+		t.Fatalf("disconnect %+v", cmd)
+	}
+	e.noCommand(300 * time.Millisecond)
+
+	// A broken connection (no close frame) disconnects too.
+	d := e.dial("dave", "")
+	d.join("x")
+	d.ws.UnderlyingConn().Close()
+	if cmd := e.nextCommand(); cmd.Op != protocol.OpDisconnect || cmd.User != "dave" {
+		t.Fatalf("disconnect %+v", cmd)
+	}
+	e.noCommand(200 * time.Millisecond)
+}
+
+func TestCloseCodes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	big := e.dial("alice", "")
+	big.send(`{"type":"ping","id":"` + strings.Repeat("x", 5000) + `"}`)
+	big.expectClose(websocket.CloseMessageTooBig)
+
+	bin := e.dial("alice", "")
+	if err := bin.ws.WriteMessage(websocket.BinaryMessage, []byte(`{"type":"ping"}`)); err != nil {
+		t.Fatal(err)
+	}
+	bin.expectClose(websocket.CloseUnsupportedData)
+
+	utf := e.dial("alice", "")
+	if err := utf.ws.WriteMessage(websocket.TextMessage, []byte("{\"type\":\"ping\",\"id\":\"\xff\xfe\"}")); err != nil {
+		t.Fatal(err)
+	}
+	utf.expectClose(websocket.CloseInvalidFramePayloadData)
+}
+
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.InboundRate = 1; c.InboundBurst = 2 })
+	c := e.dial("alice", "")
+	for i := 0; i < 3; i++ {
+		c.send(`{"type":"ping","id":"p"}`)
+	}
+	c.expect(protocol.TypePong)
+	c.expect(protocol.TypePong)
+	if f := c.expectError(protocol.CodeRateLimited); f.str("id") != "p" {
+		t.Fatalf("rate_limited %v", f)
+	}
+	// Sustained: closed with 1008.
+	for i := 0; i < 60; i++ {
+		if c.ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping"}`)) != nil {
+			break
+		}
+	}
+	c.expectClose(websocket.ClosePolicyViolation)
+}
+
+func TestSlowConsumer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.OutboundQueue = 8 })
+	e.startWorker("")
+	slow := e.dial("alice", "")
+	slow.join("42")
+	// alice stops reading: her socket buffers fill, then her queue; she is
+	// closed with 1013 and the fan-out never blocks on her.
+	pipe := e.rdb.Pipeline()
+	ev := e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "42", User: "bob", Name: strings.Repeat("B", 200), TTLMs: 5000})
+	for i := 0; i < 20000; i++ {
+		pipe.Publish(context.Background(), e.names.RoomChannel("42"), ev)
+	}
+	if _, err := pipe.Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_ = slow.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, _, err := slow.ws.ReadMessage()
+		if err == nil {
+			continue
+		}
+		if !websocket.IsCloseError(err, websocket.CloseTryAgainLater) {
+			t.Fatalf("slow consumer ended with %v, want close 1013", err)
+		}
+		break
+	}
+	eventually(t, "metrics of the slow consumer close", func() bool {
+		resp, err := http.Get("http://" + e.srv.AdminAddr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		m, _ := io.ReadAll(resp.Body)
+		return containsAll(string(m), "ellipsis_gateway_slow_consumer_closes_total 1", `ellipsis_gateway_closes_total{code="1013"} 1`)
+	})
+}
+
+func grepMetrics(all string) string {
+	var out []string
+	for _, l := range strings.Split(all, "\n") {
+		if strings.HasPrefix(l, "ellipsis_gateway_") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestNATSUnreachable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.NATSURL = "nats://127.0.0.1:1" })
+	c := e.dial("alice", "")
+	start := time.Now()
+	c.send(`{"type":"join","room":"42","id":"j"}`)
+	if f := c.expectError(protocol.CodeUnavailable); f.str("id") != "j" || f.str("room") != "42" {
+		t.Fatalf("unavailable %v", f)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("unavailable took %s, want at once", d)
+	}
+	st, body := httpGet(t, e.httpURL("/v1/rooms/42/typing?user=alice"), nil)
+	if code, _ := errorOf(body); st != 503 || code != protocol.CodeUnavailable {
+		t.Fatalf("snapshot: %d %v", st, body)
+	}
+	st, body = httpGet(t, "http://"+e.srv.AdminAddr()+"/readyz", nil)
+	if st != 503 || !slices.Contains(body["down"].([]any), any("nats")) {
+		t.Fatalf("readyz: %d %v", st, body)
+	}
+}
+
+func TestNATSOutage(t *testing.T) {
+	t.Parallel()
+	ns := startNATSServer(t, 0)
+	e := newEnv(t, func(c *config.Config) { c.NATSURL = ns.url() })
+	e.startWorker(ns.url())
+	e.setSnapshot("42", protocol.Typist{User: "bob"})
+	c := e.dial("alice", "")
+	c.join("42")
+	ns.stop()
+	eventually(t, "the gateway to see NATS down", func() bool {
+		st, _ := httpGet(t, "http://"+e.srv.AdminAddr()+"/readyz", nil)
+		return st == 503
+	})
+	c.send(`{"type":"typing_start","room":"42","id":"t1"}`)
+	c.expectError(protocol.CodeUnavailable)
+	c.send(`{"type":"sync","room":"42","id":"s1"}`)
+	c.expectError(protocol.CodeUnavailable)
+
+	startNATSServer(t, ns.port) // the same port: the gateway reconnects
+	eventually(t, "the gateway and worker to reconnect", func() bool {
+		st, _ := httpGet(t, "http://"+e.srv.AdminAddr()+"/readyz", nil)
+		return st == 200 && e.nc.IsConnected()
+	})
+	// After a NATS reconnect the gateway pushes a fresh snapshot.
+	f := c.expect(protocol.TypeTyping)
+	if users, _ := f["users"].([]any); len(users) != 1 || f.str("id") != "" {
+		t.Fatalf("resync push %v", f)
+	}
+	// The start answered unavailable is never published; a new stop is.
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.send(`{"type":"typing_stop","room":"42"}`)
+	if cmd := e.nextCommand(); cmd.Op != protocol.OpStop {
+		t.Fatalf("first command after the outage: %+v, want the stop", cmd)
+	}
+}
+
+func TestRedisResync(t *testing.T) {
+	t.Parallel()
+	name := "gwt-resync-" + randHex(4)
+	e := newEnv(t, func(c *config.Config) { c.RedisURL = testRedisURL + "?client_name=" + name })
+	e.startWorker("")
+	e.setSnapshot("42", protocol.Typist{User: "bob"})
+	c := e.dial("alice", "")
+	c.join("42")
+	// Kill only this gateway's Pub/Sub connection (named, in subscribe mode).
+	list, err := e.rdb.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " name="+name+" ") && strings.Contains(line, " sub=1 ") {
+			for _, f := range strings.Fields(line) {
+				if id, ok := strings.CutPrefix(f, "id="); ok {
+					if err := e.rdb.Do(context.Background(), "CLIENT", "KILL", "ID", id).Err(); err != nil {
+						t.Fatal(err)
+					}
+					killed++
+				}
+			}
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("killed %d pubsub connections named %s:\n%s", killed, name, list)
+	}
+	f := c.expect(protocol.TypeTyping)
+	if users, _ := f["users"].([]any); len(users) != 1 || f.str("room") != "42" {
+		t.Fatalf("resync %v", f)
+	}
+	// Events flow again.
+	ev := e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: "42", User: "bob", Reason: protocol.ReasonStopped})
+	if got := string(c.readRaw()); got != ev {
+		t.Fatalf("after resync got %s", got)
+	}
+}
+
+func TestRoomTypingHTTP(t *testing.T) {
+	t.Parallel()
+	const secret = "http-secret"
+	e := newEnv(t, func(c *config.Config) { c.Auth = config.AuthJWT; c.JWTSecret = secret })
+	e.startWorker("")
+	tok := signHS256(t, secret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
+	bearer := http.Header{"Authorization": {"Bearer " + tok}}
+	for _, room := range []string{"42", "a/b", "{x}", "café ☕", "a b", "a*b?c[d]", "!abc:matrix.org", "50%", "."} {
+		e.setSnapshot(room, protocol.Typist{User: "alice"}, protocol.Typist{User: "bob", Name: "Bob"})
+		u := e.httpURL("/v1/rooms/" + strings.ReplaceAll(url.PathEscape(room), ".", "%2E") + "/typing")
+		st, body := httpGet(t, u, bearer)
+		users, _ := body["users"].([]any)
+		if st != 200 || body["room"] != room || len(users) != 1 || users[0].(map[string]any)["user"] != "bob" {
+			t.Errorf("room %q (%s): %d %v", room, u, st, body)
+		}
+	}
+	// access_token works too; no token is 401.
+	if st, _ := httpGet(t, e.httpURL("/v1/rooms/42/typing?access_token="+tok), nil); st != 200 {
+		t.Errorf("access_token: %d", st)
+	}
+	if st, body := httpGet(t, e.httpURL("/v1/rooms/42/typing"), nil); st != 401 {
+		t.Errorf("no token: %d %v", st, body)
+	}
+	// Invalid rooms: 400 naming the field.
+	for _, esc := range []string{"a%01b", strings.Repeat("r", 300)} {
+		st, body := httpGet(t, e.httpURL("/v1/rooms/"+esc+"/typing"), bearer)
+		if code, msg := errorOf(body); st != 400 || code != protocol.CodeBadRequest || !strings.Contains(msg, "room") {
+			t.Errorf("room %q: %d %v", esc, st, body)
+		}
+	}
+	// No worker answers: 503.
+	e.nc.Close()
+	if st, body := httpGet(t, e.httpURL("/v1/rooms/42/typing"), bearer); st != 503 {
+		t.Errorf("no worker: %d %v", st, body)
+	}
+}
+
+func TestDemoAndConfig(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for path, want := range map[string]string{
+		"/":                "<title>Ellipsis demo</title>",
+		"/src/ellipsis.js": "export function formatTyping",
+	} {
+		resp, err := http.Get(e.httpURL(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s: %d %.100s", path, resp.StatusCode, b)
+		}
+		if path == "/src/ellipsis.js" && !strings.Contains(resp.Header.Get("Content-Type"), "javascript") {
+			t.Errorf("ellipsis.js Content-Type %q", resp.Header.Get("Content-Type"))
+		}
+	}
+	st, body := httpGet(t, e.httpURL("/v1/config"), nil)
+	if st != 200 || body["ttl_ms"] != 5000.0 || body["refresh_ms"] != 4000.0 || body["idle_stop_ms"] != 3000.0 || body["auth"] != "none" {
+		t.Fatalf("config: %d %v", st, body)
+	}
+	if st, _ := httpGet(t, e.httpURL("/nope"), nil); st != 404 {
+		t.Errorf("/nope: %d", st)
+	}
+
+	off := newEnv(t, func(c *config.Config) { c.DemoPage = false })
+	if st, _ := httpGet(t, off.httpURL("/"), nil); st != 404 {
+		t.Errorf("demo disabled: / is %d", st)
+	}
+}
+
+func TestAdmin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	admin := "http://" + e.srv.AdminAddr()
+	if st, _ := httpGet(t, admin+"/healthz", nil); st != 200 {
+		t.Fatalf("healthz %d", st)
+	}
+	eventually(t, "readyz 200", func() bool {
+		st, _ := httpGet(t, admin+"/readyz", nil)
+		return st == 200
+	})
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !containsAll(string(b), "ellipsis_gateway_connections", "ellipsis_gateway_redis_subscriptions", "go_goroutines") {
+		t.Fatalf("metrics:\n%s", grepMetrics(string(b)))
+	}
+
+	noAdmin := newEnv(t, func(c *config.Config) { c.AdminAddr = "" })
+	if noAdmin.srv.AdminAddr() != "" {
+		t.Fatalf("AdminAddr %q with the admin listener disabled", noAdmin.srv.AdminAddr())
+	}
+}
+
+func TestShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.ShutdownDrain = 200 * time.Millisecond })
+	e.startWorker("")
+	a := e.dial("alice", "")
+	a.join("42")
+	b := e.dial("bob", "")
+	b.join("42")
+	b.join("43")
+
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- e.srv.Shutdown(ctx)
+	}()
+	got := map[string][]string{}
+	for i := 0; i < 2; i++ {
+		cmd := e.nextCommand()
+		if cmd.Op != protocol.OpDisconnect {
+			t.Fatalf("command %+v", cmd)
+		}
+		got[cmd.User] = cmd.Rooms
+	}
+	if !slices.Equal(got["alice"], []string{"42"}) || !slices.Equal(got["bob"], []string{"42", "43"}) {
+		t.Fatalf("disconnects %v", got)
+	}
+	a.expectClose(websocket.CloseGoingAway)
+	b.expectClose(websocket.CloseGoingAway)
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	e.noCommand(200 * time.Millisecond) // exactly one disconnect each
+	if err := e.srv.Shutdown(context.Background()); err != nil {
+		t.Fatalf("second Shutdown: %v", err)
+	}
+	if err := e.srv.Start(context.Background()); err == nil {
+		t.Fatal("Start after Shutdown succeeded")
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	cfg := config.Dev()
+	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", ""
+	s, err := gateway.New(gateway.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown before Start: %v", err)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown twice: %v", err)
+	}
+	bad := config.Default()
+	bad.Auth = config.AuthJWT
+	if _, err := gateway.New(gateway.Options{Config: bad}); err == nil || !strings.Contains(err.Error(), "ELLIPSIS_JWT_SECRET") {
+		t.Fatalf("New with jwt and no secret: %v", err)
+	}
+	jwks := config.Default()
+	jwks.JWKSFile = "/nonexistent.json"
+	if _, err := gateway.New(gateway.Options{Config: jwks}); err == nil || !strings.Contains(err.Error(), "JWKS") {
+		t.Fatalf("New with JWKS only: %v", err)
+	}
+}

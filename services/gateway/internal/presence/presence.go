@@ -1,0 +1,207 @@
+// Package presence is the gateway's side of the NATS contract with the
+// presence workers (PROTOCOL.md, "NATS"): it publishes typing commands and
+// requests typing snapshots.
+package presence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// ErrUnavailable is wrapped by every failure caused by NATS being
+// disconnected, a request timing out or no worker answering: clients get
+// error code unavailable (HTTP 503).
+var ErrUnavailable = errors.New("presence: unavailable")
+
+// Connection settings (nats.go options used by [Connect]).
+const (
+	// ClientName is the NATS connection name shown in server monitoring.
+	ClientName = "ellipsis-gateway"
+	// ReconnectWait is the pause between reconnect attempts to the same
+	// server (nats.go default 2s); ReconnectJitter adds up to 500ms
+	// (1s with TLS) so gateways do not reconnect in lockstep.
+	ReconnectWait      = time.Second
+	ReconnectJitter    = 500 * time.Millisecond
+	ReconnectJitterTLS = time.Second
+	// ConnectTimeout bounds one dial (nats.go default 2s).
+	ConnectTimeout = 2 * time.Second
+)
+
+// Client publishes commands and requests snapshots. All methods are safe
+// for concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	names   names.Names
+	timeout time.Duration
+	log     *zap.Logger
+	closed  chan struct{} // closed by nats.go's ClosedHandler
+
+	mu          sync.Mutex
+	onReconnect func()
+}
+
+// Connect dials NATS (urls as in ELLIPSIS_NATS_URL) and returns at once,
+// even when no server is reachable yet. Options, and why:
+//
+//   - Name("ellipsis-gateway"): visible in the NATS monitoring endpoints.
+//   - RetryOnFailedConnect(true), MaxReconnects(-1): the gateway starts and
+//     keeps serving (answering unavailable) while NATS is down, and
+//     reconnects forever in the background; readiness reports NATS down.
+//   - ReconnectWait(1s) + ReconnectJitter(500ms, 1s TLS): spread reconnects.
+//   - ReconnectBufSize(-1): nats.go buffers no publishes while
+//     disconnected, so a publish fails at once and a command answered
+//     unavailable is never sent later.
+//   - Timeout(2s): dial timeout.
+//   - Disconnect/Reconnect/Closed/Error handlers log; the reconnect (and
+//     first connect) handler calls the function set by [Client.OnReconnect]
+//     so the hub can resync its rooms.
+//
+// snapshotTimeout bounds every snapshot request (ELLIPSIS_SNAPSHOT_TIMEOUT).
+func Connect(urls []string, n names.Names, snapshotTimeout time.Duration, log *zap.Logger) (*Client, error) {
+	c := &Client{names: n, timeout: snapshotTimeout, log: log, closed: make(chan struct{})}
+	errLog := rate.Sometimes{First: 3, Interval: time.Minute}
+	nc, err := nats.Connect(strings.Join(urls, ","),
+		nats.Name(ClientName),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(ReconnectWait),
+		nats.ReconnectJitter(ReconnectJitter, ReconnectJitterTLS),
+		nats.ReconnectBufSize(-1),
+		nats.Timeout(ConnectTimeout),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			log.Info("nats connected", zap.String("url", nc.ConnectedUrlRedacted()))
+			c.reconnected()
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", zap.Error(err))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
+			c.reconnected()
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			errLog.Do(func() { log.Warn("nats async error", zap.Error(err)) })
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("presence: nats connect: %w", err)
+	}
+	c.nc = nc
+	return c, nil
+}
+
+// OnReconnect sets f to be called (on a nats.go goroutine) after every
+// (re)connect.
+func (c *Client) OnReconnect(f func()) {
+	c.mu.Lock()
+	c.onReconnect = f
+	c.mu.Unlock()
+}
+
+func (c *Client) reconnected() {
+	c.mu.Lock()
+	f := c.onReconnect
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// Connected reports whether NATS is connected now.
+func (c *Client) Connected() bool { return c.nc.IsConnected() }
+
+// Status describes the connection for readiness ("CONNECTED",
+// "RECONNECTING", ...).
+func (c *Client) Status() string { return c.nc.Status().String() }
+
+// Publish sends cmd on the command subject. It fails with an error wrapping
+// [ErrUnavailable] when NATS is not connected; nothing is buffered for later.
+func (c *Client) Publish(cmd *protocol.Command) error {
+	if !c.nc.IsConnected() {
+		return fmt.Errorf("%w: nats not connected", ErrUnavailable)
+	}
+	data, err := json.Marshal(cmd)
+	if err != nil {
+		return fmt.Errorf("presence: encode command: %w", err)
+	}
+	if err := c.nc.Publish(c.names.CommandSubject(), data); err != nil {
+		return fmt.Errorf("%w: publish: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Snapshot asks the workers who is typing in room. It waits at most the
+// snapshot timeout (or ctx). Errors wrap [ErrUnavailable] (not connected,
+// timeout, no responders, a worker's error reply) except for a malformed
+// reply.
+func (c *Client) Snapshot(ctx context.Context, room string) ([]protocol.Typist, error) {
+	req, _ := json.Marshal(protocol.SnapshotRequest{V: protocol.Version, Room: room})
+	data, err := c.Request(ctx, c.names.SnapshotSubject(), req)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := protocol.DecodeSnapshotReply(data)
+	if err != nil {
+		var re *protocol.ReplyError
+		if errors.As(err, &re) {
+			return nil, fmt.Errorf("%w: worker: %v", ErrUnavailable, re)
+		}
+		return nil, fmt.Errorf("presence: snapshot reply: %w", err)
+	}
+	return reply.Users, nil
+}
+
+// Request sends a request on subject and returns the reply payload, waiting
+// at most the snapshot timeout (or ctx). Errors wrap [ErrUnavailable].
+func (c *Client) Request(ctx context.Context, subject string, data []byte) ([]byte, error) {
+	if !c.nc.IsConnected() {
+		return nil, fmt.Errorf("%w: nats not connected", ErrUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: request %s: %v", ErrUnavailable, subject, err)
+	}
+	return msg.Data, nil
+}
+
+// Flush waits until everything published so far reached the server, at most
+// timeout.
+func (c *Client) Flush(timeout time.Duration) error {
+	if !c.nc.IsConnected() {
+		return fmt.Errorf("%w: nats not connected", ErrUnavailable)
+	}
+	return c.nc.FlushTimeout(timeout)
+}
+
+// Close drains the connection (pending publishes are flushed) and waits
+// until it is closed or ctx ends, then closes it hard. Safe to call twice.
+func (c *Client) Close(ctx context.Context) error {
+	if err := c.nc.Drain(); err != nil {
+		// Not connected (or already closed): nothing to drain.
+		c.nc.Close()
+	}
+	select {
+	case <-c.closed:
+		return nil
+	case <-ctx.Done():
+		c.nc.Close()
+		return fmt.Errorf("presence: nats drain: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,613 @@
+// Package session runs one client WebSocket connection of the gateway
+// (PROTOCOL.md, "WebSocket"): it decodes client frames, enforces the
+// per-connection limits, turns typing frames into NATS commands stamped with
+// the authenticated user, the connection id and a sequence number, and
+// writes server frames.
+//
+// Each connection has exactly two goroutines, as in gorilla/websocket's
+// examples/chat/client.go: the reader (the caller of [Conn.Serve]) reads and
+// handles frames one at a time, so a join completes before the next frame is
+// handled; the writer owns every data write and the pings. Other goroutines
+// (the hub's fan-out, shutdown) only queue frames with [Conn.Send] or ask for
+// a close with [Conn.Close]; neither ever blocks.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// WebSocket close codes used by the gateway (RFC 6455 section 7.4.1,
+// PROTOCOL.md "Close codes"). Clients should reconnect after 1001, 1011 and
+// 1013 (with backoff), and not blindly after 1008.
+const (
+	CloseNormal        = websocket.CloseNormalClosure           // 1000
+	CloseGoingAway     = websocket.CloseGoingAway               // 1001: gateway shutting down
+	CloseUnsupported   = websocket.CloseUnsupportedData         // 1003: binary frame
+	CloseAbnormal      = websocket.CloseAbnormalClosure         // 1006: no close frame (metrics only)
+	CloseInvalidData   = websocket.CloseInvalidFramePayloadData // 1007: invalid UTF-8
+	ClosePolicy        = websocket.ClosePolicyViolation         // 1008: token expired, sustained abuse
+	CloseTooBig        = websocket.CloseMessageTooBig           // 1009: frame over the limit
+	CloseInternal      = websocket.CloseInternalServerErr       // 1011
+	CloseTryAgainLater = websocket.CloseTryAgainLater           // 1013: overloaded or too slow a reader
+)
+
+// Defaults of [Config] zero values.
+const (
+	// DefaultPongWait is how long the connection may stay silent (no pong,
+	// no frame) before it is dropped; pings go out at 9/10 of it.
+	DefaultPongWait = 60 * time.Second
+	// DefaultWriteWait bounds every write.
+	DefaultWriteWait = 10 * time.Second
+	// DefaultMaxRejectedInARow is how many rate-limited frames in a row
+	// close the connection with 1008 (sustained abuse).
+	DefaultMaxRejectedInARow = 50
+	// closeGrace is how long the writer waits for the peer's close reply
+	// after sending a close frame before dropping the TCP connection.
+	closeGrace = time.Second
+)
+
+// Config holds the per-connection limits; zero values take the defaults
+// above (config.Config's are validated upstream).
+type Config struct {
+	MaxFrameBytes     int           // read limit; over it: close 1009
+	MaxRooms          int           // joined rooms; over it: room_limit
+	InboundRate       float64       // frames/s of the inbound token bucket
+	InboundBurst      int           // burst of the inbound token bucket
+	OutboundQueue     int           // frames; full: close 1013
+	SnapshotTimeout   time.Duration // authorisation and snapshot requests
+	PongWait          time.Duration
+	WriteWait         time.Duration
+	MaxRejectedInARow int
+}
+
+// Backend is the presence workers' side, over NATS.
+type Backend interface {
+	// Connected reports whether commands can be published now.
+	Connected() bool
+	// Publish sends one command, or fails at once (never buffers it).
+	Publish(cmd *protocol.Command) error
+	// Snapshot returns who is typing in room.
+	Snapshot(ctx context.Context, room string) ([]protocol.Typist, error)
+}
+
+// Deps are the gateway-wide collaborators of every connection.
+type Deps struct {
+	Hub        *hub.Hub
+	Backend    Backend
+	Authorizer authz.Authorizer
+	Metrics    *metrics.Metrics
+	Logger     *zap.Logger
+	// Warn rate-limits warnings that every connection could log at once
+	// (slow consumers); shared by all connections.
+	Warn *rate.Sometimes
+}
+
+// Conn is one client connection.
+type Conn struct {
+	ws    *websocket.Conn
+	id    string
+	ident auth.Identity
+	cfg   Config
+	deps  Deps
+	met   *metrics.Metrics
+	log   *zap.Logger
+
+	// send is the outbound queue, cfg.OutboundQueue frames. When it is full
+	// the connection is closed with 1013 (slow consumer): a sender never
+	// blocks. It is never closed; the writer stops on quit.
+	send chan []byte
+
+	closeOnce   sync.Once
+	quit        chan struct{} // closed by the first close request
+	closeCode   int           // close frame to send; 0: none (peer closed or conn broken)
+	closeReason string
+	finalCode   int // close code for metrics
+	readerDone  chan struct{}
+	writerDone  chan struct{}
+	ctx         context.Context // cancelled on close: aborts requests in flight
+	cancel      context.CancelFunc
+
+	limiter  *rate.Limiter
+	rejected int // rate-limited frames in a row; reader only
+
+	mu           sync.Mutex
+	rooms        map[string]struct{} // joined rooms (joined frame queued)
+	seq          uint64              // last seq published
+	disconnected bool                // disconnect published: publish nothing more
+}
+
+var _ hub.Member = (*Conn)(nil)
+
+// New wraps an upgraded WebSocket. id is the connection id
+// ("<gateway>:<n>"); ident comes from authentication. Serve runs it.
+func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps Deps) *Conn {
+	if cfg.PongWait <= 0 {
+		cfg.PongWait = DefaultPongWait
+	}
+	if cfg.WriteWait <= 0 {
+		cfg.WriteWait = DefaultWriteWait
+	}
+	if cfg.MaxRejectedInARow <= 0 {
+		cfg.MaxRejectedInARow = DefaultMaxRejectedInARow
+	}
+	if cfg.OutboundQueue <= 0 {
+		cfg.OutboundQueue = 256
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Conn{
+		ws:         ws,
+		id:         id,
+		ident:      ident,
+		cfg:        cfg,
+		deps:       deps,
+		met:        deps.Metrics,
+		log:        deps.Logger.With(zap.String("conn_id", id), zap.String("user_id", ident.User)),
+		send:       make(chan []byte, cfg.OutboundQueue),
+		quit:       make(chan struct{}),
+		readerDone: make(chan struct{}),
+		writerDone: make(chan struct{}),
+		ctx:        ctx,
+		cancel:     cancel,
+		limiter:    rate.NewLimiter(rate.Limit(cfg.InboundRate), cfg.InboundBurst),
+		rooms:      map[string]struct{}{},
+	}
+}
+
+// ID returns the connection id.
+func (c *Conn) ID() string { return c.id }
+
+// User returns the authenticated user id ([hub.Member]).
+func (c *Conn) User() string { return c.ident.User }
+
+// Serve runs the connection until it is closed: the writer goroutine is
+// started, the calling goroutine reads. When reading ends it publishes the
+// disconnect command (once, if rooms were joined), leaves every room and
+// waits for the writer.
+func (c *Conn) Serve() {
+	c.met.Connections.Inc()
+	defer c.met.Connections.Dec()
+	go c.writeLoop()
+	if !c.ident.Expires.IsZero() {
+		t := time.AfterFunc(time.Until(c.ident.Expires), func() { c.Close(ClosePolicy, "token expired") })
+		defer t.Stop()
+	}
+	c.log.Debug("connection open")
+	c.readLoop()
+	c.Disconnect()
+	c.mu.Lock()
+	rooms := c.joinedRooms()
+	c.rooms = map[string]struct{}{}
+	c.mu.Unlock()
+	c.deps.Hub.LeaveAll(c, rooms...)
+	<-c.writerDone
+	c.met.Close(c.finalCode)
+	c.log.Debug("connection closed", zap.Int("code", c.finalCode), zap.Int("rooms", len(rooms)))
+}
+
+// Close asks for the connection to be closed with code (RFC 6455) and
+// reason: queued frames are flushed (except after 1013), the close frame is
+// sent, and the TCP connection is dropped after the peer's reply or one
+// second. It never blocks; only the first close request counts.
+func (c *Conn) Close(code int, reason string) { c.closeWith(code, code, reason) }
+
+// terminate records why the connection ends without sending a close frame.
+func (c *Conn) terminate(code int) { c.closeWith(0, code, "") }
+
+func (c *Conn) closeWith(send, final int, reason string) bool {
+	first := false
+	c.closeOnce.Do(func() {
+		first = true
+		c.closeCode, c.finalCode, c.closeReason = send, final, reason
+		close(c.quit)
+		c.cancel()
+	})
+	return first
+}
+
+func (c *Conn) closing() bool {
+	select {
+	case <-c.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// Send queues one text frame without blocking ([hub.Member]). When the
+// queue is full the connection is closed with 1013 and Send returns false;
+// after a close request it returns false.
+func (c *Conn) Send(frame []byte) bool {
+	if c.closing() {
+		return false
+	}
+	select {
+	case c.send <- frame:
+		return true
+	default:
+		if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "slow consumer: outbound queue full") {
+			c.met.SlowConsumerCloses.Inc()
+			if c.deps.Warn != nil {
+				c.deps.Warn.Do(func() {
+					c.log.Warn("closing slow consumer (1013); logged at most once a minute", zap.Int("queue", c.cfg.OutboundQueue))
+				})
+			}
+		}
+		return false
+	}
+}
+
+// Disconnect publishes the connection's one disconnect command now (if it
+// joined rooms and shares typing) and stops publishing anything after it.
+// Later calls do nothing. The gateway calls it for every connection at
+// shutdown, before closing them; Serve calls it when the connection ends.
+func (c *Conn) Disconnect() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.disconnected {
+		return
+	}
+	c.disconnected = true
+	if len(c.rooms) == 0 || !c.ident.ShareTyping {
+		return
+	}
+	c.seq++
+	cmd := &protocol.Command{
+		V: protocol.Version, Op: protocol.OpDisconnect, User: c.ident.User,
+		Conn: c.id, Seq: c.seq, Rooms: c.joinedRooms(), TsMs: time.Now().UnixMilli(),
+	}
+	if err := c.deps.Backend.Publish(cmd); err != nil {
+		c.log.Warn("disconnect command not published; workers expire the entries after ttl", zap.Error(err))
+		return
+	}
+	c.met.Command(protocol.OpDisconnect)
+}
+
+// joinedRooms lists c.rooms sorted; c.mu is held.
+func (c *Conn) joinedRooms() []string {
+	rooms := make([]string, 0, len(c.rooms))
+	for r := range c.rooms {
+		rooms = append(rooms, r)
+	}
+	slices.Sort(rooms)
+	return rooms
+}
+
+func (c *Conn) writeLoop() {
+	defer close(c.writerDone)
+	ping := time.NewTicker(c.cfg.PongWait * 9 / 10)
+	defer ping.Stop()
+	write := func(f []byte) error {
+		_ = c.ws.SetWriteDeadline(time.Now().Add(c.cfg.WriteWait))
+		return c.ws.WriteMessage(websocket.TextMessage, f)
+	}
+loop:
+	for {
+		select {
+		case f := <-c.send:
+			if err := write(f); err != nil {
+				c.terminate(CloseAbnormal)
+				break loop
+			}
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteWait)); err != nil {
+				c.terminate(CloseAbnormal)
+				break loop
+			}
+		case <-c.quit:
+			break loop
+		}
+	}
+	<-c.quit // set by whoever ended the loop
+	if c.closeCode != 0 {
+		if c.closeCode != CloseTryAgainLater {
+			// Flush what was queued before the close (an error frame
+			// explaining it, for one); a slow consumer gets nothing more.
+			for n := len(c.send); n > 0; n-- {
+				if write(<-c.send) != nil {
+					break
+				}
+			}
+		}
+		msg := websocket.FormatCloseMessage(c.closeCode, c.closeReason)
+		if c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.cfg.WriteWait)) == nil {
+			select {
+			case <-c.readerDone:
+			case <-time.After(closeGrace):
+			}
+		}
+	}
+	_ = c.ws.Close()
+}
+
+func (c *Conn) readLoop() {
+	defer close(c.readerDone)
+	c.ws.SetReadLimit(int64(c.cfg.MaxFrameBytes))
+	_ = c.ws.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
+	c.ws.SetPongHandler(func(string) error {
+		return c.ws.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
+	})
+	for {
+		mt, data, err := c.ws.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			switch {
+			case errors.As(err, &ce):
+				c.terminate(ce.Code) // gorilla has answered the peer's close
+			case errors.Is(err, websocket.ErrReadLimit):
+				c.terminate(CloseTooBig) // gorilla has sent 1009
+			default:
+				c.terminate(CloseAbnormal)
+			}
+			return
+		}
+		if c.closing() {
+			continue // waiting for the peer's close reply
+		}
+		c.handle(mt, data)
+	}
+}
+
+// handle serves one client message.
+func (c *Conn) handle(mt int, data []byte) {
+	if mt != websocket.TextMessage {
+		c.met.FrameIn("binary")
+		c.Close(CloseUnsupported, "binary frames are not supported; send JSON text frames")
+		return
+	}
+	if !utf8.Valid(data) {
+		c.met.FrameIn("invalid")
+		c.Close(CloseInvalidData, "invalid UTF-8 in text frame")
+		return
+	}
+	f, err := protocol.DecodeClientFrame(data)
+	if err != nil {
+		c.met.FrameIn("invalid")
+	} else {
+		c.met.FrameIn(f.Type)
+	}
+	if !c.limiter.Allow() {
+		c.met.RateLimited.Inc()
+		c.rejected++
+		if c.rejected > c.cfg.MaxRejectedInARow {
+			c.Close(ClosePolicy, "inbound rate limit exceeded repeatedly")
+			return
+		}
+		c.sendError(protocol.CodeRateLimited, fmt.Sprintf("too many frames: at most %g per second, burst %d", c.cfg.InboundRate, c.cfg.InboundBurst), f.Room, f.ID)
+		return
+	}
+	c.rejected = 0
+	if err != nil {
+		var fe *protocol.FrameError
+		if errors.As(err, &fe) {
+			c.sendError(fe.Code, fe.Message, fe.Room, fe.ID)
+		} else {
+			c.sendError(protocol.CodeBadRequest, err.Error(), "", "")
+		}
+		return
+	}
+	switch f.Type {
+	case protocol.TypePing:
+		c.reply(protocol.TypePong, protocol.NewPong(f.ID))
+	case protocol.TypeJoin:
+		c.join(f)
+	case protocol.TypeLeave:
+		c.leave(f)
+	case protocol.TypeTypingStart, protocol.TypeTypingStop:
+		c.typing(f)
+	case protocol.TypeSync:
+		c.sync(f)
+	}
+}
+
+// reply queues a server frame of type typ made by the session.
+func (c *Conn) reply(typ string, v any) {
+	b, err := protocol.Encode(v)
+	if err != nil {
+		c.log.Error("encode frame", zap.String("type", typ), zap.Error(err))
+		return
+	}
+	if c.Send(b) {
+		c.met.FrameOut(typ, 1)
+	}
+}
+
+func (c *Conn) sendError(code, msg, room, id string) {
+	c.met.Error(code)
+	c.reply(protocol.TypeError, protocol.NewError(code, msg, room, id))
+}
+
+func (c *Conn) unavailable(f protocol.ClientFrame, why string) {
+	c.sendError(protocol.CodeUnavailable, why, f.Room, f.ID)
+}
+
+func (c *Conn) isJoined(room string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.rooms[room]
+	return ok
+}
+
+func (c *Conn) join(f protocol.ClientFrame) {
+	c.mu.Lock()
+	_, already := c.rooms[f.Room]
+	n, gone := len(c.rooms), c.disconnected
+	c.mu.Unlock()
+	switch {
+	case gone:
+		c.unavailable(f, "gateway shutting down; reconnect")
+		return
+	case !already && n >= c.cfg.MaxRooms:
+		c.sendError(protocol.CodeRoomLimit, fmt.Sprintf("at most %d rooms per connection; leave one first", c.cfg.MaxRooms), f.Room, f.ID)
+		return
+	case !c.deps.Backend.Connected():
+		c.unavailable(f, "presence backend unavailable (NATS); retry")
+		return
+	}
+	if !already {
+		actx, cancel := context.WithTimeout(c.ctx, c.cfg.SnapshotTimeout)
+		err := c.deps.Authorizer.Authorize(actx, c.ident, f.Room)
+		cancel()
+		if errors.Is(err, authz.ErrForbidden) {
+			c.sendError(protocol.CodeForbidden, "not allowed to join room "+strconv.Quote(f.Room), f.Room, f.ID)
+			return
+		} else if err != nil {
+			c.unavailable(f, "authorisation unavailable; retry")
+			return
+		}
+	}
+	hd, err := c.deps.Hub.Join(c.ctx, f.Room, c)
+	if err != nil {
+		c.unavailable(f, "room subscription unavailable (Redis); retry")
+		return
+	}
+	users, err := c.deps.Backend.Snapshot(c.ctx, f.Room)
+	if err != nil {
+		if already {
+			c.deps.Hub.Release(hd, nil, "")
+		} else {
+			c.deps.Hub.Leave(f.Room, c)
+		}
+		c.unavailable(f, "typing snapshot unavailable; retry")
+		return
+	}
+	frame, _ := protocol.Encode(protocol.NewJoined(f.Room, hub.SelfFilter(users, c.ident.User), f.ID))
+	c.mu.Lock()
+	gone = c.disconnected
+	if !gone {
+		c.rooms[f.Room] = struct{}{}
+	}
+	c.mu.Unlock()
+	if gone {
+		c.deps.Hub.Leave(f.Room, c)
+		c.unavailable(f, "gateway shutting down; reconnect")
+		return
+	}
+	if c.deps.Hub.Release(hd, frame, protocol.TypeJoined) {
+		c.pushSnapshot(f.Room)
+	}
+}
+
+// pushSnapshot sends an unasked typing snapshot of a joined room, after
+// events for it had to be dropped while it was held.
+func (c *Conn) pushSnapshot(room string) {
+	hd := c.deps.Hub.Hold(room, c)
+	if hd == nil {
+		return
+	}
+	users, err := c.deps.Backend.Snapshot(c.ctx, room)
+	var frame []byte
+	if err == nil {
+		frame, _ = protocol.Encode(protocol.NewTypingSnapshot(room, hub.SelfFilter(users, c.ident.User), ""))
+	} else {
+		c.log.Debug("snapshot after overflow failed", zap.String("room", room), zap.Error(err))
+	}
+	c.deps.Hub.Release(hd, frame, protocol.TypeTyping)
+}
+
+func (c *Conn) leave(f protocol.ClientFrame) {
+	c.mu.Lock()
+	_, joined := c.rooms[f.Room]
+	var pubErr error
+	if joined {
+		delete(c.rooms, f.Room)
+		if c.ident.ShareTyping && !c.disconnected {
+			pubErr = c.publishLocked(protocol.OpLeave, f.Room)
+		}
+	}
+	c.mu.Unlock()
+	if pubErr != nil {
+		c.log.Debug("leave command not published; workers expire the entry after ttl", zap.String("room", f.Room), zap.Error(pubErr))
+	}
+	if joined {
+		c.deps.Hub.Leave(f.Room, c)
+	}
+	c.reply(protocol.TypeLeft, protocol.NewLeft(f.Room, f.ID))
+}
+
+func (c *Conn) typing(f protocol.ClientFrame) {
+	op := protocol.OpStart
+	if f.Type == protocol.TypeTypingStop {
+		op = protocol.OpStop
+	}
+	c.mu.Lock()
+	_, joined := c.rooms[f.Room]
+	var why string
+	switch {
+	case !joined:
+	case !c.ident.ShareTyping:
+		// The user opted out: drop start and stop alike, silently.
+	case c.disconnected:
+		why = "gateway shutting down; reconnect"
+	case !c.deps.Backend.Connected():
+		why = "presence backend unavailable (NATS); retry"
+	default:
+		if err := c.publishLocked(op, f.Room); err != nil {
+			why = "presence backend unavailable (NATS); retry"
+		}
+	}
+	c.mu.Unlock()
+	switch {
+	case !joined:
+		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
+	case why != "":
+		c.unavailable(f, why)
+	}
+}
+
+// publishLocked publishes a start, stop or leave command with the next seq;
+// c.mu is held so that seq order is publish order.
+func (c *Conn) publishLocked(op, room string) error {
+	c.seq++
+	cmd := &protocol.Command{
+		V: protocol.Version, Op: op, Room: room, User: c.ident.User, Name: c.ident.Name,
+		Conn: c.id, Seq: c.seq, TsMs: time.Now().UnixMilli(),
+	}
+	if err := c.deps.Backend.Publish(cmd); err != nil {
+		return err
+	}
+	c.met.Command(op)
+	return nil
+}
+
+func (c *Conn) sync(f protocol.ClientFrame) {
+	if !c.isJoined(f.Room) {
+		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
+		return
+	}
+	if !c.deps.Backend.Connected() {
+		c.unavailable(f, "presence backend unavailable (NATS); retry")
+		return
+	}
+	hd := c.deps.Hub.Hold(f.Room, c)
+	if hd == nil {
+		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
+		return
+	}
+	users, err := c.deps.Backend.Snapshot(c.ctx, f.Room)
+	if err != nil {
+		c.deps.Hub.Release(hd, nil, "")
+		c.unavailable(f, "typing snapshot unavailable; retry")
+		return
+	}
+	frame, _ := protocol.Encode(protocol.NewTypingSnapshot(f.Room, hub.SelfFilter(users, c.ident.User), f.ID))
+	if c.deps.Hub.Release(hd, frame, protocol.TypeTyping) {
+		c.pushSnapshot(f.Room)
+	}
+}
