@@ -1,0 +1,201 @@
+// Package devstack runs the whole Ellipsis stack in one process for
+// development (`make run`) and for tests: a NATS and a Redis (configured,
+// local, or embedded; see package backends), the presence worker and the
+// gateway, sharing one Prometheus registry, served on the gateway's admin
+// listener only.
+//
+//	st, err := devstack.Start(ctx, devstack.Options{Config: cfg, Logger: log})
+//	if err != nil { ... }
+//	defer st.Shutdown(ctx)
+//	fmt.Println("open", st.URL())
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+
+	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
+	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/tools/backends"
+)
+
+// Options configures [Start].
+type Options struct {
+	// Config is the loaded configuration (config.Load over config.Dev()).
+	// NATSURL and RedisURL are only used when set explicitly (Config.IsSet);
+	// otherwise package backends chooses (embedded NATS; local or embedded
+	// Redis). The worker runs without its own admin listener.
+	Config config.Config
+	// Logger receives the stack's logs (each service names its own
+	// logger). Nil means none.
+	Logger *zap.Logger
+	// Registry receives both services' metrics, served on the gateway's
+	// admin /metrics. Nil means a new one with the Go and process
+	// collectors.
+	Registry *prometheus.Registry
+	// Backends tunes the choice of NATS and Redis: ConnectTimeout,
+	// ProbeTimeout, DefaultRedisURL. Its Config and Logger are ignored.
+	Backends backends.Options
+}
+
+// Stack is a running dev stack.
+type Stack struct {
+	cfg     config.Config
+	log     *zap.Logger
+	reg     *prometheus.Registry
+	back    *backends.Backends
+	worker  *worker.Server
+	gateway *gateway.Server
+
+	once sync.Once
+	err  error
+}
+
+// Start resolves NATS and Redis, then starts the worker and the gateway.
+// It returns once the gateway serves. On error everything started is
+// stopped again; the error says which part failed (for instance the
+// public listener's address in use).
+func Start(ctx context.Context, opts Options) (*Stack, error) {
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	cfg := opts.Config
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+
+	// Bind-check the public address first: a busy :8080 is the most common
+	// start failure, and it should not cost an embedded server start.
+	if err := checkListen(cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("public listener ELLIPSIS_HTTP_ADDR %s: %w (is another ellipsis-dev running? choose another with -http-addr)", cfg.HTTPAddr, err)
+	}
+
+	bo := opts.Backends
+	bo.Config, bo.Logger = cfg, log
+	back, err := backends.Resolve(ctx, bo)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{log: log, reg: reg, back: back}
+	cfg.NATSURL, cfg.RedisURL = back.NATSURL, back.RedisURL
+	s.cfg = cfg
+	ok := false
+	defer func() {
+		if !ok {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = s.Shutdown(sctx)
+		}
+	}()
+
+	wcfg := cfg
+	wcfg.AdminAddr = "" // one admin listener: the gateway's serves the shared registry
+	w, err := worker.New(worker.Options{Config: wcfg, Logger: log, Registry: reg})
+	if err != nil {
+		return nil, fmt.Errorf("presence worker: %w", err)
+	}
+	s.worker = w
+	if err := w.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start the presence worker: %w", err)
+	}
+
+	g, err := gateway.New(gateway.Options{Config: cfg, Logger: log, Registry: reg})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	s.gateway = g
+	if err := g.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start the gateway: %w", err)
+	}
+	ok = true
+	return s, nil
+}
+
+// checkListen binds and releases addr, to report a busy address before
+// anything starts. The gateway binds it again right after; a race with
+// another process is still reported, by the gateway's Start.
+func checkListen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
+// Config is the configuration the services run with (NATSURL and RedisURL
+// as resolved).
+func (s *Stack) Config() config.Config { return s.cfg }
+
+// Backends says which NATS and Redis are in use and where they come from.
+func (s *Stack) Backends() *backends.Backends { return s.back }
+
+// Registry is the shared metrics registry.
+func (s *Stack) Registry() *prometheus.Registry { return s.reg }
+
+// HTTPAddr is the gateway's bound public address (host:port).
+func (s *Stack) HTTPAddr() string { return s.gateway.HTTPAddr() }
+
+// AdminAddr is the gateway's bound admin address, "" when disabled.
+func (s *Stack) AdminAddr() string { return s.gateway.AdminAddr() }
+
+// URL is the demo page's URL, e.g. "http://localhost:8080/".
+func (s *Stack) URL() string { return "http://" + BrowserHost(s.HTTPAddr()) + "/" }
+
+// WebSocketURL is the WebSocket endpoint, e.g. "ws://localhost:8080/v1/ws".
+func (s *Stack) WebSocketURL() string { return "ws://" + BrowserHost(s.HTTPAddr()) + "/v1/ws" }
+
+// BrowserHost turns a bound listen address into a host:port a browser on
+// this machine can open: an unspecified or empty host becomes "localhost",
+// IPv6 literals get brackets. ":8080" and "0.0.0.0:8080" give
+// "localhost:8080"; "127.0.0.1:8080" stays.
+func BrowserHost(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Shutdown stops the gateway first (its clients see their typists stop, its
+// disconnect commands reach the worker), then the worker, then the embedded
+// servers. It returns the first errors joined; ctx bounds the services'
+// graceful parts. Safe to call more than once (later calls return the first
+// result).
+func (s *Stack) Shutdown(ctx context.Context) error {
+	s.once.Do(func() {
+		var errs []error
+		if s.gateway != nil {
+			if err := s.gateway.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("gateway shutdown: %w", err))
+			}
+		}
+		if s.worker != nil {
+			if err := s.worker.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("worker shutdown: %w", err))
+			}
+		}
+		if s.back != nil {
+			s.back.Close()
+		}
+		s.err = errors.Join(errs...)
+	})
+	return s.err
+}

@@ -1,0 +1,200 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestNATS(t *testing.T) {
+	n, err := StartNATS(NATSOptions{Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Shutdown()
+	if n.URL() == "" || n.URL() == "nats://127.0.0.1:4222" {
+		t.Fatalf("URL = %q, want a random port", n.URL())
+	}
+	nc, err := nats.Connect(n.URL(), nats.Timeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("ellipsis.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish("ellipsis.test", []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.NextMsg(2 * time.Second)
+	if err != nil || string(msg.Data) != "hi" {
+		t.Fatalf("NextMsg = %v, %v", msg, err)
+	}
+	n.Shutdown()
+	n.Shutdown() // twice is fine
+}
+
+func TestNATSPortInUse(t *testing.T) {
+	a, err := StartNATS(NATSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown()
+	port, _ := strconv.Atoi(a.URL()[len("nats://127.0.0.1:"):])
+	if _, err := StartNATS(NATSOptions{Port: port, ReadyTimeout: 500 * time.Millisecond}); err == nil {
+		t.Fatal("second server on the same port started")
+	}
+}
+
+func newRedis(t *testing.T) (*Redis, *redis.Client) {
+	t.Helper()
+	r, err := StartRedis(RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	opt, err := redis.ParseURL(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return r, c
+}
+
+// TestRedisRealTimeTTL: a PX key really expires with the wall clock, with
+// no FastForward from the test.
+func TestRedisRealTimeTTL(t *testing.T) {
+	_, c := newRedis(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 150*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "long", "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET before expiry = %q, %v", v, err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	pttl, err := c.PTTL(ctx, "k").Result()
+	if err != nil || pttl <= 0 || pttl > 100*time.Millisecond {
+		t.Fatalf("PTTL after 60ms = %s, %v; want it to have run down below 100ms", pttl, err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if _, err := c.Get(ctx, "k").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET after expiry: err = %v, want redis.Nil", err)
+	}
+	if n, err := c.Exists(ctx, "k", "long").Result(); err != nil || n != 1 {
+		t.Fatalf("EXISTS = %d, %v; want only the long key", n, err)
+	}
+}
+
+// TestRedisTimeFollowsWallClock: TIME and redis.call('TIME') in Lua return
+// the wall clock and advance with it.
+func TestRedisTimeFollowsWallClock(t *testing.T) {
+	_, c := newRedis(t)
+	ctx := context.Background()
+	near := func(what string, got time.Time) {
+		t.Helper()
+		if d := time.Since(got); d < -50*time.Millisecond || d > 50*time.Millisecond {
+			t.Fatalf("%s = %s, %s away from the wall clock", what, got, d)
+		}
+	}
+	t1, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("TIME", t1)
+
+	const script = `local t = redis.call('TIME'); return t[1] * 1000 + math.floor(t[2] / 1000)`
+	luaMs := func() time.Time {
+		t.Helper()
+		ms, err := c.Eval(ctx, script, nil).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.UnixMilli(ms)
+	}
+	l1 := luaMs()
+	near("Lua TIME", l1)
+	time.Sleep(120 * time.Millisecond)
+	t2, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2 := luaMs()
+	if d := t2.Sub(t1); d < 100*time.Millisecond || d > 1500*time.Millisecond {
+		t.Fatalf("TIME advanced %s over a 120ms sleep", d)
+	}
+	if d := l2.Sub(l1); d < 100*time.Millisecond || d > 1500*time.Millisecond {
+		t.Fatalf("Lua TIME advanced %s over a 120ms sleep", d)
+	}
+	near("Lua TIME after sleep", l2)
+}
+
+// TestRedisScoreExpiry is what the presence worker does: scores are expiry
+// times from Lua TIME and a key TTL, both following the wall clock.
+func TestRedisScoreExpiry(t *testing.T) {
+	_, c := newRedis(t)
+	ctx := context.Background()
+	const add = `
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) + 1000)
+return now`
+	const live = `
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')`
+	if err := c.Eval(ctx, add, []string{"typing:room:{x}"}, 100, "alice:c1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Eval(ctx, live, []string{"typing:room:{x}"}).StringSlice()
+	if err != nil || len(got) != 1 {
+		t.Fatalf("live at once = %v, %v", got, err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	got, err = c.Eval(ctx, live, []string{"typing:room:{x}"}).StringSlice()
+	if err != nil || len(got) != 0 {
+		t.Fatalf("live after 150ms = %v, %v; want none", got, err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if n, err := c.Exists(ctx, "typing:room:{x}").Result(); err != nil || n != 0 {
+		t.Fatalf("room key after its PEXPIRE: exists = %d, %v", n, err)
+	}
+}
+
+func TestRedisPubSubAndClose(t *testing.T) {
+	r, c := newRedis(t)
+	ctx := context.Background()
+	sub := c.Subscribe(ctx, "chat:room:{x}")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // subscription confirmation
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, "chat:room:{x}", "ev").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-sub.Channel():
+		if m.Payload != "ev" {
+			t.Fatalf("payload %q", m.Payload)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no message")
+	}
+	r.Close()
+	r.Close() // twice is fine
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING after Close succeeded")
+	}
+}
