@@ -7,7 +7,7 @@ GO ?= go
 MODULES := shared deploy services/gateway services/presence-worker clients/js tools test
 FUZZTIME ?= 3s
 
-.PHONY: run demo build test vet unit fuzz-smoke fmt
+.PHONY: run demo build test vet unit fuzz-smoke js fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -22,8 +22,8 @@ build:
 	mkdir -p bin
 	$(GO) build -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo
 
-## test: vet, every module's tests with -race, and a short run of each fuzz target
-test: vet unit fuzz-smoke
+## test: vet, every module's tests with -race, a short run of each fuzz target, and the JS SDK's unit, replay and Chromium tests
+test: vet unit fuzz-smoke js
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
@@ -35,7 +35,12 @@ unit:
 fuzz-smoke:
 	@set -e; cd shared; for t in FuzzDecodeClientFrame FuzzDecodeCommand FuzzDecodeRoomEvent; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./protocol; done; \
-	  $(GO) test -run '^$$' -fuzz '^FuzzEnc$$' -fuzztime $(FUZZTIME) ./names
+	  for t in FuzzEnc FuzzNames; do \
+	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./names; done
+
+## js: the browser SDK's tests (node --test, keystroke replay, headless Chromium end to end; installs Chromium when missing)
+js:
+	clients/js/scripts/test.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -1,0 +1,725 @@
+// One WebSocket to an Ellipsis gateway (PROTOCOL.md v1): connects with a
+// token or a development user, reconnects with exponential backoff and
+// jitter, rejoins every room (each join brings a fresh snapshot), keeps the
+// connection alive with pings, and paces its frames under the gateway's
+// inbound rate limit.
+
+import { Emitter } from "./emitter.js";
+import { systemClock } from "./clock.js";
+import { TypistStore, DEFAULT_GRACE_MS } from "./store.js";
+import {
+  TypingTimer,
+  validateTimers,
+  DEFAULT_TTL_MS,
+  DEFAULT_REFRESH_MS,
+  DEFAULT_IDLE_STOP_MS,
+} from "./typing.js";
+
+/** Defaults of ClientOptions, in milliseconds where timed. */
+export const DEFAULTS = Object.freeze({
+  ttlMs: DEFAULT_TTL_MS,
+  refreshMs: DEFAULT_REFRESH_MS,
+  idleStopMs: DEFAULT_IDLE_STOP_MS,
+  graceMs: DEFAULT_GRACE_MS,
+  resyncMs: 10000,
+  pingMs: 25000,
+  pongTimeoutMs: 10000,
+  reconnectMinMs: 500,
+  reconnectMaxMs: 30000,
+  stableMs: 5000,
+  maxFramesPerSecond: 10,
+  frameBurst: 20,
+});
+
+/** Error codes after which a join is retried (with backoff). */
+const RETRY_CODES = new Set(["unavailable", "rate_limited", "internal"]);
+
+/**
+ * Reads the user id (`sub`) of a JWT without verifying it, for the self
+ * filter. Returns "" when it cannot.
+ * @param {string} token
+ * @returns {string}
+ */
+export function tokenSubject(token) {
+  try {
+    let part = String(token).split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    part += "=".repeat((4 - (part.length % 4)) % 4);
+    const bin = atob(part);
+    const bytes = Uint8Array.from(bin, (c) => c.charCodeAt(0));
+    const sub = JSON.parse(new TextDecoder().decode(bytes)).sub;
+    return typeof sub === "string" ? sub : "";
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * Exponential backoff with "equal jitter": attempt 0 waits between min/2
+ * and min, each further attempt doubles it, up to max.
+ * @param {number} attempt 0, 1, 2, ...
+ * @param {number} minMs
+ * @param {number} maxMs
+ * @param {() => number} [random] default Math.random
+ * @returns {number}
+ */
+export function backoffDelay(attempt, minMs, maxMs, random = Math.random) {
+  const ceiling = Math.min(maxMs, minMs * 2 ** Math.min(attempt, 30));
+  return Math.round(ceiling / 2 + random() * (ceiling / 2));
+}
+
+/** The states of a Client's connection. */
+export const STATES = Object.freeze(["idle", "connecting", "open", "reconnecting", "closed"]);
+
+/**
+ * A connection to the gateway. Events (on(event, fn) returns an unsubscribe
+ * function):
+ * - "state" ({state, previous, attempt, delayMs?, code?, reason?, error?}):
+ *   "connecting" → "open" → "reconnecting" (waiting delayMs) → "connecting"
+ *   … and "closed" for good (close(), a fatal error).
+ * - "error" (frame or Error): error frames from the gateway, and failures.
+ * - "change" (room: Room, typists): any room's typists changed.
+ */
+export class Client extends Emitter {
+  /** @param {import("./ellipsis.js").ClientOptions} [opts] */
+  constructor(opts = {}) {
+    super();
+    this._opts = opts;
+    this._clock = opts.clock || systemClock;
+    this._WebSocket = opts.WebSocket || globalThis.WebSocket;
+    this._fetch = opts.fetch || (globalThis.fetch && globalThis.fetch.bind(globalThis));
+    const loc = globalThis.location;
+    let base = opts.url ? new URL(String(opts.url), loc && loc.href) : loc ? new URL("/", loc.href) : null;
+    if (!base) throw new TypeError("ellipsis: no url given and no page location to default to");
+    if (!base.pathname.endsWith("/")) base.pathname += "/";
+    /** The gateway's base URL (http: or https:, ending in "/"). */
+    this.url = base;
+    /** The connection's own user id (dev user, or the token's sub), for the self filter. */
+    this.user = opts.user || (typeof opts.token === "string" ? tokenSubject(opts.token) : "");
+    this.resyncMs = opts.resyncMs ?? DEFAULTS.resyncMs;
+    this.pingMs = opts.pingMs ?? DEFAULTS.pingMs;
+    this.pongTimeoutMs = opts.pongTimeoutMs ?? DEFAULTS.pongTimeoutMs;
+    this.graceMs = opts.graceMs ?? DEFAULTS.graceMs;
+    this.reconnectMinMs = opts.reconnectMinMs ?? DEFAULTS.reconnectMinMs;
+    this.reconnectMaxMs = opts.reconnectMaxMs ?? DEFAULTS.reconnectMaxMs;
+    /**
+     * Timing in use: the server's (GET /v1/config), overridden by options.
+     * Known once connect() has fetched it (or at once with fetchConfig: false).
+     * @type {{ttlMs: number, refreshMs: number, idleStopMs: number, auth: string} | null}
+     */
+    this.config = null;
+    /** @type {import("./ellipsis.js").ConnectionState} */
+    this.state = "idle";
+    /** @type {Map<string, Room>} */
+    this.rooms = new Map();
+    this._ws = null;
+    this._attempt = 0;
+    this._nextId = 1;
+    this._timers = { reconnect: null, ping: null, pong: null, stable: null, flush: null };
+    this._queue = [];
+    this._tokens = opts.frameBurst ?? DEFAULTS.frameBurst;
+    this._tokensAt = 0;
+    this._opened = null; // {promise, resolve, reject} for connect()
+    this._unlisten = [];
+    if (opts.fetchConfig === false) this._setConfig({}); // throws RangeError
+  }
+
+  /**
+   * Starts connecting (fetching the timing first unless fetchConfig is false)
+   * and resolves once the connection is open. Rejects if the client is
+   * closed for good first: close(), or timers that fail validation
+   * (RangeError). Calling it again returns the same promise.
+   * @returns {Promise<void>}
+   */
+  connect() {
+    if (this.state === "closed" && !(this._opened && this._opened.failed)) {
+      return Promise.reject(new Error("ellipsis: client is closed"));
+    }
+    if (this._opened) return this._opened.promise;
+    let resolve, reject;
+    const promise = new Promise((res, rej) => ((resolve = res), (reject = rej)));
+    promise.catch(() => {}); // a caller not awaiting connect() is told through "state"
+    this._opened = { promise, resolve, reject, failed: false };
+    this._listenPage();
+    this._open();
+    return promise;
+  }
+
+  /**
+   * Joins a room (now, and again after every reconnect) and returns it; the
+   * same Room for the same id.
+   * @param {string} id
+   * @returns {Room}
+   */
+  join(id) {
+    if (typeof id !== "string" || id === "") throw new TypeError("ellipsis: room id must be a non-empty string");
+    let room = this.rooms.get(id);
+    if (!room) {
+      room = new Room(this, id);
+      this.rooms.set(id, room);
+      if (this.state === "open") room._sendJoin();
+    }
+    return room;
+  }
+
+  /**
+   * A joined room, or undefined.
+   * @param {string} id
+   */
+  room(id) {
+    return this.rooms.get(id);
+  }
+
+  /** @param {string} room call on every keystroke in that room's message box */
+  keystroke(room) {
+    this._joined(room).keystroke();
+  }
+
+  /** @param {string} room the message was sent: typing_stop at once */
+  messageSent(room) {
+    this._joined(room).messageSent();
+  }
+
+  /** @param {string} room the message box lost focus: typing_stop at once */
+  blur(room) {
+    this._joined(room).blur();
+  }
+
+  /**
+   * Who is typing in a room (never this user).
+   * @param {string} room
+   */
+  typists(room) {
+    return this._joined(room).typists;
+  }
+
+  /**
+   * Stops typing in every room (typing_stop where a burst is on).
+   * @param {import("./typing.js").StopReason} [reason]
+   */
+  stopTyping(reason = "cancel") {
+    for (const room of this.rooms.values()) room.stop(reason);
+  }
+
+  /** Closes the connection for good (typing is stopped first). */
+  close() {
+    if (this.state === "closed") return;
+    this.stopTyping("cancel");
+    this._flushQueue(true);
+    for (const room of this.rooms.values()) room._dispose();
+    for (const off of this._unlisten) off();
+    this._unlisten = [];
+    const ws = this._ws;
+    this._detach();
+    if (ws) {
+      try {
+        ws.close(1000, "client closed");
+      } catch {
+        /* already closing */
+      }
+    }
+    this._clearTimers();
+    this._setState("closed", {});
+    if (this._opened) this._opened.reject(new Error("ellipsis: client closed"));
+  }
+
+  // ---- connection ----
+
+  _joined(id) {
+    const room = this.rooms.get(id);
+    if (!room) throw new Error(`ellipsis: room ${JSON.stringify(id)} is not joined; call join() first`);
+    return room;
+  }
+
+  _setConfig(server) {
+    const o = this._opts;
+    const cfg = {
+      ttlMs: o.ttlMs ?? server.ttl_ms ?? DEFAULTS.ttlMs,
+      refreshMs: o.refreshMs ?? server.refresh_ms ?? DEFAULTS.refreshMs,
+      idleStopMs: o.idleStopMs ?? server.idle_stop_ms ?? DEFAULTS.idleStopMs,
+      auth: server.auth || (o.token ? "jwt" : "none"),
+    };
+    validateTimers(cfg); // throws RangeError
+    this.config = cfg;
+    for (const room of this.rooms.values()) room._configure();
+  }
+
+  async _loadConfig() {
+    if (!this._fetch) throw new Error("ellipsis: no fetch() to read /v1/config; pass fetchConfig: false and the timers");
+    const res = await this._fetch(new URL("v1/config", this.url).href, { cache: "no-store" });
+    if (!res.ok) throw new Error(`ellipsis: GET /v1/config: HTTP ${res.status}`);
+    const body = await res.json();
+    try {
+      this._setConfig(body);
+    } catch (err) {
+      err.fatal = true;
+      throw err;
+    }
+  }
+
+  async _wsURL() {
+    const u = new URL("v1/ws", this.url);
+    u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    const { token, user, name } = this._opts;
+    if (token) {
+      const t = typeof token === "function" ? await token() : token;
+      if (!t) throw new Error("ellipsis: token() gave no token");
+      this.user = tokenSubject(t) || this.user;
+      u.searchParams.set("access_token", t);
+    } else if (user) {
+      u.searchParams.set("user", user);
+      if (name) u.searchParams.set("name", name);
+    }
+    for (const room of this.rooms.values()) room._store.self = this.user;
+    return u.href;
+  }
+
+  async _open() {
+    if (this.state === "closed") return;
+    this._timers.reconnect = null;
+    this._setState("connecting", { attempt: this._attempt });
+    let url;
+    try {
+      if (!this.config) await this._loadConfig();
+      url = await this._wsURL();
+    } catch (err) {
+      if (this.state === "closed") return;
+      this.emit("error", err);
+      if (err && err.fatal) return this._fail(err);
+      return this._scheduleReconnect({ error: err });
+    }
+    if (this.state === "closed") return;
+    let ws;
+    try {
+      ws = new this._WebSocket(url);
+    } catch (err) {
+      this.emit("error", err);
+      return this._scheduleReconnect({ error: err });
+    }
+    this._ws = ws;
+    ws.onopen = () => this._onOpen(ws);
+    ws.onmessage = (e) => this._onMessage(ws, e.data);
+    ws.onclose = (e) => this._onClose(ws, e.code, e.reason);
+    ws.onerror = () => {}; // a close event follows
+  }
+
+  _onOpen(ws) {
+    if (ws !== this._ws) return;
+    this._tokens = this._opts.frameBurst ?? DEFAULTS.frameBurst;
+    this._tokensAt = this._clock.now();
+    this._setState("open", { attempt: this._attempt });
+    // Reset the backoff only once the connection proved stable: a gateway
+    // that accepts and drops at once must not be hammered.
+    this._timers.stable = this._clock.setTimeout(() => (this._attempt = 0), this._opts.stableMs ?? DEFAULTS.stableMs);
+    this._armPing();
+    for (const room of this.rooms.values()) room._sendJoin();
+    if (this._opened) this._opened.resolve();
+  }
+
+  _onClose(ws, code, reason) {
+    if (ws !== this._ws) return;
+    this._detach();
+    this._lost({ code, reason });
+  }
+
+  // The connection is gone (closed, or dropped by us): forget per-connection
+  // state and reconnect.
+  _lost(detail) {
+    this._clearTimers();
+    this._flushQueue(true);
+    for (const room of this.rooms.values()) room._disconnected();
+    if (this.state === "closed") return;
+    // 1008: token expired or sustained abuse; a fixed token will not do
+    // better next time.
+    if (detail.code === 1008 && typeof this._opts.token === "string") {
+      const err = new Error(`ellipsis: closed by the gateway: ${detail.reason || "policy violation"} (1008)`);
+      this.emit("error", err);
+      return this._fail(err, detail);
+    }
+    this._scheduleReconnect(detail);
+  }
+
+  _fail(err, detail = {}) {
+    this._clearTimers();
+    for (const off of this._unlisten) off();
+    this._unlisten = [];
+    this._setState("closed", { ...detail, error: err });
+    if (this._opened) {
+      this._opened.failed = true;
+      this._opened.reject(err);
+    }
+  }
+
+  _scheduleReconnect(detail) {
+    const delayMs = backoffDelay(this._attempt, this.reconnectMinMs, this.reconnectMaxMs);
+    this._attempt++;
+    this._setState("reconnecting", { ...detail, attempt: this._attempt, delayMs });
+    this._timers.reconnect = this._clock.setTimeout(() => this._open(), delayMs);
+  }
+
+  // Reconnect now if waiting (the browser came back online).
+  _reconnectNow() {
+    if (this.state !== "reconnecting") return;
+    this._clock.clearTimeout(this._timers.reconnect);
+    this._open();
+  }
+
+  _detach() {
+    const ws = this._ws;
+    if (!ws) return;
+    ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+    this._ws = null;
+  }
+
+  _clearTimers() {
+    for (const k of Object.keys(this._timers)) {
+      this._clock.clearTimeout(this._timers[k]);
+      this._timers[k] = null;
+    }
+  }
+
+  _setState(state, detail) {
+    const previous = this.state;
+    this.state = state;
+    this.emit("state", { state, previous, attempt: this._attempt, ...detail });
+  }
+
+  // Keepalive: a ping every pingMs; no frame at all within pongTimeoutMs
+  // after it means the connection is dead (a proxy or NAT dropped it
+  // silently): drop it and reconnect.
+  _armPing() {
+    this._clock.clearTimeout(this._timers.ping);
+    this._timers.ping = this._clock.setTimeout(() => {
+      this._timers.ping = null;
+      if (this.state !== "open") return;
+      this._write({ type: "ping", id: this._id() });
+      this._timers.pong = this._clock.setTimeout(() => {
+        const ws = this._ws;
+        this._detach();
+        if (ws) {
+          try {
+            ws.close(4000, "keepalive timeout");
+          } catch {
+            /* ignore */
+          }
+        }
+        this._lost({ code: 4000, reason: "keepalive timeout" });
+      }, this.pongTimeoutMs);
+    }, this.pingMs);
+  }
+
+  _onMessage(ws, data) {
+    if (ws !== this._ws) return;
+    // Any frame proves the connection alive.
+    if (this._timers.pong !== null) {
+      this._clock.clearTimeout(this._timers.pong);
+      this._timers.pong = null;
+      this._armPing();
+    }
+    let f;
+    try {
+      f = JSON.parse(data);
+    } catch {
+      return;
+    }
+    if (!f || typeof f !== "object") return;
+    if (f.type === "error") this.emit("error", f);
+    if (f.type === "pong") return;
+    const room = typeof f.room === "string" ? this.rooms.get(f.room) : undefined;
+    if (room) room._receive(f);
+  }
+
+  _id() {
+    return `c${this._nextId++}`;
+  }
+
+  // ---- outbound, paced under the gateway's inbound limit ----
+
+  // Sends now if the pacing allows, else queues (coalescing: one pending
+  // frame per room and kind, the latest typing frame wins).
+  _send(frame) {
+    if (this.state !== "open" || !this._ws) return false;
+    this._refill();
+    if (this._queue.length === 0 && this._tokens >= 1) {
+      this._tokens--;
+      return this._write(frame);
+    }
+    const kind = frame.type.startsWith("typing_") ? "typing" : frame.type;
+    const i = this._queue.findIndex((q) => q.room === frame.room && (q.type.startsWith("typing_") ? "typing" : q.type) === kind);
+    if (i >= 0 && kind === "typing") this._queue[i] = frame;
+    else if (i < 0) this._queue.push(frame);
+    this._scheduleFlush();
+    return true;
+  }
+
+  _refill() {
+    const rate = this._opts.maxFramesPerSecond ?? DEFAULTS.maxFramesPerSecond;
+    const burst = this._opts.frameBurst ?? DEFAULTS.frameBurst;
+    const now = this._clock.now();
+    this._tokens = Math.min(burst, this._tokens + ((now - this._tokensAt) * rate) / 1000);
+    this._tokensAt = now;
+  }
+
+  _scheduleFlush() {
+    if (this._timers.flush !== null) return;
+    const rate = this._opts.maxFramesPerSecond ?? DEFAULTS.maxFramesPerSecond;
+    const wait = Math.max(1, Math.ceil(((1 - this._tokens) * 1000) / rate));
+    this._timers.flush = this._clock.setTimeout(() => {
+      this._timers.flush = null;
+      this._flushQueue(false);
+    }, wait);
+  }
+
+  _flushQueue(drop) {
+    if (drop) {
+      this._queue = [];
+      return;
+    }
+    this._refill();
+    while (this._queue.length && this._tokens >= 1) {
+      this._tokens--;
+      this._write(this._queue.shift());
+    }
+    if (this._queue.length) this._scheduleFlush();
+  }
+
+  _write(frame) {
+    const ws = this._ws;
+    if (!ws || ws.readyState !== 1) return false;
+    try {
+      ws.send(JSON.stringify(frame));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  // ---- page lifecycle ----
+
+  _listenPage() {
+    if (this._opts.stopOnHide === false) return;
+    const win = this._opts.window ?? globalThis.window;
+    const doc = this._opts.document ?? globalThis.document;
+    const add = (target, type, fn) => {
+      if (!target || typeof target.addEventListener !== "function") return;
+      target.addEventListener(type, fn);
+      this._unlisten.push(() => target.removeEventListener(type, fn));
+    };
+    // A tab that goes away (closed, navigated, hidden) is no longer typing.
+    add(win, "pagehide", () => this.stopTyping("hidden"));
+    add(doc, "visibilitychange", () => {
+      if (doc.visibilityState === "hidden") this.stopTyping("hidden");
+    });
+    add(win, "online", () => this._reconnectNow());
+  }
+}
+
+/**
+ * A joined room: who is typing there (a TypistStore fed by the gateway), and
+ * this user's own typing (a TypingTimer). Events:
+ * - "change" (typists): the typists changed.
+ * - "state" ({state, code?, message?}): "joining" | "joined" | "error" | "left".
+ * - "error" (frame): an error frame about this room.
+ */
+export class Room extends Emitter {
+  /**
+   * @param {Client} client
+   * @param {string} id
+   */
+  constructor(client, id) {
+    super();
+    this.client = client;
+    this.id = id;
+    /** @type {"joining" | "joined" | "error" | "left"} */
+    this.state = "joining";
+    this._clock = client._clock;
+    this._store = new TypistStore({ self: client.user, graceMs: client.graceMs, clock: client._clock });
+    this._store.on("change", (typists) => {
+      this.emit("change", typists);
+      client.emit("change", this, typists);
+    });
+    this._timer = null;
+    this._joinId = null;
+    this._joinAttempt = 0;
+    this._retry = null;
+    this._resync = null;
+    this._statsBase = null;
+    if (client.config) this._configure();
+  }
+
+  /** Who is typing here now, in the order they started (never this user). */
+  get typists() {
+    return this._store.typists;
+  }
+
+  /** True while this user's typing burst is on. */
+  get typing() {
+    return !!(this._timer && this._timer.typing);
+  }
+
+  /** Counters of this user's typing here: keystrokes, starts, refreshes, stops, idleStops. */
+  get stats() {
+    return this._timer ? { ...this._timer.stats } : { keystrokes: 0, starts: 0, refreshes: 0, idleStops: 0, stops: 0 };
+  }
+
+  /** Call on every keystroke that changes the draft. */
+  keystroke() {
+    if (this.state === "left") return;
+    if (!this._timer) this._configure();
+    if (this._timer) this._timer.keystroke();
+  }
+
+  /** The message was sent: typing_stop at once. */
+  messageSent() {
+    if (this._timer) this._timer.messageSent();
+  }
+
+  /** The message box lost focus: typing_stop at once. */
+  blur() {
+    if (this._timer) this._timer.blur();
+  }
+
+  /**
+   * Ends this user's typing burst now (typing_stop), if one is on.
+   * @param {import("./typing.js").StopReason} [reason]
+   */
+  stop(reason = "cancel") {
+    if (this._timer) this._timer.stop(reason);
+  }
+
+  /** Asks the gateway for a fresh snapshot now (it replaces the typists). */
+  sync() {
+    if (this.state === "joined") this.client._send({ type: "sync", room: this.id, id: this.client._id() });
+  }
+
+  /** Leaves the room for good: stops typing, sends leave, forgets the typists. */
+  leave() {
+    if (this.state === "left") return;
+    this.stop("leave");
+    if (this.state === "joined" || this._joinId) this.client._send({ type: "leave", room: this.id, id: this.client._id() });
+    this._dispose();
+    this._store.clear();
+    this.client.rooms.delete(this.id);
+    this._setState("left");
+  }
+
+  // The timing is known (or changed): build the typing timer.
+  _configure() {
+    const cfg = this.client.config;
+    if (!cfg) return;
+    this._store.ttlMs = cfg.ttlMs;
+    const prev = this._timer;
+    if (prev && prev.refreshMs === cfg.refreshMs && prev.idleStopMs === cfg.idleStopMs) return;
+    if (prev) prev.dispose();
+    this._timer = new TypingTimer({
+      refreshMs: cfg.refreshMs,
+      idleStopMs: cfg.idleStopMs,
+      ttlMs: cfg.ttlMs,
+      clock: this._clock,
+      send: (action) => this._sendTyping(action === "stop" ? "typing_stop" : "typing_start"),
+    });
+  }
+
+  // Typing frames only go out once the join is acknowledged on this
+  // connection; a burst begun before that is announced on "joined".
+  _sendTyping(type) {
+    if (this.state !== "joined") return;
+    this.client._send({ type, room: this.id });
+  }
+
+  _sendJoin() {
+    if (this.state === "left") return;
+    this.client._clock.clearTimeout(this._retry);
+    this._retry = null;
+    this._joinId = this.client._id();
+    if (this.state !== "joining") this._setState("joining");
+    this.client._send({ type: "join", room: this.id, id: this._joinId });
+  }
+
+  _disconnected() {
+    this._joinId = null;
+    this._clock.clearTimeout(this._retry);
+    this._clock.clearTimeout(this._resync);
+    this._retry = this._resync = null;
+    // The server dropped this connection's typing; a burst still on is
+    // announced again after the rejoin. Typists stay until the snapshot of
+    // the rejoin replaces them, or they expire locally.
+    if (this.state === "joined") this._setState("joining");
+  }
+
+  _dispose() {
+    this._clock.clearTimeout(this._retry);
+    this._clock.clearTimeout(this._resync);
+    this._retry = this._resync = null;
+    if (this._timer) this._timer.dispose();
+    this._store.dispose();
+  }
+
+  // Periodic resync, the first at a random point of the period so the
+  // rooms of a connection spread their syncs.
+  _armResync(first) {
+    const every = this.client.resyncMs;
+    if (!(every > 0)) return;
+    this._clock.clearTimeout(this._resync);
+    const wait = first ? every / 2 + Math.random() * (every / 2) : every;
+    this._resync = this._clock.setTimeout(() => {
+      this._resync = null;
+      this.sync();
+      this._armResync(false);
+    }, wait);
+  }
+
+  _receive(f) {
+    switch (f.type) {
+      case "joined":
+        // Not the reply to the join in flight (a room left and joined again).
+        if (this.state === "left" || (f.id && this._joinId && f.id !== this._joinId)) return;
+        this._joinId = null;
+        this._joinAttempt = 0;
+        this._setState("joined");
+        this._store.replace(f.typing);
+        this._armResync(true);
+        if (this.typing) this.client._send({ type: "typing_start", room: this.id });
+        return;
+      case "typing":
+        this._store.replace(f.users);
+        return;
+      case "typing_start":
+        if (typeof f.user === "string") this._store.start(f.user, f.name, f.ttl_ms);
+        return;
+      case "typing_stop":
+        if (typeof f.user === "string") this._store.stop(f.user);
+        return;
+      case "error":
+        this._error(f);
+        return;
+    }
+  }
+
+  _error(f) {
+    this.emit("error", f);
+    const isJoinReply = f.id && f.id === this._joinId;
+    if (f.code === "not_joined" && this.state === "joined") {
+      this._setState("joining");
+      this._sendJoin(); // the gateway forgot us: join again
+      return;
+    }
+    if (!isJoinReply) return;
+    this._joinId = null;
+    if (RETRY_CODES.has(f.code)) {
+      const c = this.client;
+      const delay = backoffDelay(this._joinAttempt++, c.reconnectMinMs, c.reconnectMaxMs);
+      this._retry = this._clock.setTimeout(() => {
+        this._retry = null;
+        if (c.state === "open") this._sendJoin();
+      }, delay);
+      return;
+    }
+    // forbidden, room_limit, bad_request: joining again will not help.
+    this._setState("error", { code: f.code, message: f.message });
+  }
+
+  _setState(state, detail = {}) {
+    this.state = state;
+    this.emit("state", { state, ...detail });
+  }
+}

@@ -1,0 +1,183 @@
+// The typing line in the page: anti-flicker (a name stays shown at least
+// minShowMs), animated dots (CSS), and an aria-live="polite" region so
+// screen readers announce it without interrupting.
+
+import { systemClock } from "./clock.js";
+import { formatTypists, splitEllipsis } from "./format.js";
+
+/** A name stays on screen at least this long once shown: 500 ms. */
+export const DEFAULT_MIN_SHOW_MS = 500;
+
+/** The CSS of the typing line; injected once per document by TypingIndicator. */
+export const TYPING_CSS = `
+.ellipsis-typing { min-height: 1.4em; }
+.ellipsis-dots { display: inline-block; white-space: nowrap; }
+.ellipsis-dots > span { display: inline-block; animation: ellipsis-blink 1.4s infinite both; }
+.ellipsis-dots > span:nth-child(2) { animation-delay: .2s; }
+.ellipsis-dots > span:nth-child(3) { animation-delay: .4s; }
+@keyframes ellipsis-blink { 0%, 80%, 100% { opacity: .2; } 40% { opacity: 1; } }
+@media (prefers-reduced-motion: reduce) { .ellipsis-dots > span { animation: none; } }
+`;
+
+/**
+ * Keeps a typist shown at least minShowMs after it appeared, so a quick
+ * start/stop does not flash a name. Feed it the store's list on every change
+ * (update); it calls onChange with the list to show.
+ */
+export class AntiFlicker {
+  /**
+   * @param {object} [opts]
+   * @param {number} [opts.minShowMs] default 500
+   * @param {(shown: import("./store.js").Typist[]) => void} [opts.onChange]
+   * @param {import("./clock.js").Clock} [opts.clock]
+   */
+  constructor(opts = {}) {
+    this.minShowMs = opts.minShowMs ?? DEFAULT_MIN_SHOW_MS;
+    this.onChange = opts.onChange || null;
+    this._clock = opts.clock || systemClock;
+    /** @type {Map<string, {t: import("./store.js").Typist, shownAt: number, hide: unknown}>} */
+    this._shown = new Map();
+  }
+
+  /** @returns {import("./store.js").Typist[]} what is shown now */
+  get shown() {
+    return [...this._shown.values()].map((s) => s.t);
+  }
+
+  /** @param {import("./store.js").Typist[]} typists the current typists */
+  update(typists) {
+    const now = this._clock.now();
+    const present = new Set();
+    let changed = false;
+    for (const t of typists) {
+      present.add(t.user);
+      const s = this._shown.get(t.user);
+      if (!s) {
+        this._shown.set(t.user, { t, shownAt: now, hide: null });
+        changed = true;
+      } else {
+        if (s.hide !== null) {
+          this._clock.clearTimeout(s.hide); // back before it was hidden
+          s.hide = null;
+        }
+        if ((t.name || "") !== (s.t.name || "")) changed = true;
+        s.t = t;
+      }
+    }
+    for (const [user, s] of this._shown) {
+      if (present.has(user) || s.hide !== null) continue;
+      const wait = s.shownAt + this.minShowMs - now;
+      if (wait <= 0) {
+        this._shown.delete(user);
+        changed = true;
+      } else {
+        s.hide = this._clock.setTimeout(() => {
+          if (this._shown.get(user) !== s) return;
+          this._shown.delete(user);
+          this._emit();
+        }, wait);
+      }
+    }
+    if (changed) this._emit();
+  }
+
+  /** Cancels pending hides. */
+  dispose() {
+    for (const s of this._shown.values()) this._clock.clearTimeout(s.hide);
+  }
+
+  _emit() {
+    if (this.onChange) this.onChange(this.shown);
+  }
+}
+
+const injected = new WeakSet();
+
+/** Adds TYPING_CSS to the document once. */
+function injectStyles(doc) {
+  if (!doc || injected.has(doc) || !doc.head) return;
+  injected.add(doc);
+  const style = doc.createElement("style");
+  style.dataset.ellipsis = "typing";
+  style.textContent = TYPING_CSS;
+  doc.head.append(style);
+}
+
+/**
+ * Renders "Alice is typing…" into an element: formatted text plus three
+ * animated dots, with anti-flicker. The element becomes an
+ * aria-live="polite" status region; its data-text attribute holds the exact
+ * line ("" when nobody types).
+ *
+ *   const line = new TypingIndicator(document.getElementById("typing"), { locale: "vi" });
+ *   room.on("change", (typists) => line.update(typists));
+ */
+export class TypingIndicator {
+  /**
+   * @param {HTMLElement} element
+   * @param {object} [opts]
+   * @param {string} [opts.locale] "en" (default) or "vi"
+   * @param {number} [opts.max] names before a count, default 3
+   * @param {number} [opts.minShowMs] default 500
+   * @param {boolean} [opts.injectStyles] add TYPING_CSS to the document, default true
+   * @param {import("./clock.js").Clock} [opts.clock]
+   */
+  constructor(element, opts = {}) {
+    this.element = element;
+    this.locale = opts.locale || "en";
+    this.max = opts.max;
+    this._line = null;
+    this._flicker = new AntiFlicker({ minShowMs: opts.minShowMs, clock: opts.clock, onChange: () => this.render() });
+    element.classList.add("ellipsis-typing");
+    element.setAttribute("role", "status");
+    element.setAttribute("aria-live", "polite");
+    element.setAttribute("aria-atomic", "true");
+    if (opts.injectStyles !== false) injectStyles(element.ownerDocument);
+    this.render();
+  }
+
+  /** The line shown now ("" when nobody types). */
+  get text() {
+    return this._line || "";
+  }
+
+  /** @param {import("./store.js").Typist[]} typists the room's typists */
+  update(typists) {
+    this._flicker.update(typists);
+  }
+
+  /** Re-renders (after changing locale or max). */
+  render() {
+    const line = formatTypists(this._flicker.shown, { locale: this.locale, max: this.max });
+    if (line === this._line) return;
+    this._line = line;
+    const el = this.element;
+    const doc = el.ownerDocument;
+    el.dataset.text = line;
+    if (!line) {
+      el.replaceChildren();
+      return;
+    }
+    const { text, dots } = splitEllipsis(line);
+    const words = doc.createElement("span");
+    words.className = "ellipsis-text";
+    words.textContent = text;
+    const anim = doc.createElement("span");
+    anim.className = "ellipsis-dots";
+    anim.setAttribute("aria-hidden", "true");
+    for (let i = 0; i < 3; i++) {
+      const dot = doc.createElement("span");
+      dot.textContent = ".";
+      anim.append(dot);
+    }
+    el.replaceChildren(words, dots ? anim : "");
+  }
+
+  /** Stops timers and clears the element. */
+  destroy() {
+    this._flicker.dispose();
+    this._line = "";
+    this.element.dataset.text = "";
+    this.element.replaceChildren();
+  }
+}

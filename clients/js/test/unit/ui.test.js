@@ -1,0 +1,129 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { AntiFlicker, TypingIndicator, TYPING_CSS } from "../../src/ellipsis.js";
+import { fakeTimers } from "./helpers.js";
+
+const alice = { user: "alice", name: "Alice" };
+const bob = { user: "bob", name: "Bob" };
+
+function setup(t) {
+  const timers = fakeTimers(t);
+  const seen = [];
+  const af = new AntiFlicker({ onChange: (shown) => seen.push(shown.map((x) => x.user).join(",")) });
+  return { timers, af, seen };
+}
+
+test("anti-flicker: a name stays shown at least 500 ms", (t) => {
+  const { timers, af, seen } = setup(t);
+  af.update([alice]);
+  timers.tick(100);
+  af.update([]); // stopped after 100 ms
+  assert.deepEqual(seen, ["alice"], "still shown");
+  timers.tick(399);
+  assert.deepEqual(af.shown, [alice]);
+  timers.tick(1);
+  assert.deepEqual(seen, ["alice", ""], "hidden at 500 ms");
+});
+
+test("anti-flicker: a name shown long enough goes at once", (t) => {
+  const { timers, af, seen } = setup(t);
+  af.update([alice, bob]);
+  timers.tick(800);
+  af.update([bob]);
+  assert.deepEqual(seen, ["alice,bob", "bob"]);
+});
+
+test("anti-flicker: back before the hide cancels it", (t) => {
+  const { timers, af, seen } = setup(t);
+  af.update([alice]);
+  timers.tick(200);
+  af.update([]);
+  timers.tick(200);
+  af.update([alice]);
+  timers.tick(1000);
+  assert.deepEqual(seen, ["alice"], "never hidden");
+  af.update([{ user: "alice", name: "Alice B." }]);
+  assert.deepEqual(seen, ["alice", "alice"], "a new name re-renders");
+  af.update([]);
+  assert.deepEqual(seen.at(-1), "");
+});
+
+test("anti-flicker: dispose cancels pending hides", (t) => {
+  const { timers, af, seen } = setup(t);
+  af.update([alice]);
+  af.update([]);
+  af.dispose();
+  timers.tick(1000);
+  assert.deepEqual(seen, ["alice"]);
+});
+
+// A DOM just big enough for TypingIndicator.
+class El {
+  constructor(doc, tag) {
+    this.ownerDocument = doc;
+    this.tagName = tag;
+    this.children = [];
+    this.attributes = {};
+    this.dataset = {};
+    this.className = "";
+    this.textContent = "";
+    const classes = new Set();
+    this.classList = { add: (c) => classes.add(c), contains: (c) => classes.has(c) };
+  }
+  setAttribute(k, v) {
+    this.attributes[k] = v;
+  }
+  append(...nodes) {
+    this.children.push(...nodes);
+  }
+  replaceChildren(...nodes) {
+    this.children = nodes.filter((n) => n !== "");
+  }
+  get text() {
+    return this.children.map((c) => (typeof c === "string" ? c : c.children.length ? c.text : c.textContent)).join("");
+  }
+}
+function fakeDocument() {
+  const doc = { createElement: (tag) => new El(doc, tag) };
+  doc.head = new El(doc, "head");
+  return doc;
+}
+
+test("TypingIndicator: aria-live polite, text + animated dots, exact line in data-text", (t) => {
+  const timers = fakeTimers(t);
+  const doc = fakeDocument();
+  const el = new El(doc, "div");
+  const line = new TypingIndicator(el);
+  assert.equal(el.attributes["aria-live"], "polite");
+  assert.equal(el.attributes.role, "status");
+  assert.ok(el.classList.contains("ellipsis-typing"));
+  assert.equal(doc.head.children.length, 1, "styles injected");
+  assert.equal(doc.head.children[0].textContent, TYPING_CSS);
+  new TypingIndicator(new El(doc, "div"));
+  assert.equal(doc.head.children.length, 1, "once per document");
+  assert.match(TYPING_CSS, /@keyframes/);
+  assert.match(TYPING_CSS, /prefers-reduced-motion/);
+
+  line.update([alice]);
+  assert.equal(el.dataset.text, "Alice is typing…");
+  assert.equal(line.text, "Alice is typing…");
+  assert.equal(el.text, "Alice is typing...");
+  const dots = el.children[1];
+  assert.equal(dots.className, "ellipsis-dots");
+  assert.equal(dots.attributes["aria-hidden"], "true");
+  assert.equal(dots.children.length, 3);
+
+  line.update([alice, bob]);
+  assert.equal(el.dataset.text, "Alice and Bob are typing…");
+  line.locale = "vi";
+  line.render();
+  assert.equal(el.dataset.text, "Alice và Bob đang gõ...");
+
+  timers.tick(100);
+  line.update([]);
+  assert.equal(el.dataset.text, "Alice và Bob đang gõ...", "anti-flicker keeps them");
+  timers.tick(400);
+  assert.equal(el.dataset.text, "");
+  assert.equal(el.children.length, 0);
+  line.destroy();
+});
