@@ -381,7 +381,9 @@ func TestDockerignore(t *testing.T) {
 			rel, _ := filepath.Rel(root, p)
 			rel = filepath.ToSlash(rel)
 			if d.IsDir() {
-				if d.Name() == "node_modules" || d.Name() == "testdata" || d.Name() == ".git" {
+				// Dependencies, test data and test output (git-ignored) are
+				// meant to stay out of images.
+				if d.Name() == "node_modules" || d.Name() == "testdata" || d.Name() == "test-artifacts" || d.Name() == ".git" {
 					return filepath.SkipDir
 				}
 				return nil

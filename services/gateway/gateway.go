@@ -92,6 +92,7 @@ type Server struct {
 	names     names.Names
 	gatewayID string
 	authn     auth.Authenticator
+	sec       *security // connection limits, security metrics (security.go)
 	origins   *origin.Checker
 	redisOpt  *redis.Options
 	upgrader  websocket.Upgrader
@@ -120,10 +121,11 @@ type Server struct {
 	shutdownErr  error
 }
 
-// New checks opts and builds a server without doing any I/O. It fails on an
+// New checks opts and builds a server. Its only I/O is reading the JWKS
+// file (ELLIPSIS_JWKS_FILE), which must hold a usable key. It fails on an
 // invalid configuration (every problem at once, as config.Validate reports
-// them for config.ServiceGateway), on settings this gateway does not support yet (JWKS keys, authz
-// "claims") and when the metrics cannot be registered on opts.Registry.
+// them for config.ServiceGateway), on an unusable JWKS file and when the
+// metrics cannot be registered on opts.Registry.
 func New(opts Options) (*Server, error) {
 	cfg := opts.Config
 	// Check what the gateway reads, whichever service the caller loaded for.
@@ -131,23 +133,6 @@ func New(opts Options) (*Server, error) {
 	check.Service = config.ServiceGateway
 	if err := check.Validate(); err != nil {
 		return nil, fmt.Errorf("gateway: config: %w", err)
-	}
-	var authn auth.Authenticator
-	switch cfg.Auth {
-	case config.AuthNone:
-		authn = auth.None{}
-	case config.AuthJWT:
-		if cfg.JWTSecret == "" {
-			return nil, errors.New("gateway: ELLIPSIS_JWKS_FILE is not supported yet; set ELLIPSIS_JWT_SECRET (HS256)")
-		}
-		a, err := auth.NewHS256(cfg.JWTSecret)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-		authn = a
-	}
-	if cfg.Authz == config.AuthzClaims {
-		return nil, errors.New("gateway: ELLIPSIS_AUTHZ=claims is not supported yet; use none or nats")
 	}
 	redisOpt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
@@ -166,6 +151,10 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
+	sec, err := newSecurity(cfg, reg, log.Named("gateway"))
+	if err != nil {
+		return nil, err
+	}
 	id := cfg.GatewayID
 	if id == "" {
 		var b [4]byte
@@ -179,7 +168,8 @@ func New(opts Options) (*Server, error) {
 		met:       met,
 		names:     names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
 		gatewayID: id,
-		authn:     authn,
+		authn:     sec.authn,
+		sec:       sec,
 		origins:   origin.New(cfg.AllowedOrigins),
 		redisOpt:  redisOpt,
 		warn:      &rate.Sometimes{First: 1, Interval: time.Minute},
@@ -214,9 +204,6 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	if s.cfg.Auth == config.AuthNone {
 		s.log.Warn("authentication is OFF (ELLIPSIS_AUTH=none): any client can claim any user with ?user=; development only")
-	}
-	if s.cfg.Auth == config.AuthJWT && s.cfg.JWKSFile != "" {
-		s.log.Warn("ELLIPSIS_JWKS_FILE is ignored: JWKS keys are not supported yet; only HS256 tokens are accepted")
 	}
 
 	httpLn, err := net.Listen("tcp", s.cfg.HTTPAddr)
@@ -260,12 +247,7 @@ func (s *Server) Start(ctx context.Context) error {
 	})
 	s.hub.Start()
 	pres.OnReconnect(s.hub.Resync)
-	switch s.cfg.Authz {
-	case config.AuthzNATS:
-		s.authz = &authz.NATS{Requester: pres, Subject: s.names.AuthzJoinSubject()}
-	default:
-		s.authz = authz.AllowAll{}
-	}
+	s.authz = s.sec.authorizer(s.cfg, pres, s.names.AuthzJoinSubject())
 
 	s.httpLn = httpLn
 	s.httpSrv = newHTTPServer(s.publicHandler(), s.log)

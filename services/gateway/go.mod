@@ -7,6 +7,8 @@ require github.com/ellipsis-chat/ellipsis/clients/js v0.0.0
 replace github.com/ellipsis-chat/ellipsis/clients/js => ../../clients/js
 
 require (
+	github.com/MicahParks/jwkset v0.11.4
+	github.com/MicahParks/keyfunc/v3 v3.9.2
 	github.com/ellipsis-chat/ellipsis/shared v0.0.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gorilla/websocket v1.5.3

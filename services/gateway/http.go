@@ -14,6 +14,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -45,9 +46,13 @@ type apiError struct {
 
 // HTTP error codes beyond the protocol's error codes.
 const (
-	codeUnauthorized = "unauthorized"
-	codeNotFound     = "not_found"
+	codeUnauthorized       = "unauthorized"
+	codeNotFound           = "not_found"
+	codeTooManyConnections = "too_many_connections" // 429, ELLIPSIS_MAX_CONNS_PER_USER
 )
+
+// retryAfterSeconds is the Retry-After of 503 and 429 handshake answers.
+const retryAfterSeconds = "5"
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -86,50 +91,86 @@ func (s *Server) publicHandler() http.Handler {
 }
 
 // authenticate runs the authenticator and answers 401 (credentials) or 400
-// (invalid user id or name) itself; ok is false then.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (auth.Identity, bool) {
+// (invalid user id or name) itself; it returns that status, or 0 when the
+// request is authenticated.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (auth.Identity, int) {
 	id, err := s.authn.Authenticate(r)
 	if err == nil {
-		return id, true
+		return id, 0
 	}
 	var fe *protocol.FieldError
 	if errors.As(err, &fe) {
 		writeError(w, http.StatusBadRequest, protocol.CodeBadRequest, fe.Error())
-	} else {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="ellipsis"`)
-		writeError(w, http.StatusUnauthorized, codeUnauthorized, err.Error())
+		return auth.Identity{}, http.StatusBadRequest
 	}
-	return auth.Identity{}, false
+	w.Header().Set("WWW-Authenticate", `Bearer realm="ellipsis"`)
+	writeError(w, http.StatusUnauthorized, codeUnauthorized, err.Error())
+	return auth.Identity{}, http.StatusUnauthorized
 }
 
-// handleWS serves GET /v1/ws: refuse during shutdown (503), check the Origin
-// (403), authenticate (401/400), upgrade, and run the connection until it
-// ends.
+// handleWS serves GET /v1/ws. Every check answers before the upgrade, with
+// a JSON error body, cheapest first: shutdown (503), Origin (403), the
+// gateway's connection limit (503, ELLIPSIS_MAX_CONNS), credentials (401,
+// or 400 for an invalid user id or name), the user's connection limit
+// (429, ELLIPSIS_MAX_CONNS_PER_USER). Then it upgrades and runs the
+// connection until it ends; its slot is given back then.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	reject := func(reason string, status int, code, msg string) {
+		s.sec.met.HandshakeRejected(reason)
+		if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", retryAfterSeconds)
+		}
+		writeError(w, status, code, msg)
+	}
 	if s.shuttingDown.Load() {
-		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "gateway shutting down; connect to another instance")
+		reject(metrics.RejectShutdown, http.StatusServiceUnavailable, protocol.CodeUnavailable, "gateway shutting down; connect to another instance")
 		return
 	}
 	if !s.origins.Allowed(r) {
-		writeError(w, http.StatusForbidden, protocol.CodeForbidden, "origin "+strconv.Quote(r.Header.Get("Origin"))+" is not allowed (ELLIPSIS_ALLOWED_ORIGINS)")
+		reject(metrics.RejectOrigin, http.StatusForbidden, protocol.CodeForbidden, "origin "+quoteShort(r.Header.Get("Origin"))+" is not allowed (ELLIPSIS_ALLOWED_ORIGINS)")
 		return
 	}
-	ident, ok := s.authenticate(w, r)
-	if !ok {
+	maxConnsMsg := "gateway is at its connection limit (" + strconv.Itoa(s.cfg.MaxConns) + "); retry later or another instance"
+	if s.sec.conns.full() {
+		reject(metrics.RejectMaxConns, http.StatusServiceUnavailable, protocol.CodeUnavailable, maxConnsMsg)
 		return
 	}
+	ident, status := s.authenticate(w, r)
+	switch status {
+	case 0:
+	case http.StatusBadRequest:
+		s.sec.met.HandshakeRejected(metrics.RejectBadIdentity)
+		return
+	default:
+		s.sec.met.HandshakeRejected(metrics.RejectUnauthorized)
+		return
+	}
+	release, err := s.sec.conns.acquire(ident.User)
+	switch {
+	case errors.Is(err, errMaxConns):
+		reject(metrics.RejectMaxConns, http.StatusServiceUnavailable, protocol.CodeUnavailable, maxConnsMsg)
+		return
+	case errors.Is(err, errMaxConnsPerUser):
+		reject(metrics.RejectMaxConnsPerUser, http.StatusTooManyRequests, codeTooManyConnections,
+			"user "+quoteShort(ident.User)+" has "+strconv.Itoa(s.cfg.MaxConnsPerUser)+" connections open on this gateway already; close one first")
+		return
+	}
+	defer release()
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // gorilla has answered with an HTTP error
 	}
 	id := s.gatewayID + ":" + strconv.FormatUint(s.connSeq.Add(1), 10)
 	c := session.New(ws, id, ident, session.Config{
-		MaxFrameBytes:   s.cfg.MaxFrameBytes,
-		MaxRooms:        s.cfg.MaxRoomsPerConn,
-		InboundRate:     s.cfg.InboundRate,
-		InboundBurst:    s.cfg.InboundBurst,
-		OutboundQueue:   s.cfg.OutboundQueue,
-		SnapshotTimeout: s.cfg.SnapshotTimeout,
+		MaxFrameBytes:     s.cfg.MaxFrameBytes,
+		MaxRooms:          s.cfg.MaxRoomsPerConn,
+		InboundRate:       s.cfg.InboundRate,
+		InboundBurst:      s.cfg.InboundBurst,
+		OutboundQueue:     s.cfg.OutboundQueue,
+		SnapshotTimeout:   s.cfg.SnapshotTimeout,
+		PongWait:          s.cfg.PongWait,
+		WriteWait:         s.cfg.WriteWait,
+		MaxRejectedInARow: s.cfg.InboundMaxRejected,
 	}, session.Deps{
 		Hub:        s.hub,
 		Backend:    s.pres,
@@ -151,8 +192,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 // 200 RoomTyping (self-filtered), 400 invalid room, 401, 403, 503 when the
 // workers cannot be asked.
 func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
-	ident, ok := s.authenticate(w, r)
-	if !ok {
+	ident, status := s.authenticate(w, r)
+	if status != 0 {
 		return
 	}
 	room := r.PathValue("room")
@@ -237,4 +278,13 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, rd)
+}
+
+// quoteShort quotes a client-chosen string for an error message, cut to 64
+// bytes.
+func quoteShort(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return strconv.Quote(s)
 }

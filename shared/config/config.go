@@ -37,6 +37,17 @@ const (
 	DefaultInboundBurst    = 40
 	DefaultOutboundQueue   = 256
 	DefaultWorkerShards    = 16
+
+	// Security defaults (README "Security").
+	DefaultJWKSReload         = 10 * time.Second
+	DefaultAuthzTimeout       = time.Second
+	DefaultAuthzCacheTTL      = 30 * time.Second
+	DefaultAuthzDenyCacheTTL  = 2 * time.Second
+	DefaultInboundMaxRejected = 50
+	DefaultMaxConns           = 10000
+	DefaultMaxConnsPerUser    = 32
+	DefaultPongWait           = 60 * time.Second
+	DefaultWriteWait          = 10 * time.Second
 )
 
 // Store layouts (Config.Store).
@@ -88,7 +99,8 @@ type Config struct {
 	// SubjectPrefix is the first token of every NATS subject.
 	// ELLIPSIS_SUBJECT_PREFIX, default "ellipsis".
 	SubjectPrefix string
-	// KeyPrefix is prepended to every Redis key and channel.
+	// KeyPrefix is prepended to every Redis key and channel; it must not
+	// hold '{' or '}' (a hash tag in the prefix would override the room's).
 	// ELLIPSIS_KEY_PREFIX, default empty.
 	KeyPrefix string
 	// Auth is "none" (dev: ?user=&name=) or "jwt". ELLIPSIS_AUTH, default "jwt".
@@ -97,6 +109,20 @@ type Config struct {
 	JWTSecret string
 	// JWKSFile is a JWKS file for RS256 / ES256 / EdDSA. ELLIPSIS_JWKS_FILE.
 	JWKSFile string
+	// JWKSReload is how often the gateway re-reads JWKSFile to pick up
+	// rotated keys; a token naming an unknown kid also triggers a re-read
+	// (at most once a second). ELLIPSIS_JWKS_RELOAD, default 10s.
+	JWKSReload time.Duration
+	// JWTIssuer, when set, is the only accepted iss claim (then required).
+	// ELLIPSIS_JWT_ISSUER, default empty (not checked).
+	JWTIssuer string
+	// JWTAudience, when set, lists accepted aud values; a token must name at
+	// least one of them. ELLIPSIS_JWT_AUDIENCE, comma-separated, default
+	// empty (not checked).
+	JWTAudience []string
+	// JWTLeeway is the clock skew allowed on exp and nbf; a connection is
+	// closed (1008) at exp + leeway. ELLIPSIS_JWT_LEEWAY, default 0.
+	JWTLeeway time.Duration
 	// AllowedOrigins is the WebSocket Origin allow-list; empty means the
 	// request's own host. Entries are origins ("https://chat.example.com")
 	// or wildcards ("https://*.example.com"); "*" allows any.
@@ -104,6 +130,15 @@ type Config struct {
 	AllowedOrigins []string
 	// Authz is "none", "claims" or "nats". ELLIPSIS_AUTHZ, default "none".
 	Authz string
+	// AuthzTimeout bounds one authorisation request (authz "nats"); no
+	// answer in time means deny. ELLIPSIS_AUTHZ_TIMEOUT, default 1s.
+	AuthzTimeout time.Duration
+	// AuthzCacheTTL is how long an allowed (user, room) answer of authz
+	// "nats" is reused; 0 disables. ELLIPSIS_AUTHZ_CACHE_TTL, default 30s.
+	AuthzCacheTTL time.Duration
+	// AuthzDenyCacheTTL is how long an explicit denial of authz "nats" is
+	// reused; 0 disables. ELLIPSIS_AUTHZ_DENY_CACHE_TTL, default 2s.
+	AuthzDenyCacheTTL time.Duration
 	// TypingTTL is how long a typing entry lives after its last start or
 	// refresh. ELLIPSIS_TYPING_TTL, default 5s (seed design).
 	TypingTTL time.Duration
@@ -140,6 +175,24 @@ type Config struct {
 	// OutboundQueue is the per-connection outbound queue, in frames; a full
 	// queue closes the connection with 1013. ELLIPSIS_OUTBOUND_QUEUE, 256.
 	OutboundQueue int
+	// InboundMaxRejected is how many rate-limited frames in a row close the
+	// connection with 1008 (sustained abuse). ELLIPSIS_INBOUND_MAX_REJECTED,
+	// default 50.
+	InboundMaxRejected int
+	// MaxConns caps open WebSocket connections per gateway; beyond it the
+	// handshake gets HTTP 503. ELLIPSIS_MAX_CONNS, default 10000.
+	MaxConns int
+	// MaxConnsPerUser caps one user's open connections on one gateway;
+	// beyond it the handshake gets HTTP 429. ELLIPSIS_MAX_CONNS_PER_USER,
+	// default 32.
+	MaxConnsPerUser int
+	// PongWait is how long a connection may stay silent (no pong) before it
+	// is dropped; the gateway pings at 9/10 of it. ELLIPSIS_PONG_WAIT,
+	// default 60s.
+	PongWait time.Duration
+	// WriteWait bounds every write to a client; a write that cannot finish
+	// in time drops the connection. ELLIPSIS_WRITE_WAIT, default 10s.
+	WriteWait time.Duration
 	// WorkerShards is how many goroutines of a worker apply commands at once
 	// (commands of one connection always go to the same one, in order).
 	// ELLIPSIS_WORKER_SHARDS, default 16.
@@ -190,10 +243,20 @@ func Default() Config {
 		InboundBurst:    DefaultInboundBurst,
 		OutboundQueue:   DefaultOutboundQueue,
 		WorkerShards:    DefaultWorkerShards,
-		Store:           StoreZSet,
-		DemoPage:        true,
-		LogLevel:        "info",
-		LogFormat:       "json",
+
+		JWKSReload:         DefaultJWKSReload,
+		AuthzTimeout:       DefaultAuthzTimeout,
+		AuthzCacheTTL:      DefaultAuthzCacheTTL,
+		AuthzDenyCacheTTL:  DefaultAuthzDenyCacheTTL,
+		InboundMaxRejected: DefaultInboundMaxRejected,
+		MaxConns:           DefaultMaxConns,
+		MaxConnsPerUser:    DefaultMaxConnsPerUser,
+		PongWait:           DefaultPongWait,
+		WriteWait:          DefaultWriteWait,
+		Store:              StoreZSet,
+		DemoPage:           true,
+		LogLevel:           "info",
+		LogFormat:          "json",
 	}
 }
 
@@ -291,8 +354,15 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_AUTH", "none or jwt", func() (func(string) error, func() string) { return str(&c.Auth) })
 	add("ELLIPSIS_JWT_SECRET", "HS256 shared secret", func() (func(string) error, func() string) { return str(&c.JWTSecret) })
 	add("ELLIPSIS_JWKS_FILE", "JWKS file for RS256 / ES256 / EdDSA", func() (func(string) error, func() string) { return str(&c.JWKSFile) })
+	add("ELLIPSIS_JWKS_RELOAD", "gateway: how often the JWKS file is re-read (also at once on an unknown kid)", func() (func(string) error, func() string) { return dur(&c.JWKSReload) })
+	add("ELLIPSIS_JWT_ISSUER", "accepted JWT iss (empty: not checked)", func() (func(string) error, func() string) { return str(&c.JWTIssuer) })
+	add("ELLIPSIS_JWT_AUDIENCE", "accepted JWT aud values, comma-separated (empty: not checked)", func() (func(string) error, func() string) { return list(&c.JWTAudience) })
+	add("ELLIPSIS_JWT_LEEWAY", "clock skew allowed on JWT exp and nbf", func() (func(string) error, func() string) { return dur(&c.JWTLeeway) })
 	add("ELLIPSIS_ALLOWED_ORIGINS", "WebSocket origin allow-list, comma-separated (default: same host)", func() (func(string) error, func() string) { return list(&c.AllowedOrigins) })
 	add("ELLIPSIS_AUTHZ", "none, claims or nats", func() (func(string) error, func() string) { return str(&c.Authz) })
+	add("ELLIPSIS_AUTHZ_TIMEOUT", "authz nats: request timeout (no answer: deny)", func() (func(string) error, func() string) { return dur(&c.AuthzTimeout) })
+	add("ELLIPSIS_AUTHZ_CACHE_TTL", "authz nats: how long an allow is cached (0: off)", func() (func(string) error, func() string) { return dur(&c.AuthzCacheTTL) })
+	add("ELLIPSIS_AUTHZ_DENY_CACHE_TTL", "authz nats: how long a denial is cached (0: off)", func() (func(string) error, func() string) { return dur(&c.AuthzDenyCacheTTL) })
 	add("ELLIPSIS_TYPING_TTL", "typing entry lifetime", func() (func(string) error, func() string) { return dur(&c.TypingTTL) })
 	add("ELLIPSIS_TYPING_THROTTLE", "refresh fan-out window per user per room (< refresh)", func() (func(string) error, func() string) { return dur(&c.TypingThrottle) })
 	add("ELLIPSIS_TYPING_REFRESH", "client refresh interval while typing (< ttl)", func() (func(string) error, func() string) { return dur(&c.TypingRefresh) })
@@ -305,6 +375,11 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_INBOUND_RATE", "inbound frames per second per connection", func() (func(string) error, func() string) { return float(&c.InboundRate) })
 	add("ELLIPSIS_INBOUND_BURST", "inbound frame burst per connection", func() (func(string) error, func() string) { return integer(&c.InboundBurst) })
 	add("ELLIPSIS_OUTBOUND_QUEUE", "outbound queue per connection, frames", func() (func(string) error, func() string) { return integer(&c.OutboundQueue) })
+	add("ELLIPSIS_INBOUND_MAX_REJECTED", "rate-limited frames in a row that close a connection (1008)", func() (func(string) error, func() string) { return integer(&c.InboundMaxRejected) })
+	add("ELLIPSIS_MAX_CONNS", "gateway: open connections (beyond: HTTP 503)", func() (func(string) error, func() string) { return integer(&c.MaxConns) })
+	add("ELLIPSIS_MAX_CONNS_PER_USER", "gateway: open connections per user (beyond: HTTP 429)", func() (func(string) error, func() string) { return integer(&c.MaxConnsPerUser) })
+	add("ELLIPSIS_PONG_WAIT", "gateway: silence before a connection is dropped (pings at 9/10)", func() (func(string) error, func() string) { return dur(&c.PongWait) })
+	add("ELLIPSIS_WRITE_WAIT", "gateway: deadline of every write to a client", func() (func(string) error, func() string) { return dur(&c.WriteWait) })
 	add("ELLIPSIS_WORKER_SHARDS", "worker: commands applied concurrently", func() (func(string) error, func() string) { return integer(&c.WorkerShards) })
 	add("ELLIPSIS_STORE", "worker: typing-state layout, zset or keys (seed pattern 1)", func() (func(string) error, func() string) { return str(&c.Store) })
 	add("ELLIPSIS_GATEWAY_ID", "gateway id in conn ids (default random)", func() (func(string) error, func() string) { return str(&c.GatewayID) })
@@ -409,6 +484,9 @@ func (c *Config) Validate() error {
 	if p, err := url.Parse(c.RedisURL); err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {
 		bad("ELLIPSIS_REDIS_URL: %q is not a redis:// or rediss:// URL with a host", c.RedisURL)
 	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		bad("ELLIPSIS_KEY_PREFIX: %q must not contain '{' or '}': Redis Cluster would hash every key on the prefix instead of its room", c.KeyPrefix)
+	}
 	if c.SubjectPrefix == "" || strings.ContainsAny(c.SubjectPrefix, " \t\r\n.*>") {
 		bad("ELLIPSIS_SUBJECT_PREFIX: %q must be one non-empty NATS subject token (no '.', '*', '>' or spaces)", c.SubjectPrefix)
 	}
@@ -499,9 +577,48 @@ func (c *Config) validateGateway(bad func(string, ...any)) {
 		bad("ELLIPSIS_AUTH: %q must be none or jwt", c.Auth)
 	}
 	switch c.Authz {
-	case AuthzNone, AuthzClaims, AuthzNATS:
+	case AuthzNone, AuthzNATS:
+	case AuthzClaims:
+		if c.Auth != AuthJWT {
+			bad("ELLIPSIS_AUTHZ: claims reads the rooms claim of a JWT and needs ELLIPSIS_AUTH=jwt, got %q", c.Auth)
+		}
 	default:
 		bad("ELLIPSIS_AUTHZ: %q must be none, claims or nats", c.Authz)
+	}
+	if c.JWKSFile != "" && c.JWKSReload < 100*time.Millisecond {
+		bad("ELLIPSIS_JWKS_RELOAD: must be at least 100ms, got %s", c.JWKSReload)
+	}
+	if c.JWTLeeway < 0 || c.JWTLeeway > 5*time.Minute {
+		bad("ELLIPSIS_JWT_LEEWAY: must be 0..5m, got %s", c.JWTLeeway)
+	}
+	for _, a := range c.JWTAudience {
+		if strings.TrimSpace(a) != a {
+			bad("ELLIPSIS_JWT_AUDIENCE: %q has surrounding spaces", a)
+		}
+	}
+	if c.AuthzTimeout <= 0 {
+		bad("ELLIPSIS_AUTHZ_TIMEOUT: must be positive, got %s", c.AuthzTimeout)
+	}
+	if c.AuthzCacheTTL < 0 {
+		bad("ELLIPSIS_AUTHZ_CACHE_TTL: must not be negative, got %s", c.AuthzCacheTTL)
+	}
+	if c.AuthzDenyCacheTTL < 0 {
+		bad("ELLIPSIS_AUTHZ_DENY_CACHE_TTL: must not be negative, got %s", c.AuthzDenyCacheTTL)
+	}
+	if c.MaxConns < 1 || c.MaxConns > 10_000_000 {
+		bad("ELLIPSIS_MAX_CONNS: must be 1..10000000, got %d", c.MaxConns)
+	}
+	if c.MaxConnsPerUser < 1 || c.MaxConnsPerUser > 1_000_000 {
+		bad("ELLIPSIS_MAX_CONNS_PER_USER: must be 1..1000000, got %d", c.MaxConnsPerUser)
+	}
+	if c.PongWait < 100*time.Millisecond {
+		bad("ELLIPSIS_PONG_WAIT: must be at least 100ms, got %s", c.PongWait)
+	}
+	if c.WriteWait <= 0 {
+		bad("ELLIPSIS_WRITE_WAIT: must be positive, got %s", c.WriteWait)
+	}
+	if c.InboundMaxRejected < 1 || c.InboundMaxRejected > 100000 {
+		bad("ELLIPSIS_INBOUND_MAX_REJECTED: must be 1..100000, got %d", c.InboundMaxRejected)
 	}
 	for _, o := range c.AllowedOrigins {
 		if o == "*" {

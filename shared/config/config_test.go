@@ -127,3 +127,86 @@ func TestWorkerNeedsNoAuthSettings(t *testing.T) {
 		t.Fatal("gateway config without a JWT secret accepted")
 	}
 }
+
+func TestSecuritySettings(t *testing.T) {
+	d := Default()
+	if d.JWKSReload != 10*time.Second || d.JWTIssuer != "" || d.JWTAudience != nil || d.JWTLeeway != 0 ||
+		d.AuthzTimeout != time.Second || d.AuthzCacheTTL != 30*time.Second || d.AuthzDenyCacheTTL != 2*time.Second ||
+		d.InboundMaxRejected != 50 || d.MaxConns != 10000 || d.MaxConnsPerUser != 32 ||
+		d.PongWait != 60*time.Second || d.WriteWait != 10*time.Second {
+		t.Fatalf("security defaults drifted from the README: %+v", d)
+	}
+	c, err := load(t, map[string]string{
+		"ELLIPSIS_AUTH":                 "jwt",
+		"ELLIPSIS_JWKS_FILE":            "/etc/ellipsis/jwks.json",
+		"ELLIPSIS_JWKS_RELOAD":          "2s",
+		"ELLIPSIS_JWT_ISSUER":           "https://id.example.com",
+		"ELLIPSIS_JWT_AUDIENCE":         "ellipsis, chat",
+		"ELLIPSIS_JWT_LEEWAY":           "5s",
+		"ELLIPSIS_AUTHZ":                "claims",
+		"ELLIPSIS_AUTHZ_TIMEOUT":        "300ms",
+		"ELLIPSIS_AUTHZ_CACHE_TTL":      "1m",
+		"ELLIPSIS_AUTHZ_DENY_CACHE_TTL": "0s",
+		"ELLIPSIS_INBOUND_MAX_REJECTED": "5",
+		"ELLIPSIS_MAX_CONNS":            "100",
+		"ELLIPSIS_MAX_CONNS_PER_USER":   "3",
+		"ELLIPSIS_PONG_WAIT":            "20s",
+		"ELLIPSIS_WRITE_WAIT":           "2s",
+	}, "-max-conns", "200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JWKSReload != 2*time.Second || c.JWTIssuer != "https://id.example.com" || len(c.JWTAudience) != 2 || c.JWTAudience[1] != "chat" ||
+		c.JWTLeeway != 5*time.Second || c.AuthzTimeout != 300*time.Millisecond || c.AuthzCacheTTL != time.Minute ||
+		c.AuthzDenyCacheTTL != 0 || c.InboundMaxRejected != 5 || c.MaxConns != 200 || c.MaxConnsPerUser != 3 ||
+		c.PongWait != 20*time.Second || c.WriteWait != 2*time.Second {
+		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestSecuritySettingsValidated(t *testing.T) {
+	_, err := load(t, map[string]string{
+		"ELLIPSIS_AUTHZ":                "claims", // needs auth=jwt; the dev base has none
+		"ELLIPSIS_JWKS_FILE":            "/x.json",
+		"ELLIPSIS_JWKS_RELOAD":          "1ms",
+		"ELLIPSIS_JWT_LEEWAY":           "-1s",
+		"ELLIPSIS_AUTHZ_TIMEOUT":        "0s",
+		"ELLIPSIS_AUTHZ_CACHE_TTL":      "-1s",
+		"ELLIPSIS_AUTHZ_DENY_CACHE_TTL": "-1s",
+		"ELLIPSIS_INBOUND_MAX_REJECTED": "0",
+		"ELLIPSIS_MAX_CONNS":            "0",
+		"ELLIPSIS_MAX_CONNS_PER_USER":   "0",
+		"ELLIPSIS_PONG_WAIT":            "10ms",
+		"ELLIPSIS_WRITE_WAIT":           "0s",
+		"ELLIPSIS_KEY_PREFIX":           "app{1}:",
+	})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"ELLIPSIS_AUTHZ: claims reads the rooms claim of a JWT and needs ELLIPSIS_AUTH=jwt",
+		"ELLIPSIS_JWKS_RELOAD: must be at least 100ms",
+		"ELLIPSIS_JWT_LEEWAY: must be 0..5m",
+		"ELLIPSIS_AUTHZ_TIMEOUT: must be positive",
+		"ELLIPSIS_AUTHZ_CACHE_TTL: must not be negative",
+		"ELLIPSIS_AUTHZ_DENY_CACHE_TTL: must not be negative",
+		"ELLIPSIS_INBOUND_MAX_REJECTED: must be 1..100000, got 0",
+		"ELLIPSIS_MAX_CONNS: must be 1..10000000, got 0",
+		"ELLIPSIS_MAX_CONNS_PER_USER: must be 1..1000000, got 0",
+		"ELLIPSIS_PONG_WAIT: must be at least 100ms",
+		"ELLIPSIS_WRITE_WAIT: must be positive",
+		`ELLIPSIS_KEY_PREFIX: "app{1}:" must not contain '{' or '}'`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%s", want, err)
+		}
+	}
+	// The worker ignores the gateway's settings.
+	base := Default()
+	base.Service = ServiceWorker
+	base.MaxConns = 0
+	base.PongWait = 0
+	if err := base.Validate(); err != nil {
+		t.Fatalf("worker validates gateway settings: %v", err)
+	}
+}

@@ -157,3 +157,63 @@ func FuzzEnc(f *testing.F) {
 		}
 	})
 }
+
+// hashTag is what Redis Cluster hashes for a key: the bytes between the
+// first '{' and the first '}' after it, when that is not empty; else the
+// whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// FuzzNames checks, for any two (room, user) pairs, that every key, the
+// channel and the throttle of a pair hash on exactly enc(room) (so a room's
+// names share one slot and ids cannot move them), that different pairs
+// never share a name, and that seed pattern 1's SCAN pattern for a room is
+// a literal prefix plus one trailing '*': it matches the keys of that room
+// only, whatever glob characters the ids hold.
+func FuzzNames(f *testing.F) {
+	f.Add("{x}", "u", "x", "u")
+	f.Add("a*b?c[d]", "alice", "aXbYcd", "alice")
+	f.Add("a", "b:c", "a:b", "c")
+	f.Add("room", "}", "room}", "")
+	f.Add("%7B", "x", "{", "x")
+	f.Fuzz(func(t *testing.T, r1, u1, r2, u2 string) {
+		if r1 == "" || r2 == "" {
+			return // not a valid room id (an empty tag "{}" is no tag)
+		}
+		n := New("pre*fix[:", "")
+		keys := func(r, u string) []string {
+			return []string{n.RoomKey(r), n.NamesKey(r), n.SeqKey(r, u), n.ThrottleKey(r, u), n.TypistKey(r, u), n.RoomChannel(r)}
+		}
+		k1, k2 := keys(r1, u1), keys(r2, u2)
+		for i := range k1 {
+			// The key prefix holds no brace (config.Validate refuses them).
+			if tag := hashTag(k1[i]); tag != Enc(r1) {
+				t.Fatalf("%q hashes on %q, want enc(room) %q", k1[i], tag, Enc(r1))
+			}
+			same := r1 == r2 && (u1 == u2 || i < 2 || i == 5)
+			if (k1[i] == k2[i]) != same {
+				t.Fatalf("names %q and %q for (%q,%q) and (%q,%q)", k1[i], k2[i], r1, u1, r2, u2)
+			}
+		}
+		p := n.TypistPattern(r1)
+		lit, ok := strings.CutSuffix(p, "*")
+		if !ok {
+			t.Fatalf("pattern %q does not end in *", p)
+		}
+		// Unescape the prefix; what follows it holds no glob character.
+		rest, ok := strings.CutPrefix(lit, globEscape(n.KeyPrefix()))
+		if !ok || strings.ContainsAny(rest, `*?[]\`) {
+			t.Fatalf("pattern %q is not a literal prefix plus *", p)
+		}
+		key2 := n.TypistKey(r2, u2)
+		if strings.HasPrefix(key2, n.KeyPrefix()+rest) != (r1 == r2) {
+			t.Fatalf("pattern %q and key %q (rooms %q, %q)", p, key2, r1, r2)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -23,10 +24,20 @@ func FuzzDecodeClientFrame(f *testing.F) {
 			}
 			return
 		}
-		if fr.Type != TypePing {
+		switch fr.Type {
+		case TypePing:
+			if fr.Room != "" {
+				t.Fatalf("ping kept a room: %+v", fr)
+			}
+		case TypeJoin, TypeLeave, TypeTypingStart, TypeTypingStop, TypeSync:
 			if err := ValidateID("room", fr.Room); err != nil {
 				t.Fatalf("accepted invalid room %q", fr.Room)
 			}
+		default:
+			t.Fatalf("accepted unknown type %q", fr.Type)
+		}
+		if err := ValidateRequestID(fr.ID); err != nil {
+			t.Fatalf("accepted invalid id %q", fr.ID)
 		}
 		b, _ := json.Marshal(fr)
 		again, err := DecodeClientFrame(b)
@@ -59,8 +70,15 @@ func FuzzDecodeCommand(f *testing.F) {
 			t.Fatalf("accepted invalid command: %v", err)
 		}
 		b, _ := json.Marshal(c)
-		if _, err := DecodeCommand(b); err != nil {
+		again, err := DecodeCommand(b)
+		if err != nil {
 			t.Fatalf("round trip failed: %s: %v", b, err)
+		}
+		if len(c.Rooms) == 0 {
+			c.Rooms = nil // "rooms":[] and no rooms are the same command
+		}
+		if !reflect.DeepEqual(again, c) {
+			t.Fatalf("round trip changed the command: %+v -> %s -> %+v", c, b, again)
 		}
 	})
 }

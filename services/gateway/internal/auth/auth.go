@@ -2,8 +2,8 @@
 // (PROTOCOL.md, "Auth"): it turns a request into an [Identity] or an error.
 //
 // Implementations side by side: [None] (development, ?user=&name=) and
-// [HS256] (JWT with a shared secret). RS256 / ES256 / EdDSA with keys from a
-// JWKS file plug in as another [Authenticator].
+// [JWT] (HS256 with a shared secret, RS256 / ES256 / EdDSA with keys from a
+// JWKS file that is re-read when it changes, see [JWKS]).
 package auth
 
 import (
@@ -25,9 +25,13 @@ type Identity struct {
 	// share_typing:false): the gateway then publishes none of their typing
 	// commands.
 	ShareTyping bool
-	// Expires is when the credentials stop being valid (JWT exp); the zero
-	// value means never. A WebSocket is closed with 1008 at that time.
+	// Expires is when the credentials stop being valid (JWT exp plus the
+	// configured leeway); the zero value means never. A WebSocket is closed
+	// with 1008 at that time.
 	Expires time.Time
+	// Rooms is the JWT's rooms claim: exact room ids and "prefix*"
+	// patterns the user may join (authz "claims"). Nil without the claim.
+	Rooms []string
 }
 
 // Authenticator checks the credentials of a request.

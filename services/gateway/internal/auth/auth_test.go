@@ -3,6 +3,8 @@ package auth
 import (
 	"errors"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +57,67 @@ func TestHS256(t *testing.T) {
 	}
 	if _, err := NewHS256(""); err == nil {
 		t.Fatal("empty secret accepted")
+	}
+}
+
+func TestJWTClaimChecks(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	a, err := NewJWT(JWTOptions{Secret: "s", Issuer: "https://id.test", Audience: []string{"ellipsis", "chat"}, Leeway: 5 * time.Second,
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := func(extra jwt.MapClaims) jwt.MapClaims {
+		c := jwt.MapClaims{"sub": "u", "exp": now.Add(time.Hour).Unix(), "iss": "https://id.test", "aud": "chat"}
+		for k, v := range extra {
+			if v == nil {
+				delete(c, k)
+			} else {
+				c[k] = v
+			}
+		}
+		return c
+	}
+	sign := func(c jwt.MapClaims) string { return signWith(t, jwt.SigningMethodHS256, []byte("s"), "", c) }
+
+	id, err := a.Verify(sign(claims(jwt.MapClaims{"rooms": []string{"42", "team/*"}})))
+	if err != nil || !slices.Equal(id.Rooms, []string{"42", "team/*"}) || !id.Expires.Equal(now.Add(time.Hour+5*time.Second)) {
+		t.Fatalf("%+v %v", id, err)
+	}
+	// Within the leeway: an exp 3 s ago and an nbf 3 s ahead still pass.
+	if _, err := a.Verify(sign(claims(jwt.MapClaims{"exp": now.Add(-3 * time.Second).Unix(), "nbf": now.Add(3 * time.Second).Unix()}))); err != nil {
+		t.Fatalf("leeway: %v", err)
+	}
+	if _, err := a.Verify(sign(claims(jwt.MapClaims{"aud": []string{"other", "ellipsis"}}))); err != nil {
+		t.Fatalf("one of several audiences: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		c    jwt.MapClaims
+		want string
+	}{
+		"expired":     {claims(jwt.MapClaims{"exp": now.Add(-6 * time.Second).Unix()}), "expired"},
+		"nbf":         {claims(jwt.MapClaims{"nbf": now.Add(6 * time.Second).Unix()}), "nbf"},
+		"no exp":      {claims(jwt.MapClaims{"exp": nil}), "no exp"},
+		"no iss":      {claims(jwt.MapClaims{"iss": nil}), "no iss"},
+		"wrong iss":   {claims(jwt.MapClaims{"iss": "https://evil.test"}), `issuer "https://evil.test"`},
+		"no aud":      {claims(jwt.MapClaims{"aud": nil}), "no aud"},
+		"wrong aud":   {claims(jwt.MapClaims{"aud": "other"}), "audience"},
+		"no sub":      {claims(jwt.MapClaims{"sub": nil}), "no sub"},
+		"rooms type":  {claims(jwt.MapClaims{"rooms": "42"}), "malformed"},
+		"share type":  {claims(jwt.MapClaims{"share_typing": "no"}), "malformed"},
+		"exp as text": {claims(jwt.MapClaims{"exp": "tomorrow"}), "malformed"},
+	} {
+		_, err := a.Verify(sign(tc.c))
+		if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want 401 naming %q", name, err, tc.want)
+		}
+	}
+	if _, err := a.Verify(strings.Repeat("x", MaxTokenBytes+1)); err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Errorf("long token: %v", err)
+	}
+	// Valid credentials with an invalid rooms entry or sub: a FieldError (400).
+	var fe *protocol.FieldError
+	if _, err := a.Verify(sign(claims(jwt.MapClaims{"rooms": []string{"ok", "bad\x01"}}))); !errors.As(err, &fe) || fe.Field != "rooms[1]" {
+		t.Errorf("bad rooms entry: %v", err)
 	}
 }

@@ -1,7 +1,12 @@
 // Package authz decides whether an authenticated user may join a room (and
-// read its typing snapshot). PROTOCOL.md: ELLIPSIS_AUTHZ is none, claims or
-// nats. [AllowAll] (none) and [NATS] (request/reply hook) live here; a
-// claims-based Authorizer plugs in the same way.
+// read its typing snapshot over HTTP). PROTOCOL.md: ELLIPSIS_AUTHZ is none,
+// claims or nats; the three modes are side by side here behind one
+// [Authorizer] interface: [AllowAll] (none), [Claims] (the token's rooms
+// claim) and [NATS] (a request/reply hook, fail closed), the latter wrapped
+// in a [Cache].
+//
+// The gateway asks before anything reaches NATS (commands, snapshots) or
+// Redis (the room's subscription): a denied join costs only the decision.
 package authz
 
 import (
@@ -9,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -17,6 +24,11 @@ import (
 // ErrForbidden is returned when the user may not join the room (error code
 // forbidden, HTTP 403).
 var ErrForbidden = errors.New("authz: forbidden")
+
+// ErrNoAnswer is returned (wrapped together with [ErrForbidden]) by [NATS]
+// when the hook did not answer in time or could not be asked: the join is
+// denied (fail closed), but the denial is not cached.
+var ErrNoAnswer = errors.New("authz: no answer")
 
 // Authorizer decides room access. Authorize returns nil (allowed), an error
 // wrapping [ErrForbidden] (denied), or another error when the decision could
@@ -33,32 +45,79 @@ var _ Authorizer = AllowAll{}
 // Authorize implements [Authorizer].
 func (AllowAll) Authorize(context.Context, auth.Identity, string) error { return nil }
 
+// Claims allows a user into the rooms listed in their token's rooms claim
+// (ELLIPSIS_AUTHZ=claims; auth.Identity.Rooms). An entry is an exact room id
+// ("42", "room:42"), or a pattern ending in '*' that matches every room
+// starting with what precedes it ("team-7/*" matches "team-7/general";
+// "*" alone matches every room). A '*' anywhere else is literal, since
+// room ids may contain it; a room id that ends in '*' can therefore only
+// be granted through the prefix it starts with. No claim, or an empty
+// one, allows no room.
+type Claims struct{}
+
+var _ Authorizer = Claims{}
+
+// Authorize implements [Authorizer]. It never does I/O.
+func (Claims) Authorize(_ context.Context, id auth.Identity, room string) error {
+	if MatchRooms(id.Rooms, room) {
+		return nil
+	}
+	return fmt.Errorf("%w: room not in the token's rooms claim", ErrForbidden)
+}
+
+// MatchRooms reports whether room is granted by one of patterns (see
+// [Claims]).
+func MatchRooms(patterns []string, room string) bool {
+	for _, p := range patterns {
+		if p == room {
+			return true
+		}
+		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(room, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // Requester sends one request and returns the reply payload; the NATS
 // connection of the gateway implements it.
 type Requester interface {
 	Request(ctx context.Context, subject string, data []byte) ([]byte, error)
 }
 
+// DefaultTimeout bounds a [NATS] request when its Timeout is zero
+// (config.DefaultAuthzTimeout).
+const DefaultTimeout = time.Second
+
 // NATS asks a platform service (ELLIPSIS_AUTHZ=nats): it requests Subject
-// with {"v":1,"user":"alice","room":"42"} and expects {"allow":true}. No
-// answer in time, an error or anything else means deny (fail closed).
+// with {"v":1,"user":"alice","room":"42"} and expects {"allow":true}.
+// {"allow":false}, or any other reply, is a denial; no answer within
+// Timeout (or the caller's ctx), or NATS being down, is a denial too
+// ([ErrNoAnswer]; fail closed).
 type NATS struct {
 	Requester Requester
-	Subject   string // names.AuthzJoinSubject()
+	Subject   string        // names.AuthzJoinSubject()
+	Timeout   time.Duration // ELLIPSIS_AUTHZ_TIMEOUT; zero: DefaultTimeout
 }
 
 var _ Authorizer = (*NATS)(nil)
 
-// Authorize implements [Authorizer]. The caller bounds ctx.
+// Authorize implements [Authorizer].
 func (a *NATS) Authorize(ctx context.Context, id auth.Identity, room string) error {
 	req, _ := json.Marshal(struct {
 		V    int    `json:"v"`
 		User string `json:"user"`
 		Room string `json:"room"`
 	}{protocol.Version, id.User, room})
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	data, err := a.Requester.Request(ctx, a.Subject, req)
 	if err != nil {
-		return fmt.Errorf("%w: no authorisation answer: %v", ErrForbidden, err)
+		return fmt.Errorf("%w: %w: %v", ErrForbidden, ErrNoAnswer, err)
 	}
 	var reply struct {
 		Allow bool `json:"allow"`

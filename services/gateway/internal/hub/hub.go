@@ -483,11 +483,6 @@ func (h *Hub) fanOut(channel, payload string) {
 		})
 		return
 	}
-	if ev.TsMs > 0 {
-		if d := time.Since(time.UnixMilli(ev.TsMs)); d >= 0 {
-			h.met.DeliveryDelay.Observe(d.Seconds())
-		}
-	}
 	frame := []byte(payload) // shared, read-only, by every member's queue
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -6,6 +6,7 @@ package metrics
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -36,9 +37,11 @@ type Metrics struct {
 	// EventsDropped counts room events not delivered to one member (queue full,
 	// or the member was already closing) and undecodable room events.
 	EventsDropped prometheus.Counter
-	// DeliveryDelay is the time from a room event's ts_ms (Redis TIME at the
-	// worker) to the moment the gateway queued it for its local members, in
-	// seconds; one observation per event.
+	// DeliveryDelay is the time from a room event's ts_ms (Redis TIME when
+	// the worker published it) to the moment the gateway finished writing it
+	// to one client's socket, in seconds: one observation per frame written
+	// (see [Metrics.Written]), so queueing behind a slow reader and holds
+	// during a join or resync are included.
 	DeliveryDelay prometheus.Histogram
 
 	framesIn       *prometheus.CounterVec // label type
@@ -66,7 +69,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		EventsDropped:      prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
 		DeliveryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Subsystem: Subsystem, Name: "delivery_delay_seconds",
-			Help:    "Delay from a room event's ts_ms (worker, Redis TIME) to its fan-out to local members, in seconds.",
+			Help:    "Delay from a room event's ts_ms (worker publish time, Redis TIME) to the frame written to a client socket, in seconds; one observation per frame.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .2, .5, 1, 2.5},
 		}),
 		framesIn:  prometheus.NewCounterVec(prometheus.CounterOpts(opts("frames_in_total", "Inbound client frames by type (\"invalid\" when undecodable).")), []string{"type"}),
@@ -102,6 +105,46 @@ func (m *Metrics) FrameIn(t string) { cached(&m.framesInCache, m.framesIn, t).In
 // FrameOut counts n outbound frames of type t (a server frame type).
 func (m *Metrics) FrameOut(t string, n int) {
 	cached(&m.framesOutCache, m.framesOut, t).Add(float64(n))
+}
+
+// Written records that frame was written to a client socket: when it is a
+// room event forwarded as published (it ends with `"ts_ms":<digits>}`, the
+// worker's Redis TIME in unix ms), the time since ts_ms is observed in
+// [Metrics.DeliveryDelay]. Frames the gateway makes itself (joined, typing,
+// pong, error, left) carry no ts_ms and are skipped. It reads only the
+// frame's last bytes and never allocates; a negative delay (clock skew
+// between hosts) is not observed.
+func (m *Metrics) Written(frame []byte) {
+	ts, ok := trailingTsMs(frame)
+	if !ok {
+		return
+	}
+	if d := time.Since(time.UnixMilli(ts)); d >= 0 {
+		m.DeliveryDelay.Observe(d.Seconds())
+	}
+}
+
+// trailingTsMs parses the unix ms of a frame ending in `"ts_ms":<digits>}`.
+// Inside a JSON string a quote is escaped, so the match is always the
+// field, never text.
+func trailingTsMs(frame []byte) (int64, bool) {
+	const key = `"ts_ms":`
+	i := len(frame) - 1
+	if i < 0 || frame[i] != '}' {
+		return 0, false
+	}
+	end := i
+	for i > 0 && frame[i-1] >= '0' && frame[i-1] <= '9' {
+		i--
+	}
+	if i == end || end-i > 18 || i < len(key) || string(frame[i-len(key):i]) != key {
+		return 0, false
+	}
+	var ts int64
+	for _, c := range frame[i:end] {
+		ts = ts*10 + int64(c-'0')
+	}
+	return ts, true
 }
 
 // Error counts one error frame of code.

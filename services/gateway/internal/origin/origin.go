@@ -67,7 +67,9 @@ func (c *Checker) Allowed(r *http.Request) bool {
 		return true
 	}
 	u, err := url.Parse(strings.ToLower(o))
-	if err != nil || u.Scheme == "" || u.Host == "" {
+	if err != nil || u.Scheme == "" || u.Host == "" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
+		// Browsers send exactly scheme://host[:port] ("null" for opaque
+		// origins); anything else is refused.
 		return false
 	}
 	if len(c.exact) == 0 && len(c.wildcard) == 0 {

@@ -30,6 +30,14 @@ func TestAllowed(t *testing.T) {
 		{[]string{"https://*.example.com"}, "gw", "https://a.example.com:8443", false},
 		{[]string{"https://*.example.com:8443"}, "gw", "https://a.example.com:8443", true},
 		{[]string{"http://localhost:8080"}, "gw", "http://localhost:8080", true},
+		{nil, "chat.example.com", "https://evil.com@chat.example.com", false},
+		{nil, "chat.example.com", "https://chat.example.com/path", false},
+		{nil, "chat.example.com", "https://chat.example.com?x", false},
+		{[]string{"https://*.example.com"}, "gw", "https://evil.com/.example.com", false},
+		{[]string{"https://*.example.com"}, "gw", "https://x@a.example.com", false},
+		{[]string{"https://chat.example.com"}, "gw", "https://chat.example.com.evil.com", false},
+		{nil, "[::1]:8080", "http://[::1]:8080", true},
+		{[]string{"https://*.example.com"}, "gw", "null", false},
 	}
 	for _, tc := range cases {
 		r := httptest.NewRequest("GET", "http://"+tc.host+"/v1/ws", nil)

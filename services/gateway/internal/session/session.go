@@ -305,6 +305,7 @@ loop:
 				c.terminate(CloseAbnormal)
 				break loop
 			}
+			c.met.Written(f) // delivery delay of room events
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteWait)); err != nil {
 				c.terminate(CloseAbnormal)
@@ -342,6 +343,19 @@ func (c *Conn) readLoop() {
 	_ = c.ws.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
 	c.ws.SetPongHandler(func(string) error {
 		return c.ws.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
+	})
+	// A client's WebSocket pings take a token of the inbound bucket like
+	// data frames: over it the pong is skipped, and a sustained flood
+	// closes the connection (1008) as for frames. Runs on the reader.
+	c.ws.SetPingHandler(func(data string) error {
+		if !c.allowInbound() {
+			return nil
+		}
+		err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.cfg.WriteWait))
+		if err != nil && !errors.Is(err, websocket.ErrCloseSent) {
+			c.terminate(CloseAbnormal)
+		}
+		return nil
 	})
 	for {
 		mt, data, err := c.ws.ReadMessage()
@@ -382,17 +396,12 @@ func (c *Conn) handle(mt int, data []byte) {
 	} else {
 		c.met.FrameIn(f.Type)
 	}
-	if !c.limiter.Allow() {
-		c.met.RateLimited.Inc()
-		c.rejected++
-		if c.rejected > c.cfg.MaxRejectedInARow {
-			c.Close(ClosePolicy, "inbound rate limit exceeded repeatedly")
-			return
+	if !c.allowInbound() {
+		if !c.closing() {
+			c.sendError(protocol.CodeRateLimited, fmt.Sprintf("too many frames: at most %g per second, burst %d", c.cfg.InboundRate, c.cfg.InboundBurst), f.Room, f.ID)
 		}
-		c.sendError(protocol.CodeRateLimited, fmt.Sprintf("too many frames: at most %g per second, burst %d", c.cfg.InboundRate, c.cfg.InboundBurst), f.Room, f.ID)
 		return
 	}
-	c.rejected = 0
 	if err != nil {
 		var fe *protocol.FrameError
 		if errors.As(err, &fe) {
@@ -414,6 +423,23 @@ func (c *Conn) handle(mt int, data []byte) {
 	case protocol.TypeSync:
 		c.sync(f)
 	}
+}
+
+// allowInbound takes a token of the inbound bucket for one client frame.
+// Without one, the frame is counted as rate limited, and more than
+// MaxRejectedInARow such frames in a row close the connection with 1008
+// (sustained abuse). Reader only.
+func (c *Conn) allowInbound() bool {
+	if c.limiter.Allow() {
+		c.rejected = 0
+		return true
+	}
+	c.met.RateLimited.Inc()
+	c.rejected++
+	if c.rejected > c.cfg.MaxRejectedInARow {
+		c.Close(ClosePolicy, "inbound rate limit exceeded repeatedly")
+	}
+	return false
 }
 
 // reply queues a server frame of type typ made by the session.

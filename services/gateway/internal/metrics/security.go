@@ -1,0 +1,61 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Security holds the metrics of the gateway's defences against hostile
+// clients (README, "Security"); the per-connection limits are counted by
+// [Metrics] (rate_limited_total, slow_consumer_closes_total, closes_total,
+// errors_total).
+type Security struct {
+	handshakesRejected *prometheus.CounterVec // label reason
+	authz              *prometheus.CounterVec // label result
+}
+
+// Handshake rejection reasons (label reason of
+// ellipsis_gateway_handshakes_rejected_total).
+const (
+	RejectShutdown        = "shutdown"           // 503, gateway shutting down
+	RejectOrigin          = "origin"             // 403, Origin not allowed
+	RejectUnauthorized    = "unauthorized"       // 401, credentials
+	RejectBadIdentity     = "bad_request"        // 400, invalid user id or name in valid credentials
+	RejectMaxConns        = "max_conns"          // 503, ELLIPSIS_MAX_CONNS
+	RejectMaxConnsPerUser = "max_conns_per_user" // 429, ELLIPSIS_MAX_CONNS_PER_USER
+)
+
+// Authorisation results (label result of ellipsis_gateway_authz_total).
+const (
+	AuthzAllow    = "allow"
+	AuthzDeny     = "deny"
+	AuthzNoAnswer = "no_answer" // authz nats: no answer in time (denied, fail closed)
+	AuthzError    = "error"     // the decision could not be made (unavailable)
+)
+
+// NewSecurity creates the security metrics and registers them on reg.
+func NewSecurity(reg prometheus.Registerer) (*Security, error) {
+	s := &Security{
+		handshakesRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: Subsystem, Name: "handshakes_rejected_total",
+			Help: "WebSocket handshakes refused before the upgrade, by reason (shutdown, origin, unauthorized, bad_request, max_conns, max_conns_per_user).",
+		}, []string{"reason"}),
+		authz: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: Subsystem, Name: "authz_total",
+			Help: "Room authorisation decisions (join and HTTP snapshot), by result (allow, deny, no_answer, error); cached answers included.",
+		}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{s.handshakesRejected, s.authz} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// HandshakeRejected counts one refused handshake; reason is one of the
+// Reject* constants.
+func (s *Security) HandshakeRejected(reason string) {
+	s.handshakesRejected.WithLabelValues(reason).Inc()
+}
+
+// Authz counts one authorisation decision; result is one of the Authz*
+// constants.
+func (s *Security) Authz(result string) { s.authz.WithLabelValues(result).Inc() }

@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+)
+
+// security holds the gateway-wide defences against hostile clients that
+// are not per connection (README, "Security"): the authenticator, the
+// connection limits and their metrics. The per-connection limits live in
+// internal/session.
+type security struct {
+	authn auth.Authenticator
+	conns *connLimiter
+	met   *metrics.Security
+}
+
+// newSecurity builds the authenticator from cfg (reading the JWKS file,
+// which must hold at least one usable key) and the connection limits, and
+// registers the security metrics on reg.
+func newSecurity(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) (*security, error) {
+	met, err := metrics.NewSecurity(reg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	s := &security{
+		conns: &connLimiter{max: cfg.MaxConns, perUser: cfg.MaxConnsPerUser, users: map[string]int{}},
+		met:   met,
+	}
+	switch cfg.Auth {
+	case config.AuthNone:
+		s.authn = auth.None{}
+	case config.AuthJWT:
+		o := auth.JWTOptions{Secret: cfg.JWTSecret, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: cfg.JWTLeeway}
+		if cfg.JWKSFile != "" {
+			jwks, err := auth.LoadJWKS(cfg.JWKSFile, cfg.JWKSReload, log.Named("jwks"))
+			if err != nil {
+				return nil, fmt.Errorf("gateway: ELLIPSIS_JWKS_FILE: %w", err)
+			}
+			o.JWKS = jwks
+		}
+		a, err := auth.NewJWT(o)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		s.authn = a
+	default:
+		return nil, fmt.Errorf("gateway: ELLIPSIS_AUTH %q is not none or jwt", cfg.Auth)
+	}
+	return s, nil
+}
+
+// authorizer builds the authorisation mode of cfg; req asks the NATS hook
+// (authz "nats"). Decisions are counted.
+func (s *security) authorizer(cfg config.Config, req authz.Requester, subject string) authz.Authorizer {
+	var a authz.Authorizer
+	switch cfg.Authz {
+	case config.AuthzClaims:
+		a = authz.Claims{}
+	case config.AuthzNATS:
+		a = &authz.Cache{
+			Next:     &authz.NATS{Requester: req, Subject: subject, Timeout: cfg.AuthzTimeout},
+			AllowTTL: cfg.AuthzCacheTTL,
+			DenyTTL:  cfg.AuthzDenyCacheTTL,
+		}
+	default:
+		a = authz.AllowAll{}
+	}
+	return countedAuthorizer{next: a, met: s.met}
+}
+
+// countedAuthorizer counts the decisions of another Authorizer.
+type countedAuthorizer struct {
+	next authz.Authorizer
+	met  *metrics.Security
+}
+
+func (c countedAuthorizer) Authorize(ctx context.Context, id auth.Identity, room string) error {
+	err := c.next.Authorize(ctx, id, room)
+	switch {
+	case err == nil:
+		c.met.Authz(metrics.AuthzAllow)
+	case errors.Is(err, authz.ErrNoAnswer):
+		c.met.Authz(metrics.AuthzNoAnswer)
+	case errors.Is(err, authz.ErrForbidden):
+		c.met.Authz(metrics.AuthzDeny)
+	default:
+		c.met.Authz(metrics.AuthzError)
+	}
+	return err
+}
+
+// Errors of connLimiter.acquire.
+var (
+	errMaxConns        = errors.New("gateway: connection limit reached")
+	errMaxConnsPerUser = errors.New("gateway: per-user connection limit reached")
+)
+
+// connLimiter caps open WebSocket connections per gateway
+// (ELLIPSIS_MAX_CONNS) and per user on this gateway
+// (ELLIPSIS_MAX_CONNS_PER_USER). The per-user count is local: with N
+// gateways behind a load balancer a user may hold up to N times the limit.
+type connLimiter struct {
+	max, perUser int
+
+	mu    sync.Mutex
+	total int
+	users map[string]int // user -> open connections; no zero entries
+}
+
+// full reports whether no connection slot is left (a cheap check before
+// spending CPU on a token).
+func (l *connLimiter) full() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total >= l.max
+}
+
+// acquire takes a slot for user, or fails with errMaxConns or
+// errMaxConnsPerUser. release gives the slot back; call it exactly once.
+func (l *connLimiter) acquire(user string) (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.total >= l.max:
+		return nil, errMaxConns
+	case l.users[user] >= l.perUser:
+		return nil, errMaxConnsPerUser
+	}
+	l.total++
+	l.users[user]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.total--
+			if l.users[user]--; l.users[user] <= 0 {
+				delete(l.users, user)
+			}
+		})
+	}, nil
+}
