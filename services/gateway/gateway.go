@@ -89,6 +89,7 @@ type Server struct {
 	log       *zap.Logger
 	reg       *prometheus.Registry
 	met       *metrics.Metrics
+	natsMet   *metrics.NATS
 	names     names.Names
 	gatewayID string
 	authn     auth.Authenticator
@@ -138,6 +139,11 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: ELLIPSIS_REDIS_URL: %w", err)
 	}
+	// The client only hosts the hub's Pub/Sub connection (which reconnects
+	// by itself) and the /readyz PING: no go-redis retries, so readiness
+	// answers at once with the real cause (connection refused) instead of
+	// timing out through retry backoffs while Redis is down.
+	redisOpt.MaxRetries = -1
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -155,6 +161,10 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	natsMet, err := metrics.NewNATS(reg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
 	id := cfg.GatewayID
 	if id == "" {
 		var b [4]byte
@@ -166,6 +176,7 @@ func New(opts Options) (*Server, error) {
 		log:       log.Named("gateway").With(zap.String("gateway_id", id)),
 		reg:       reg,
 		met:       met,
+		natsMet:   natsMet,
 		names:     names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
 		gatewayID: id,
 		authn:     sec.authn,
@@ -218,7 +229,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 
-	pres, err := presence.Connect(s.cfg.NATSServers(), s.names, s.cfg.SnapshotTimeout, s.log.Named("nats"))
+	pres, err := presence.Connect(s.cfg.NATSServers(), s.names, s.cfg.SnapshotTimeout, s.log.Named("nats"), s.natsMet.Error)
 	if err != nil {
 		httpLn.Close()
 		if adminLn != nil {

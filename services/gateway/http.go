@@ -15,6 +15,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -214,7 +215,7 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 	users, err := s.pres.Snapshot(ctx, room)
 	if err != nil {
 		s.log.Debug("snapshot failed", zap.String("room", room), zap.Error(err))
-		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "typing snapshot unavailable; retry")
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
 		return
 	}
 	writeJSON(w, http.StatusOK, RoomTyping{Room: room, Users: hub.SelfFilter(users, ident.User)})

@@ -191,6 +191,10 @@ type client struct {
 	done   chan struct{}
 	mu     sync.Mutex
 	closed bool
+	// Set by the reader before done is closed: why and when reading ended
+	// (a *websocket.CloseError carries the server's close code).
+	readErr error
+	endedAt time.Time
 }
 
 func dial(t *testing.T, rawURL, name string) *client {
@@ -215,6 +219,7 @@ func (c *client) read() {
 	for {
 		_, data, err := c.conn.ReadMessage()
 		if err != nil {
+			c.readErr, c.endedAt = err, time.Now()
 			return
 		}
 		var f frame

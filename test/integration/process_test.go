@@ -52,6 +52,7 @@ func buildBinaries(t *testing.T) (gatewayBin, workerBin string) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	writeRecoveries()
 	if binaries.dir != "" {
 		_ = os.RemoveAll(binaries.dir)
 	}
@@ -75,7 +76,10 @@ type proc struct {
 	httpAddr  string
 	adminAddr string
 	out       *syncBuffer
-	exited    chan error
+	exited    chan error // the Wait result, put back by whoever reads it
+
+	mu       sync.Mutex
+	exitedAt time.Time
 }
 
 type syncBuffer struct {

@@ -34,8 +34,9 @@
 // snapshot per room and pushes it as an unasked "typing" frame (events
 // published while the connection was down are lost; the snapshot repairs
 // the view). [Hub.Resync] does the same on demand (the gateway calls it after
-// a NATS reconnect). A failed resync is retried every second until it
-// succeeds.
+// a NATS reconnect). A failed resync is retried until it succeeds, after
+// 100 ms, then twice as long each time up to a second (a worker whose Redis
+// pool is still reconnecting answers unavailable for a moment).
 package hub
 
 import (
@@ -420,7 +421,10 @@ func (h *Hub) reconcile(ctx context.Context, rooms ...string) error {
 // readLoop owns ps.Receive until Close.
 func (h *Hub) readLoop() {
 	defer h.wg.Done()
-	const minBackoff, maxBackoff = 50 * time.Millisecond, 2 * time.Second
+	// While Redis is down every Receive is one dial: cheap, so the backoff
+	// stays short and rooms are resubscribed (and resynced) within about
+	// half a second of Redis coming back.
+	const minBackoff, maxBackoff = 50 * time.Millisecond, 500 * time.Millisecond
 	backoff := minBackoff
 	lost := false
 	for {
@@ -512,8 +516,16 @@ func (h *Hub) Resync() {
 	}
 }
 
+// Resync retry backoff: a failed round is retried after resyncRetryMin,
+// doubling up to resyncRetryMax; a complete round resets it.
+const (
+	resyncRetryMin = 100 * time.Millisecond
+	resyncRetryMax = time.Second
+)
+
 func (h *Hub) resyncLoop() {
 	defer h.wg.Done()
+	retry := resyncRetryMin
 	for {
 		select {
 		case <-h.ctx.Done():
@@ -534,17 +546,22 @@ func (h *Hub) resyncLoop() {
 		if h.ctx.Err() != nil {
 			return
 		}
-		if failed > 0 {
-			h.resyncWarn.Do(func() {
-				h.log.Warn("resync incomplete; retrying every second (logged at most once a minute)", zap.Int("rooms_failed", failed), zap.Int("rooms", len(rooms)))
-			})
-			select {
-			case <-h.ctx.Done():
-				return
-			case <-time.After(time.Second):
-				h.Resync()
-			}
+		if failed == 0 {
+			retry = resyncRetryMin
+			continue
 		}
+		h.resyncWarn.Do(func() {
+			h.log.Warn("resync incomplete; retrying with backoff up to every second (logged at most once a minute)", zap.Int("rooms_failed", failed), zap.Int("rooms", len(rooms)))
+		})
+		t := time.NewTimer(retry)
+		select {
+		case <-h.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+			h.Resync()
+		}
+		retry = min(2*retry, resyncRetryMax)
 	}
 }
 

@@ -16,14 +16,69 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // ErrUnavailable is wrapped by every failure caused by NATS being
 // disconnected, a request timing out or no worker answering: clients get
-// error code unavailable (HTTP 503).
+// error code unavailable (HTTP 503). [Reason] says which, in words a
+// client can be shown.
 var ErrUnavailable = errors.New("presence: unavailable")
+
+// unavailableError is an ErrUnavailable with a reason for clients.
+type unavailableError struct {
+	reason string // for clients: "timed out: no presence worker answered within 2s"
+	err    error  // the cause, for logs
+}
+
+func (e *unavailableError) Error() string {
+	if e.err == nil {
+		return "presence: unavailable: " + e.reason
+	}
+	return "presence: unavailable: " + e.reason + ": " + e.err.Error()
+}
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+func (e *unavailableError) Unwrap() error        { return e.err }
+
+func unavailable(reason string, err error) error { return &unavailableError{reason, err} }
+
+// Reason describes a failure of [Client.Publish], [Client.Snapshot] or
+// [Client.Request] for clients (error frames, HTTP bodies): "NATS not
+// connected", "timed out: no presence worker answered within 2s", "no
+// presence worker is running", "presence worker: ...". It never contains
+// subjects or addresses.
+func Reason(err error) string {
+	var ue *unavailableError
+	if errors.As(err, &ue) {
+		return ue.reason
+	}
+	if err == nil {
+		return ""
+	}
+	return "internal error"
+}
+
+// requestError classifies a failed request for [Reason].
+func (c *Client) requestError(err error) error {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return unavailable("no presence worker is running", err)
+	case errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrConnectionClosed):
+		return unavailable("NATS not connected", err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		if !c.nc.IsConnected() {
+			return unavailable("NATS connection lost while waiting for a presence worker", err)
+		}
+		return unavailable(fmt.Sprintf("timed out: no presence worker answered within %v", c.timeout), err)
+	case errors.Is(err, context.Canceled):
+		return unavailable("request cancelled", err)
+	case !c.nc.IsConnected():
+		return unavailable("NATS not connected", err)
+	}
+	return unavailable("NATS request failed", err)
+}
 
 // Connection settings (nats.go options used by [Connect]).
 const (
@@ -67,11 +122,21 @@ type Client struct {
 //   - Disconnect/Reconnect/Closed/Error handlers log; the reconnect (and
 //     first connect) handler calls the function set by [Client.OnReconnect]
 //     so the hub can resync its rooms.
+//   - Subscriptions (the request/reply inbox) keep nats.go's pending limits
+//     (65536 messages, 64 MiB); beyond them NATS drops messages and reports
+//     a slow consumer.
 //
 // snapshotTimeout bounds every snapshot request (ELLIPSIS_SNAPSHOT_TIMEOUT).
-func Connect(urls []string, n names.Names, snapshotTimeout time.Duration, log *zap.Logger) (*Client, error) {
+// onError, if not nil, is called with metrics.NATSDisconnect,
+// NATSSlowConsumer or NATSAsync for every problem (to count them; the logs
+// about them are rate-limited).
+func Connect(urls []string, n names.Names, snapshotTimeout time.Duration, log *zap.Logger, onError func(kind string)) (*Client, error) {
 	c := &Client{names: n, timeout: snapshotTimeout, log: log, closed: make(chan struct{})}
+	if onError == nil {
+		onError = func(string) {}
+	}
 	errLog := rate.Sometimes{First: 3, Interval: time.Minute}
+	disconnectLog := rate.Sometimes{First: 3, Interval: time.Minute}
 	nc, err := nats.Connect(strings.Join(urls, ","),
 		nats.Name(ClientName),
 		nats.RetryOnFailedConnect(true),
@@ -85,8 +150,9 @@ func Connect(urls []string, n names.Names, snapshotTimeout time.Duration, log *z
 			c.reconnected()
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", zap.Error(err))
+			if err != nil { // nil: closed on purpose
+				onError(metrics.NATSDisconnect)
+				disconnectLog.Do(func() { log.Warn("nats disconnected; reconnecting (logged at most once a minute after 3)", zap.Error(err)) })
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
@@ -94,8 +160,19 @@ func Connect(urls []string, n names.Names, snapshotTimeout time.Duration, log *z
 			c.reconnected()
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			errLog.Do(func() { log.Warn("nats async error", zap.Error(err)) })
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			kind := metrics.NATSAsync
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				kind = metrics.NATSSlowConsumer
+			}
+			onError(kind)
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			errLog.Do(func() {
+				log.Warn("nats async error (logged at most once a minute after 3)", zap.String("kind", kind), zap.String("subject", subject), zap.Error(err))
+			})
 		}),
 	)
 	if err != nil {
@@ -133,14 +210,16 @@ func (c *Client) Status() string { return c.nc.Status().String() }
 // [ErrUnavailable] when NATS is not connected; nothing is buffered for later.
 func (c *Client) Publish(cmd *protocol.Command) error {
 	if !c.nc.IsConnected() {
-		return fmt.Errorf("%w: nats not connected", ErrUnavailable)
+		return unavailable("NATS not connected", nil)
 	}
 	data, err := json.Marshal(cmd)
 	if err != nil {
 		return fmt.Errorf("presence: encode command: %w", err)
 	}
+	// With ReconnectBufSize(-1) this fails (never buffers) once nats.go
+	// has noticed the connection is gone.
 	if err := c.nc.Publish(c.names.CommandSubject(), data); err != nil {
-		return fmt.Errorf("%w: publish: %v", ErrUnavailable, err)
+		return unavailable("NATS not connected", err)
 	}
 	return nil
 }
@@ -149,17 +228,29 @@ func (c *Client) Publish(cmd *protocol.Command) error {
 // snapshot timeout (or ctx). Errors wrap [ErrUnavailable] (not connected,
 // timeout, no responders, a worker's error reply) except for a malformed
 // reply.
+//
+// A request the queue group routed to a worker that just died (killed, not
+// yet noticed by the NATS server) is lost, so the first try waits half the
+// timeout and a second try, which the group routes to a live worker, gets
+// the rest: a worker crash costs a joining client half the timeout, not an
+// error. Snapshots are reads; asking twice is harmless.
 func (c *Client) Snapshot(ctx context.Context, room string) ([]protocol.Typist, error) {
 	req, _ := json.Marshal(protocol.SnapshotRequest{V: protocol.Version, Room: room})
-	data, err := c.Request(ctx, c.names.SnapshotSubject(), req)
+	subject := c.names.SnapshotSubject()
+	began := time.Now()
+	data, err := c.request(ctx, subject, req, c.timeout/2)
+	if err != nil && c.nc.IsConnected() && ctx.Err() == nil &&
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+		data, err = c.request(ctx, subject, req, c.timeout-time.Since(began))
+	}
 	if err != nil {
-		return nil, err
+		return nil, c.requestError(fmt.Errorf("request %s: %w", subject, err))
 	}
 	reply, err := protocol.DecodeSnapshotReply(data)
 	if err != nil {
 		var re *protocol.ReplyError
 		if errors.As(err, &re) {
-			return nil, fmt.Errorf("%w: worker: %v", ErrUnavailable, re)
+			return nil, unavailable("presence worker: "+re.Message, re)
 		}
 		return nil, fmt.Errorf("presence: snapshot reply: %w", err)
 	}
@@ -169,14 +260,25 @@ func (c *Client) Snapshot(ctx context.Context, room string) ([]protocol.Typist, 
 // Request sends a request on subject and returns the reply payload, waiting
 // at most the snapshot timeout (or ctx). Errors wrap [ErrUnavailable].
 func (c *Client) Request(ctx context.Context, subject string, data []byte) ([]byte, error) {
-	if !c.nc.IsConnected() {
-		return nil, fmt.Errorf("%w: nats not connected", ErrUnavailable)
+	data, err := c.request(ctx, subject, data, c.timeout)
+	if err != nil {
+		return nil, c.requestError(fmt.Errorf("request %s: %w", subject, err))
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return data, nil
+}
+
+// request makes one request, waiting at most timeout (or ctx); errors are
+// nats.go's (ErrConnectionReconnecting when not connected), for
+// requestError to classify.
+func (c *Client) request(ctx context.Context, subject string, data []byte, timeout time.Duration) ([]byte, error) {
+	if !c.nc.IsConnected() {
+		return nil, nats.ErrConnectionReconnecting
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: request %s: %v", ErrUnavailable, subject, err)
+		return nil, err
 	}
 	return msg.Data, nil
 }
@@ -185,7 +287,7 @@ func (c *Client) Request(ctx context.Context, subject string, data []byte) ([]by
 // timeout.
 func (c *Client) Flush(timeout time.Duration) error {
 	if !c.nc.IsConnected() {
-		return fmt.Errorf("%w: nats not connected", ErrUnavailable)
+		return unavailable("NATS not connected", nil)
 	}
 	return c.nc.FlushTimeout(timeout)
 }

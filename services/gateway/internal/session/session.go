@@ -30,6 +30,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -59,7 +60,10 @@ const (
 	// close the connection with 1008 (sustained abuse).
 	DefaultMaxRejectedInARow = 50
 	// closeGrace is how long the writer waits for the peer's close reply
-	// after sending a close frame before dropping the TCP connection.
+	// after sending a close frame before dropping the TCP connection, and
+	// bounds every write once a close was requested (the queued frames and
+	// the close frame), so a peer that stopped reading is let go within
+	// about a second instead of DefaultWriteWait per write.
 	closeGrace = time.Second
 )
 
@@ -215,6 +219,9 @@ func (c *Conn) closeWith(send, final int, reason string) bool {
 	c.closeOnce.Do(func() {
 		first = true
 		c.closeCode, c.finalCode, c.closeReason = send, final, reason
+		// A write in flight may be blocked on a peer that stopped reading
+		// (a slow consumer): give it closeGrace at most, not WriteWait.
+		_ = c.ws.UnderlyingConn().SetWriteDeadline(time.Now().Add(closeGrace))
 		close(c.quit)
 		c.cancel()
 	})
@@ -293,15 +300,15 @@ func (c *Conn) writeLoop() {
 	defer close(c.writerDone)
 	ping := time.NewTicker(c.cfg.PongWait * 9 / 10)
 	defer ping.Stop()
-	write := func(f []byte) error {
-		_ = c.ws.SetWriteDeadline(time.Now().Add(c.cfg.WriteWait))
+	write := func(f []byte, deadline time.Time) error {
+		_ = c.ws.SetWriteDeadline(deadline)
 		return c.ws.WriteMessage(websocket.TextMessage, f)
 	}
 loop:
 	for {
 		select {
 		case f := <-c.send:
-			if err := write(f); err != nil {
+			if err := write(f, time.Now().Add(c.cfg.WriteWait)); err != nil {
 				c.terminate(CloseAbnormal)
 				break loop
 			}
@@ -319,15 +326,17 @@ loop:
 	if c.closeCode != 0 {
 		if c.closeCode != CloseTryAgainLater {
 			// Flush what was queued before the close (an error frame
-			// explaining it, for one); a slow consumer gets nothing more.
+			// explaining it, for one), within closeGrace in all; a slow
+			// consumer gets nothing more.
+			deadline := time.Now().Add(closeGrace)
 			for n := len(c.send); n > 0; n-- {
-				if write(<-c.send) != nil {
+				if write(<-c.send, deadline) != nil {
 					break
 				}
 			}
 		}
 		msg := websocket.FormatCloseMessage(c.closeCode, c.closeReason)
-		if c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.cfg.WriteWait)) == nil {
+		if c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(closeGrace)) == nil {
 			select {
 			case <-c.readerDone:
 			case <-time.After(closeGrace):
@@ -510,7 +519,7 @@ func (c *Conn) join(f protocol.ClientFrame) {
 		} else {
 			c.deps.Hub.Leave(f.Room, c)
 		}
-		c.unavailable(f, "typing snapshot unavailable; retry")
+		c.unavailable(f, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
 		return
 	}
 	frame, _ := protocol.Encode(protocol.NewJoined(f.Room, hub.SelfFilter(users, c.ident.User), f.ID))
@@ -629,7 +638,7 @@ func (c *Conn) sync(f protocol.ClientFrame) {
 	users, err := c.deps.Backend.Snapshot(c.ctx, f.Room)
 	if err != nil {
 		c.deps.Hub.Release(hd, nil, "")
-		c.unavailable(f, "typing snapshot unavailable; retry")
+		c.unavailable(f, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
 		return
 	}
 	frame, _ := protocol.Encode(protocol.NewTypingSnapshot(f.Room, hub.SelfFilter(users, c.ident.User), f.ID))

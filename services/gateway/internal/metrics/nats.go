@@ -1,0 +1,34 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// NATS error kinds (label kind of ellipsis_gateway_nats_errors_total).
+const (
+	NATSDisconnect   = "disconnect"    // the connection to NATS was lost (nats.go reconnects)
+	NATSSlowConsumer = "slow_consumer" // a subscription (the reply inbox) dropped messages
+	NATSAsync        = "async"         // any other asynchronous error nats.go reported
+)
+
+// NATS counts the trouble of the gateway's NATS connection. The log lines
+// about it are rate-limited; the counter is not.
+type NATS struct {
+	errors *prometheus.CounterVec // label kind
+}
+
+// NewNATS creates the NATS metrics and registers them on reg.
+func NewNATS(reg prometheus.Registerer) (*NATS, error) {
+	n := &NATS{errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: Subsystem, Name: "nats_errors_total",
+		Help: "NATS problems by kind: disconnect, slow_consumer, async.",
+	}, []string{"kind"})}
+	if err := reg.Register(n.errors); err != nil {
+		return nil, err
+	}
+	for _, k := range []string{NATSDisconnect, NATSSlowConsumer, NATSAsync} {
+		n.errors.WithLabelValues(k) // export zeros, for alerts on rate()
+	}
+	return n, nil
+}
+
+// Error counts one NATS problem of kind (one of the NATS* constants).
+func (n *NATS) Error(kind string) { n.errors.WithLabelValues(kind).Inc() }

@@ -1,0 +1,261 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// dialTinyBuffer opens a WebSocket whose socket receive buffer is tiny, so
+// the server's writes to it block as soon as it stops reading.
+func dialTinyBuffer(t *testing.T, rawURL string) *websocket.Conn {
+	t.Helper()
+	d := websocket.Dialer{HandshakeTimeout: 3 * time.Second, ReadBufferSize: 512,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nd := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				err := rc.Control(func(fd uintptr) {
+					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048)
+				})
+				if err != nil {
+					return err
+				}
+				return serr
+			}}
+			return nd.DialContext(ctx, network, addr)
+		}}
+	ws, _, err := d.Dial(rawURL, nil)
+	if err != nil {
+		t.Fatalf("dial %s: %v", rawURL, err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return ws
+}
+
+// latencyReader reads every frame of a connection and measures the delay
+// from the ts_ms the test put into each event.
+type latencyReader struct {
+	ws        *websocket.Conn
+	mu        sync.Mutex
+	n         int
+	latencies []time.Duration
+	done      chan struct{}
+}
+
+func readLatencies(ws *websocket.Conn) *latencyReader {
+	r := &latencyReader{ws: ws, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		key := []byte(`"ts_ms":`)
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			i := bytes.Index(data, key)
+			if i < 0 || !bytes.Contains(data, []byte(`"user":"flood`)) {
+				continue
+			}
+			j := i + len(key)
+			k := j
+			for k < len(data) && data[k] >= '0' && data[k] <= '9' {
+				k++
+			}
+			ms, _ := strconv.ParseInt(string(data[j:k]), 10, 64)
+			r.mu.Lock()
+			r.n++
+			r.latencies = append(r.latencies, now.Sub(time.UnixMilli(ms)))
+			r.mu.Unlock()
+		}
+	}()
+	return r
+}
+
+func (r *latencyReader) count() int { r.mu.Lock(); defer r.mu.Unlock(); return r.n }
+
+// percentile returns the p-th percentile and the maximum latency.
+func (r *latencyReader) percentile(p float64) (time.Duration, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := slices.Clone(r.latencies)
+	slices.Sort(l)
+	if len(l) == 0 {
+		return 0, 0
+	}
+	return l[min(len(l)-1, int(float64(len(l))*p))], l[len(l)-1]
+}
+
+// joinRaw joins room on a raw connection and reads until joined.
+func joinRaw(t *testing.T, ws *websocket.Conn, room string) {
+	t.Helper()
+	if err := ws.WriteJSON(map[string]any{"type": "join", "room": room, "id": "j"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("join %s: %v", room, err)
+		}
+		if strings.Contains(string(data), `"joined"`) {
+			break
+		}
+	}
+	_ = ws.SetReadDeadline(time.Time{})
+}
+
+// Issue #3 item 9, gateway side. A client that never reads sits in a busy
+// room next to fast ones. The gateway's Redis Pub/Sub reader hands events
+// to per-connection queues without ever waiting: the fast clients get every
+// event with low latency, the stuck one is closed with 1013 (and its
+// connection released within seconds), and the drops are counted.
+func TestSlowClientNeverStallsTheRoom(t *testing.T) {
+	t.Parallel()
+	ps := newProcStack(t, nil)
+	ps.startWorker(nil)
+	g := ps.startGateway(nil) // outbound queue: 256 frames
+	room := "busy"
+	stuck := dialTinyBuffer(t, g.wsURL("stuck", ""))
+	joinRaw(t, stuck, room) // and never read again
+	var fast []*latencyReader
+	for i := range 2 {
+		d := websocket.Dialer{HandshakeTimeout: 3 * time.Second}
+		ws, _, err := d.Dial(g.wsURL(fmt.Sprintf("fast%d", i), ""), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ws.Close() })
+		joinRaw(t, ws, room)
+		fast = append(fast, readLatencies(ws))
+	}
+
+	// Flood the room's channel as workers would: 10000 events of ~600
+	// bytes (6 MB: more than the kernel buffers up for the stuck socket,
+	// 4 MB at most here) over a few seconds.
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL(), "redis://")})
+	defer rdb.Close()
+	channel := names.New(ps.s.cfg.KeyPrefix, "").RoomChannel(room)
+	const total, batch = 10000, 40
+	name := strings.Repeat("x", 200)
+	ctx := context.Background()
+	began := time.Now()
+	for i := 0; i < total; i += batch {
+		pipe := rdb.Pipeline()
+		for j := i; j < i+batch; j++ {
+			ev := protocol.RoomEvent{V: 1, Type: protocol.TypeTypingStart, Room: room, User: fmt.Sprintf("flood%d-%s", j, name[:180]), Name: name, TTLMs: 1500, TsMs: time.Now().UnixMilli()}
+			b, _ := json.Marshal(ev)
+			pipe.Publish(ctx, channel, b)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("published %d events in %v", total, time.Since(began))
+	for i, r := range fast {
+		deadline := time.Now().Add(10 * time.Second)
+		for r.count() < total && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		p99, worst := r.percentile(0.99)
+		t.Logf("fast%d: %d/%d events, latency p99 %v, max %v", i, r.count(), total, p99, worst)
+		if r.count() != total {
+			t.Fatalf("fast%d got %d of %d events: the stuck client held the room up", i, r.count(), total)
+		}
+		if p99 > 500*time.Millisecond || worst > 2*time.Second {
+			t.Fatalf("fast%d: latency p99 %v, max %v next to a stuck client; want p99 ≤ 500ms, max ≤ 2s", i, p99, worst)
+		}
+	}
+	if n := metric(t, g.adminAddr, "ellipsis_gateway_slow_consumer_closes_total"); n != 1 {
+		t.Fatalf("slow_consumer_closes_total = %v, want 1 (only the stuck client)", n)
+	}
+	if n := metric(t, g.adminAddr, "ellipsis_gateway_events_dropped_total"); n == 0 {
+		t.Fatal("events dropped for the stuck client were not counted")
+	}
+	// The stuck connection is released soon, not after minutes of writes.
+	deadline := time.Now().Add(5 * time.Second)
+	for metric(t, g.adminAddr, "ellipsis_gateway_closes_total", `code="1013"`) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stuck connection was not closed with 1013 within 5s of the flood")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := g.countLines("closing slow consumer"); n != 1 {
+		t.Fatalf("%d 'closing slow consumer' log lines, want 1 (rate-limited)", n)
+	}
+	// The stuck client's socket ends once it reads what the kernel holds.
+	_ = stuck.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		if _, _, err := stuck.ReadMessage(); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the stuck client's connection is still open")
+			}
+			t.Logf("stuck client: %v", err)
+			break
+		}
+	}
+}
+
+// Issue #3 item 9, worker side. The worker's Redis hangs (SIGSTOP), so its
+// shard stops; commands pile up in the command subscription up to its
+// pending limit, beyond which NATS drops them and reports a slow consumer:
+// counted in nats_errors_total{kind="slow_consumer"} and logged at a bounded
+// rate. The worker neither blocks NATS nor dies, and recovers.
+func TestWorkerSlowConsumerIsBoundedAndCounted(t *testing.T) {
+	t.Parallel()
+	r := startPrivateRedis(t)
+	n := startPrivateNATS(t)
+	ps := newProcStack(t, map[string]string{"ELLIPSIS_REDIS_URL": r.url(), "ELLIPSIS_NATS_URL": n.url()})
+	w := ps.startWorker(nil)
+	nc := connectNATS(t, n.url())
+	subject := names.New("", ps.s.cfg.SubjectPrefix).CommandSubject()
+	r.signal(syscall.SIGSTOP)
+	defer r.signal(syscall.SIGCONT)
+	// One connection, so one shard: 1024 queued + 65536 pending fit.
+	const flood = 90000
+	began := time.Now()
+	for i := 1; i <= flood; i++ {
+		b, _ := json.Marshal(protocol.Command{V: 1, Op: protocol.OpStart, Room: "sc", User: "u", Conn: "flood:1", Seq: uint64(i), TsMs: 1})
+		if err := nc.Publish(subject, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("published %d commands in %v", flood, time.Since(began))
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(t, w.adminAddr, "ellipsis_worker_nats_errors_total", `kind="slow_consumer"`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no slow consumer counted after %d commands to a stuck worker", flood)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if lines := w.countLines("NATS slow consumer"); lines < 1 || lines > 2 {
+		t.Fatalf("%d slow-consumer log lines, want 1..2 (at most one per 10 s)", lines)
+	}
+	// Still connected to NATS (the server did not cut it off), and it
+	// recovers when Redis does.
+	if code, body := readyz(w.adminAddr); strings.Contains(body, `"nats"`) {
+		t.Fatalf("worker lost NATS under the flood: %d %s", code, body)
+	}
+	r.signal(syscall.SIGCONT)
+	waitReadyz(t, w.adminAddr, 200, 10*time.Second)
+}

@@ -1,0 +1,236 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// Issue #3 item 10, gateway. SIGTERM to a gateway with twelve clients:
+// /readyz is 503 before any client is closed, new upgrades are refused, the
+// typing state of its connections is cleared (receivers on another gateway
+// see typing_stop disconnected within 1 s), clients are closed with 1001
+// spread over ELLIPSIS_SHUTDOWN_DRAIN (1 s here), and the process exits 0
+// well inside 30 s.
+func TestGatewaySIGTERMDrains(t *testing.T) {
+	t.Parallel()
+	const drain = time.Second
+	ps := newProcStack(t, nil)
+	ps.startWorker(nil)
+	ps.startWorker(nil)
+	g0 := ps.startGateway(map[string]string{"ELLIPSIS_SHUTDOWN_DRAIN": drain.String()})
+	g1 := ps.startGateway(nil)
+	room := "shutdown"
+	bob := watch(dial(t, g1.wsURL("bob", ""), "bob"))
+	bob.join(room)
+	var clients []*client
+	var typists []string
+	for i := range 12 {
+		u := fmt.Sprintf("c%02d", i)
+		c := dial(t, g0.wsURL(u, ""), u)
+		c.join(room)
+		if i%3 != 0 {
+			stop := keepTyping(c, room, testRefresh)
+			defer stop()
+			typists = append(typists, u)
+		}
+		clients = append(clients, c)
+	}
+	bob.waitShown(room, strings.Join(typists, ","), 3*time.Second)
+	since := bob.mark()
+
+	// Watch the first close: readiness must already say "shutdown" then.
+	var readyAtFirstClose struct {
+		sync.Once
+		code int
+		body string
+		done chan struct{}
+	}
+	readyAtFirstClose.done = make(chan struct{})
+	for _, c := range clients {
+		go func() {
+			<-c.done
+			readyAtFirstClose.Do(func() {
+				readyAtFirstClose.code, readyAtFirstClose.body = readyz(g0.adminAddr)
+				close(readyAtFirstClose.done)
+			})
+		}()
+	}
+	g0.kill(syscall.SIGTERM)
+	term := time.Now()
+
+	// Receivers elsewhere see every typist stop, as disconnected, within 1 s.
+	at := bob.waitShown(room, "", 2*time.Second)
+	for _, u := range typists {
+		stops := bob.frames(since, isStop(room, u, ""))
+		if len(stops) != 1 || stops[0].Reason != "disconnected" {
+			t.Fatalf("%s: stops %v, want one disconnected", u, stops)
+		}
+	}
+	if d := at.Sub(term); d > time.Second {
+		t.Fatalf("receivers saw the stops %v after SIGTERM, want ≤ 1s", d)
+	}
+	recordRecovery(t, "gateway SIGTERM: receivers see typing_stop disconnected", at.Sub(term))
+
+	// New connections are refused while it drains.
+	if c, err := tryDial(t, g0.wsURL("late", ""), "late"); err == nil {
+		c.abort()
+		t.Fatal("a new WebSocket was accepted during shutdown")
+	} else {
+		t.Logf("upgrade during shutdown refused: %v", err)
+	}
+
+	// 1001 for everyone, spread over the drain window.
+	var times []time.Time
+	for _, c := range clients {
+		code, endedAt := c.closeCode(drain + 3*time.Second)
+		if code != 1001 {
+			t.Fatalf("%s closed with %d, want 1001 (going away)", c.name, code)
+		}
+		times = append(times, endedAt)
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	spread := times[len(times)-1].Sub(times[0])
+	t.Logf("closes from %v to %v after SIGTERM (spread %v over a %v drain)", times[0].Sub(term), times[len(times)-1].Sub(term), spread, drain)
+	if spread < drain/2 || spread > drain+500*time.Millisecond {
+		t.Fatalf("closes spread over %v, want about the drain window %v", spread, drain)
+	}
+	<-readyAtFirstClose.done
+	if readyAtFirstClose.code != 503 || !strings.Contains(readyAtFirstClose.body, "shutdown") {
+		t.Fatalf("/readyz when the first client was closed: %d %s, want 503 shutdown", readyAtFirstClose.code, readyAtFirstClose.body)
+	}
+	code, exited := g0.waitExit(t, 30*time.Second)
+	if code != 0 {
+		t.Fatalf("gateway exited with %d after SIGTERM", code)
+	}
+	if d := exited.Sub(term); d > drain+5*time.Second {
+		t.Fatalf("gateway took %v to exit after SIGTERM with a %v drain", d, drain)
+	} else {
+		t.Logf("gateway exited %v after SIGTERM", d)
+	}
+}
+
+// Issue #3 item 10, worker. SIGTERM to one of two workers in the middle of
+// a burst of 10000 commands: it stops taking commands, applies every one it
+// had already received, and exits 0; not one command is lost (each of the
+// 10000 starts is published exactly once).
+func TestWorkerSIGTERMFinishesInFlight(t *testing.T) {
+	t.Parallel()
+	ps := newProcStack(t, nil)
+	w0 := ps.startWorker(nil)
+	ps.startWorker(nil)
+	nc := connectNATS(t, ps.s.cfg.NATSURL)
+	n := names.New(ps.s.cfg.KeyPrefix, ps.s.cfg.SubjectPrefix)
+
+	opt, _ := redis.ParseURL(redisURL())
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sub := rdb.PSubscribe(ctx, ps.s.cfg.KeyPrefix+"chat:room:*")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch := sub.Channel(redis.WithChannelSize(20000))
+
+	const rooms, perRoom = 100, 100
+	const total = rooms * perRoom
+	var term time.Time
+	for i := range total {
+		cmd := protocol.Command{V: 1, Op: protocol.OpStart, Room: fmt.Sprintf("r%d", i%rooms), User: fmt.Sprintf("u%d", i),
+			Conn: fmt.Sprintf("c:%d", i), Seq: 1, TsMs: time.Now().UnixMilli()}
+		b, _ := json.Marshal(cmd)
+		if err := nc.Publish(n.CommandSubject(), b); err != nil {
+			t.Fatal(err)
+		}
+		if i == total/3 {
+			_ = nc.Flush()
+			if metric(t, w0.adminAddr, "ellipsis_worker_commands_total") == 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			w0.kill(syscall.SIGTERM)
+			term = time.Now()
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	deadline := time.After(20 * time.Second)
+	for len(seen) < total {
+		select {
+		case m := <-ch:
+			ev, err := protocol.DecodeRoomEvent([]byte(m.Payload))
+			if err != nil {
+				t.Fatalf("bad event %q: %v", m.Payload, err)
+			}
+			if ev.Type == protocol.TypeTypingStart {
+				seen[ev.User]++
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d starts published: commands were lost across the worker's SIGTERM", len(seen), total)
+		}
+	}
+	for u, k := range seen {
+		if k != 1 {
+			t.Fatalf("%s started %d times", u, k)
+		}
+	}
+	code, exited := w0.waitExit(t, 25*time.Second)
+	if code != 0 {
+		t.Fatalf("worker exited with %d after SIGTERM", code)
+	}
+	if w0.countLines("presence worker stopped") != 1 {
+		t.Fatalf("worker did not log its clean stop:\n%s", tail(w0.out.String(), 20))
+	}
+	t.Logf("all %d commands applied once; worker0 exited %v after SIGTERM", total, exited.Sub(term))
+}
+
+// Issue #3 item 10: Shutdown(ctx) of both servers is safe to call twice,
+// also concurrently, and the second call does not wait for a new drain.
+func TestShutdownTwiceIsSafe(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 1, 1)
+	c := dial(t, s.wsURL(0, "alice", ""), "alice")
+	c.join("twice")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range 2 {
+		wg.Add(2)
+		go func() { defer wg.Done(); errs[i] = s.gateways[0].Shutdown(ctx) }()
+		go func() { defer wg.Done(); errs[2+i] = s.workers[0].Shutdown(ctx) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Shutdown %d: %v", i, err)
+		}
+	}
+	began := time.Now()
+	if err := s.gateways[0].Shutdown(ctx); err != nil {
+		t.Fatalf("third gateway Shutdown: %v", err)
+	}
+	if err := s.workers[0].Shutdown(ctx); err != nil {
+		t.Fatalf("third worker Shutdown: %v", err)
+	}
+	if d := time.Since(began); d > 100*time.Millisecond {
+		t.Fatalf("a repeated Shutdown took %v", d)
+	}
+	if code, _ := c.closeCode(2 * time.Second); code != 1001 {
+		t.Fatalf("client closed with %d, want 1001", code)
+	}
+}
