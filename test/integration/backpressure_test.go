@@ -129,7 +129,9 @@ func TestSlowClientNeverStallsTheRoom(t *testing.T) {
 	t.Parallel()
 	ps := newProcStack(t, nil)
 	ps.startWorker(nil)
-	g := ps.startGateway(nil) // outbound queue: 256 frames
+	// Outbound queue: 256 frames; a 30 s write deadline, so blocking on the
+	// stuck client would show as a 30 s stall.
+	g := ps.startGateway(map[string]string{"ELLIPSIS_WRITE_WAIT": "30s"})
 	room := "busy"
 	stuck := dialTinyBuffer(t, g.wsURL("stuck", ""))
 	joinRaw(t, stuck, room) // and never read again
@@ -178,8 +180,11 @@ func TestSlowClientNeverStallsTheRoom(t *testing.T) {
 		if r.count() != total {
 			t.Fatalf("fast%d got %d of %d events: the stuck client held the room up", i, r.count(), total)
 		}
-		if p99 > 500*time.Millisecond || worst > 2*time.Second {
-			t.Fatalf("fast%d: latency p99 %v, max %v next to a stuck client; want p99 ≤ 500ms, max ≤ 2s", i, p99, worst)
+		// Latency is logged, not asserted (the load generator measures
+		// speed); a fan-out that waited on the stuck client's write would
+		// hold events for the whole 30 s write deadline.
+		if worst >= 10*time.Second {
+			t.Fatalf("fast%d: an event waited %v next to a stuck client: the fan-out blocked on it", i, worst)
 		}
 	}
 	if n := metric(t, g.adminAddr, "ellipsis_gateway_slow_consumer_closes_total"); n != 1 {
