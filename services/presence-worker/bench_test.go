@@ -40,12 +40,12 @@ func BenchmarkStartCommand(b *testing.B) {
 	}
 	n := names.New("t-bench-"+randHex(4)+":", "")
 	defer cleanupKeys(rdb, n.KeyPrefix())
-	st, err := newStore(rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+	st, err := newStore(config.StoreZSet, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := st.loadScripts(ctx); err != nil {
+	if err := st.Prepare(ctx); err != nil {
 		b.Fatal(err)
 	}
 	s := &Server{st: st, m: m, rl: newRateLog(zap.NewNop(), time.Minute), log: zap.NewNop()}

@@ -93,14 +93,14 @@ func (s *Server) apply(ctx context.Context, cmd protocol.Command) {
 	)
 	switch cmd.Op {
 	case protocol.OpStart:
-		outcome, err = s.st.start(ctx, cmd)
+		outcome, err = s.st.Start(ctx, cmd)
 	case protocol.OpStop:
-		outcome, err = s.st.stop(ctx, cmd, protocol.ReasonStopped)
+		outcome, err = s.st.Stop(ctx, cmd, protocol.ReasonStopped)
 	case protocol.OpLeave:
-		outcome, err = s.st.stop(ctx, cmd, protocol.ReasonLeft)
+		outcome, err = s.st.Stop(ctx, cmd, protocol.ReasonLeft)
 	case protocol.OpDisconnect:
 		var outs []string
-		outs, err = s.st.disconnect(ctx, cmd)
+		outs, err = s.st.Disconnect(ctx, cmd)
 		outcome = disconnectOutcome(outs, err)
 	default: // DecodeCommand admits no other op
 		return

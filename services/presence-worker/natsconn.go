@@ -174,7 +174,7 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 		reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: protocol.CodeBadRequest, Message: err.Error()}}
 	} else {
 		ctx, cancel := context.WithTimeout(s.runCtx, s.cfg.SnapshotTimeout)
-		users, err := s.st.snapshot(ctx, req.Room)
+		users, err := s.st.Snapshot(ctx, req.Room)
 		cancel()
 		if err != nil {
 			code := protocol.CodeInternal

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,9 +16,58 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
+
+// Store is where a worker keeps typing state: the commands' effects, the
+// expiry sweep and "who is typing". Each method is atomic per room (one Lua
+// call, or one call per room of a disconnect), publishes the events its
+// state change implies on the room's channel in the same atomic step, and
+// is safe for concurrent use by any number of goroutines and workers
+// sharing one Redis.
+//
+// Two implementations sit side by side, selected by Config.Store
+// (ELLIPSIS_STORE): zsetStore ("zset", the default: one sorted set per
+// room) and keysStore ("keys", the seed's pattern 1: one TTL key per
+// typist, listed with SCAN). Both pass the same contract suite
+// (contract_test.go); README.md says where they differ in cost.
+//
+// Errors are Redis failures after retries, or an unexpected script reply;
+// Snapshot's errors are *snapshotError, which carry the reply code.
+type Store interface {
+	// Prepare loads the store's scripts on the server, so the first
+	// commands use EVALSHA at once. Failure is not fatal: calls fall back
+	// to EVAL.
+	Prepare(ctx context.Context) error
+	// Start applies a start command (Room, User, Conn set) and returns
+	// OutcomeStarted, OutcomeRefreshed, OutcomeThrottled or OutcomeStale.
+	Start(ctx context.Context, cmd protocol.Command) (string, error)
+	// Stop applies a stop or leave command, reason protocol.ReasonStopped
+	// or protocol.ReasonLeft, and returns OutcomeStopped, OutcomeNoop or
+	// OutcomeStale. Without Conn it ends every connection of the user in
+	// the room and ignores Seq.
+	Stop(ctx context.Context, cmd protocol.Command, reason string) (string, error)
+	// Disconnect stops the connection in every room of cmd.Rooms with
+	// reason protocol.ReasonDisconnected and returns one outcome per room
+	// (OutcomeError for a room that failed); the error joins the rooms'.
+	Disconnect(ctx context.Context, cmd protocol.Command) ([]string, error)
+	// Sweep publishes typing_stop(expired) for every typist whose time ran
+	// out in the rooms due in the sweep index, exactly once across any
+	// number of concurrent sweepers.
+	Sweep(ctx context.Context) (SweepResult, error)
+	// Snapshot returns who is typing in room now: the distinct users with a
+	// live entry, with their display names, sorted by user, never nil.
+	Snapshot(ctx context.Context, room string) ([]protocol.Typist, error)
+}
+
+// SweepResult sums one [Store.Sweep].
+type SweepResult struct {
+	Rooms   int // due rooms swept
+	Removed int // expired entries removed (store "keys": see keysStore.Sweep)
+	Stops   int // typing_stop(expired) published
+}
 
 // Redis tuning. The numbers are ours (the seed design has none): a script
 // call normally takes well under a millisecond, so a few short retries ride
@@ -54,55 +102,77 @@ const (
 	scriptStop       = "stop"
 	scriptDisconnect = "disconnect" // a pipeline of stop scripts, one per room
 	scriptDue        = "due"
-	scriptSweep      = "sweep" // a pipeline of sweep scripts, one per due room
-	scriptSnapshot   = "snapshot"
+	scriptSweep      = "sweep"    // a pipeline of sweep scripts, one per due room
+	scriptSnapshot   = "snapshot" // store "keys": the SCAN loop and the names read
 )
 
-//go:embed scripts/*.lua
+// ErrUnknownStore is returned by newStore for a kind other than
+// config.StoreZSet and config.StoreKeys (config.Validate rejects those
+// first, naming ELLIPSIS_STORE).
+var ErrUnknownStore = errors.New("worker: unknown store")
+
+// newStore builds the store of kind (config.StoreZSet or config.StoreKeys)
+// on rdb. It does no I/O.
+func newStore(kind string, rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *metrics, log *zap.Logger, rl *rateLog) (Store, error) {
+	base := redisBase{
+		rdb: rdb, names: n, m: m, log: log, rl: rl,
+		ttlMs:      ttl.Milliseconds(),
+		throttleMs: throttle.Milliseconds(),
+		graceMs:    DefaultKeyGrace.Milliseconds(),
+	}
+	switch kind {
+	case config.StoreZSet:
+		return newZsetStore(base)
+	case config.StoreKeys:
+		return newKeysStore(base)
+	}
+	return nil, fmt.Errorf("%w %q (want %s or %s)", ErrUnknownStore, kind, config.StoreZSet, config.StoreKeys)
+}
+
+// checkScripts builds every store's scripts once, so a broken embed fails
+// New instead of the first command.
+func checkScripts() error {
+	if _, err := newZsetStore(redisBase{}); err != nil {
+		return err
+	}
+	_, err := newKeysStore(redisBase{})
+	return err
+}
+
+//go:embed scripts/*.lua scripts/keys/*.lua
 var scriptFiles embed.FS
 
-// scripts are the Lua scripts, each prefixed with scripts/lib.lua. They are
-// immutable after newScripts (redis.NewScript hashes the source at once).
-type scripts struct {
-	start, stop, sweep, due, snapshot *redis.Script
-}
-
-func newScripts() (scripts, error) {
+// loadScript returns scripts/<name>.lua prefixed with scripts/lib.lua. The
+// script is immutable (redis.NewScript hashes the source at once).
+func loadScript(name string) (*redis.Script, error) {
 	lib, err := scriptFiles.ReadFile("scripts/lib.lua")
 	if err != nil {
-		return scripts{}, err
+		return nil, fmt.Errorf("worker: embedded scripts: %w", err)
 	}
-	load := func(name string) (*redis.Script, error) {
-		body, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
+	body, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
+	if err != nil {
+		return nil, fmt.Errorf("worker: embedded scripts: %w", err)
+	}
+	return redis.NewScript(string(lib) + "\n" + string(body)), nil
+}
+
+// loadScripts fills each destination with its script (see loadScript).
+func loadScripts(dst map[string]**redis.Script) error {
+	for name, p := range dst {
+		s, err := loadScript(name)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return redis.NewScript(string(lib) + "\n" + string(body)), nil
+		*p = s
 	}
-	var s scripts
-	for _, p := range []struct {
-		name string
-		dst  **redis.Script
-	}{{"start", &s.start}, {"stop", &s.stop}, {"sweep", &s.sweep}, {"due", &s.due}, {"snapshot", &s.snapshot}} {
-		if *p.dst, err = load(p.name); err != nil {
-			return scripts{}, err
-		}
-	}
-	return s, nil
+	return nil
 }
 
-func (s scripts) all() []*redis.Script {
-	return []*redis.Script{s.start, s.stop, s.sweep, s.due, s.snapshot}
-}
-
-// store owns the typing state in Redis: one sorted set per room scored by
-// expiry in Redis TIME, applied by one atomic Lua script per command per
-// room (see README.md, "Lua design"). It is safe for concurrent use; any
-// number of stores (workers) may share one Redis.
-type store struct {
+// redisBase is what both stores share: the client, names, settings,
+// metrics, and the retrying call paths.
+type redisBase struct {
 	rdb   redis.UniversalClient
 	names names.Names
-	sc    scripts
 	m     *metrics
 	log   *zap.Logger
 	rl    *rateLog
@@ -110,24 +180,10 @@ type store struct {
 	ttlMs, throttleMs, graceMs int64
 }
 
-func newStore(rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *metrics, log *zap.Logger, rl *rateLog) (*store, error) {
-	sc, err := newScripts()
-	if err != nil {
-		return nil, fmt.Errorf("worker: embedded scripts: %w", err)
-	}
-	return &store{
-		rdb: rdb, names: n, sc: sc, m: m, log: log, rl: rl,
-		ttlMs:      ttl.Milliseconds(),
-		throttleMs: throttle.Milliseconds(),
-		graceMs:    DefaultKeyGrace.Milliseconds(),
-	}, nil
-}
-
-// loadScripts sends SCRIPT LOAD for every script, so the first commands
-// use EVALSHA at once. Failure is not fatal: calls fall back to EVAL.
-func (st *store) loadScripts(ctx context.Context) error {
+// prepare sends SCRIPT LOAD for each script (see [Store.Prepare]).
+func (st *redisBase) prepare(ctx context.Context, scripts ...*redis.Script) error {
 	var errs []error
-	for _, s := range st.sc.all() {
+	for _, s := range scripts {
 		if err := s.Load(ctx, st.rdb).Err(); err != nil {
 			errs = append(errs, err)
 		}
@@ -147,7 +203,7 @@ type scriptCall struct {
 // READONLY, TRYAGAIN, ...) up to redisAttempts times with jittered backoff,
 // stopping early when ctx ends. It returns each call's reply and error.
 // name labels the duration histogram.
-func (st *store) eval(ctx context.Context, name string, calls []scriptCall) ([]any, []error) {
+func (st *redisBase) eval(ctx context.Context, name string, calls []scriptCall) ([]any, []error) {
 	began := time.Now()
 	defer func() { st.m.scriptDuration.WithLabelValues(name).Observe(time.Since(began).Seconds()) }()
 
@@ -180,21 +236,29 @@ func (st *store) eval(ctx context.Context, name string, calls []scriptCall) ([]a
 		}
 		st.rl.Warn("redis-retry", "redis call failed, retrying",
 			zap.String("script", name), zap.Int("attempt", attempt), zap.Int("calls", len(pending)), zap.Error(err))
-		// Full jitter: sleep a random time in [backoff/2, backoff].
-		d := backoff/2 + rand.N(backoff/2+1)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleepBackoff(ctx, backoff) {
 			return res, errs
-		case <-t.C:
 		}
 		backoff = min(2*backoff, redisBackoffMax)
 	}
 }
 
+// sleepBackoff sleeps a random time in [backoff/2, backoff] (full jitter)
+// and reports false when ctx ended first.
+func sleepBackoff(ctx context.Context, backoff time.Duration) bool {
+	d := backoff/2 + rand.N(backoff/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // evalOnce makes one try of the calls listed in idx.
-func (st *store) evalOnce(ctx context.Context, calls []scriptCall, idx []int, res []any, errs []error) {
+func (st *redisBase) evalOnce(ctx context.Context, calls []scriptCall, idx []int, res []any, errs []error) {
 	actx, cancel := context.WithTimeout(ctx, redisAttemptTimeout)
 	defer cancel()
 	if len(idx) == 1 {
@@ -232,6 +296,32 @@ func (st *store) evalOnce(ctx context.Context, calls []scriptCall, idx []int, re
 	}
 	if len(missing) > 0 {
 		run(missing)
+	}
+}
+
+// call runs one plain Redis call (not a script: SCAN, HMGET) with the
+// retry policy of eval: up to redisAttempts tries of redisAttemptTimeout
+// each, jittered backoff between them, stopping when ctx ends. fn must be
+// safe to repeat (reads are).
+func (st *redisBase) call(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	backoff := redisBackoffMin
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, redisAttemptTimeout)
+		err := fn(actx)
+		cancel()
+		if err == nil || errors.Is(err, redis.Nil) {
+			return err
+		}
+		st.m.redisErrors.Inc()
+		if !retryable(err) || ctx.Err() != nil || attempt >= redisAttempts {
+			return err
+		}
+		st.rl.Warn("redis-retry", "redis call failed, retrying",
+			zap.String("script", what), zap.Int("attempt", attempt), zap.Error(err))
+		if !sleepBackoff(ctx, backoff) {
+			return err
+		}
+		backoff = min(2*backoff, redisBackoffMax)
 	}
 }
 
@@ -291,7 +381,7 @@ func outcomeOf(v any) (string, error) {
 
 // countPublished adds the event that an outcome implies to
 // ellipsis_worker_events_published_total.
-func (st *store) countPublished(outcome string) {
+func (st *redisBase) countPublished(outcome string) {
 	switch outcome {
 	case OutcomeStarted, OutcomeRefreshed:
 		st.m.eventsPublished.WithLabelValues(protocol.TypeTypingStart).Inc()
@@ -300,14 +390,10 @@ func (st *store) countPublished(outcome string) {
 	}
 }
 
-// start applies a start command (Room, User, Conn set; see start.lua) and
-// returns its outcome: started, refreshed, throttled or stale.
-func (st *store) start(ctx context.Context, cmd protocol.Command) (string, error) {
-	n, room, user := st.names, cmd.Room, cmd.User
-	keys := []string{n.RoomKey(room), n.NamesKey(room), n.SeqKey(room, cmd.Conn), n.ThrottleKey(room, user), n.RoomChannel(room), n.SweepKey()}
-	ev := protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: room, User: user, Name: cmd.Name, TTLMs: st.ttlMs})
-	args := []any{names.Member(user, cmd.Conn), names.Enc(user), cmd.Name, seqArg(cmd.Seq), st.ttlMs, st.throttleMs, st.graceMs, names.Enc(room), ev}
-	res, errs := st.eval(ctx, scriptStart, []scriptCall{{st.sc.start, keys, args}})
+// runCommand runs one start or stop script call and returns its outcome,
+// counting the event it published.
+func (st *redisBase) runCommand(ctx context.Context, name string, c scriptCall) (string, error) {
+	res, errs := st.eval(ctx, name, []scriptCall{c})
 	if errs[0] != nil {
 		return OutcomeError, errs[0]
 	}
@@ -319,45 +405,25 @@ func (st *store) start(ctx context.Context, cmd protocol.Command) (string, error
 	return out, nil
 }
 
-// stopCall builds the stop script call for one room. Without conn it ends
-// every connection of user in room and ignores seq.
-func (st *store) stopCall(room, user, conn string, seq uint64, reason string) scriptCall {
-	n := st.names
-	member := ""
-	if conn == "" {
-		seq = 0
-	} else {
-		member = names.Member(user, conn)
-	}
-	keys := []string{n.RoomKey(room), n.NamesKey(room), n.SeqKey(room, conn), n.ThrottleKey(room, user), n.RoomChannel(room)}
-	ev := protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: user, Reason: reason})
-	args := []any{member, names.Enc(user), seqArg(seq), st.ttlMs + st.graceMs, ev}
-	return scriptCall{st.sc.stop, keys, args}
+// startEvent is the typing_start event of cmd up to "ts_ms": (the script
+// appends Redis TIME and the closing brace).
+func (st *redisBase) startEvent(cmd protocol.Command) []byte {
+	return protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: cmd.Room, User: cmd.User, Name: cmd.Name, TTLMs: st.ttlMs})
 }
 
-// stop applies a stop or leave command (reason stopped or left) and returns
-// its outcome: stopped, noop or stale.
-func (st *store) stop(ctx context.Context, cmd protocol.Command, reason string) (string, error) {
-	res, errs := st.eval(ctx, scriptStop, []scriptCall{st.stopCall(cmd.Room, cmd.User, cmd.Conn, cmd.Seq, reason)})
-	if errs[0] != nil {
-		return OutcomeError, errs[0]
-	}
-	out, err := outcomeOf(res[0])
-	if err != nil {
-		return OutcomeError, err
-	}
-	st.countPublished(out)
-	return out, nil
+// stopEvent is the typing_stop event of user in room, up to "ts_ms":.
+func stopEvent(room, user, reason string) []byte {
+	return protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: user, Reason: reason})
 }
 
-// disconnect runs the stop script with reason disconnected in every room of
-// cmd.Rooms, pipelined (the rooms live in different hash slots, so each is
-// its own atomic call). It returns one outcome per room; err joins the
+// disconnect runs stopCall's script with reason disconnected in every room
+// of cmd.Rooms, pipelined (the rooms live in different hash slots, so each
+// is its own atomic call). It returns one outcome per room; err joins the
 // rooms' errors.
-func (st *store) disconnect(ctx context.Context, cmd protocol.Command) ([]string, error) {
+func (st *redisBase) disconnect(ctx context.Context, cmd protocol.Command, stopCall func(room, user, conn string, seq uint64, reason string) scriptCall) ([]string, error) {
 	calls := make([]scriptCall, len(cmd.Rooms))
 	for i, room := range cmd.Rooms {
-		calls[i] = st.stopCall(room, cmd.User, cmd.Conn, cmd.Seq, protocol.ReasonDisconnected)
+		calls[i] = stopCall(room, cmd.User, cmd.Conn, cmd.Seq, protocol.ReasonDisconnected)
 	}
 	res, errs := st.eval(ctx, scriptDisconnect, calls)
 	outs := make([]string, len(calls))
@@ -380,13 +446,6 @@ func (st *store) disconnect(ctx context.Context, cmd protocol.Command) ([]string
 	return outs, errors.Join(all...)
 }
 
-// sweepResult sums one sweep.
-type sweepResult struct {
-	Rooms   int // due rooms swept
-	Removed int // expired entries removed
-	Stops   int // typing_stop(expired) published
-}
-
 // stopTemplate splits the typing_stop(expired) event of room around the
 // user's JSON string: head ends with `"user":`, tail is
 // `,"reason":"expired","ts_ms":`. The sweep script inserts the user it finds
@@ -402,14 +461,15 @@ func stopTemplate(room string) (head, tail []byte, err error) {
 	return p[:i], p[i+len(`"\u0001"`):], nil
 }
 
-// sweep pushes typing_stop(expired) for every entry whose time ran out in
-// the rooms that are due in the sweep index (see sweep.lua), in batches of
-// sweepBatch rooms, at most sweepMaxBatches batches per call.
-func (st *store) sweep(ctx context.Context) (sweepResult, error) {
-	var total sweepResult
+// sweep reads the rooms due in the sweep index with the due script, and
+// runs the call roomCall builds for each (the store's sweep script), in
+// batches of sweepBatch rooms pipelined, at most sweepMaxBatches batches
+// per call. Each sweep script returns {stops, removed, now}.
+func (st *redisBase) sweep(ctx context.Context, due *redis.Script, roomCall func(room, encRoom string, head, tail []byte) scriptCall) (SweepResult, error) {
+	var total SweepResult
 	n := st.names
 	for range sweepMaxBatches {
-		res, errs := st.eval(ctx, scriptDue, []scriptCall{{st.sc.due, []string{n.SweepKey()}, []any{sweepBatch}}})
+		res, errs := st.eval(ctx, scriptDue, []scriptCall{{due, []string{n.SweepKey()}, []any{sweepBatch}}})
 		if errs[0] != nil {
 			return total, errs[0]
 		}
@@ -436,8 +496,7 @@ func (st *store) sweep(ctx context.Context) (sweepResult, error) {
 			if err != nil {
 				return total, err
 			}
-			keys := []string{n.RoomKey(room), n.NamesKey(room), n.SweepKey(), n.RoomChannel(room)}
-			calls = append(calls, scriptCall{st.sc.sweep, keys, []any{encRoom, n.ThrottleKey(room, ""), head, tail}})
+			calls = append(calls, roomCall(room, encRoom, head, tail))
 			if due, err := strconv.ParseFloat(dueS, 64); err == nil {
 				lags = append(lags, max(0, float64(now)-due)/1000)
 			}
@@ -486,34 +545,11 @@ type snapshotError struct {
 func (e *snapshotError) Error() string { return e.code + ": " + e.err.Error() }
 func (e *snapshotError) Unwrap() error { return e.err }
 
-// snapshot returns who is typing in room now: the distinct users with a live
-// entry, with their display names, sorted by user. Errors are
-// *snapshotError.
-func (st *store) snapshot(ctx context.Context, room string) ([]protocol.Typist, error) {
-	keys := []string{st.names.RoomKey(room), st.names.NamesKey(room)}
-	res, errs := st.eval(ctx, scriptSnapshot, []scriptCall{{st.sc.snapshot, keys, nil}})
-	if err := errs[0]; err != nil {
-		code := protocol.CodeInternal
-		if isRedisUnavailable(err) {
-			code = protocol.CodeUnavailable
-		}
-		return nil, &snapshotError{code, err}
+// snapshotFailed wraps a failed Redis call of a snapshot.
+func snapshotFailed(err error) *snapshotError {
+	code := protocol.CodeInternal
+	if isRedisUnavailable(err) {
+		code = protocol.CodeUnavailable
 	}
-	a, ok := res[0].([]any)
-	if !ok || len(a)%2 != 0 {
-		return nil, &snapshotError{protocol.CodeInternal, fmt.Errorf("worker: unexpected snapshot reply %v", res[0])}
-	}
-	users := make([]protocol.Typist, 0, len(a)/2)
-	for i := 0; i < len(a); i += 2 {
-		eu, _ := a[i].(string)
-		name, _ := a[i+1].(string)
-		u, err := names.Dec(eu)
-		if err != nil {
-			st.rl.Warn("snapshot-bad-member", "skipping a malformed room member", zap.String("room", room), zap.Error(err))
-			continue
-		}
-		users = append(users, protocol.Typist{User: u, Name: name})
-	}
-	slices.SortFunc(users, func(x, y protocol.Typist) int { return strings.Compare(x.User, y.User) })
-	return users, nil
+	return &snapshotError{code, err}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -31,7 +32,8 @@ const (
 
 type storeEnv struct {
 	t     *testing.T
-	st    *store
+	kind  string // config.StoreZSet or config.StoreKeys
+	st    Store
 	rdb   *redis.Client
 	mr    *miniredis.Miniredis
 	now   time.Time // miniredis: the frozen clock
@@ -39,7 +41,19 @@ type storeEnv struct {
 	names names.Names
 }
 
+// newStoreEnv builds a zset store (the script suite below is about its
+// scripts); the contract suite uses newStoreEnvKind for both stores.
 func newStoreEnv(t *testing.T, be backend) *storeEnv {
+	t.Helper()
+	return newStoreEnvKind(t, be, config.StoreZSet)
+}
+
+func newStoreEnvKind(t *testing.T, be backend, kind string) *storeEnv {
+	t.Helper()
+	return newStoreEnvTTL(t, be, kind, stTTL)
+}
+
+func newStoreEnvTTL(t *testing.T, be backend, kind string, ttl time.Duration) *storeEnv {
 	t.Helper()
 	requireServices(t)
 	url, mr := redisURLFor(t, be)
@@ -54,11 +68,11 @@ func newStoreEnv(t *testing.T, be backend) *storeEnv {
 		t.Fatal(err)
 	}
 	n := names.New("t-"+randHex(5)+":", "")
-	st, err := newStore(rdb, n, stTTL, stThrottle, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
+	st, err := newStore(kind, rdb, n, ttl, stThrottle, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	se := &storeEnv{t: t, st: st, rdb: rdb, mr: mr, reg: reg, names: n}
+	se := &storeEnv{t: t, kind: kind, st: st, rdb: rdb, mr: mr, reg: reg, names: n}
 	if mr != nil {
 		se.now = time.Now()
 		mr.SetTime(se.now)
@@ -88,7 +102,7 @@ func (se *storeEnv) subscribe(rooms ...string) *stream {
 
 func (se *storeEnv) start(room, user, conn string, seq uint64, want string) {
 	se.t.Helper()
-	out, err := se.st.start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: "N"})
+	out, err := se.st.Start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: "N"})
 	if err != nil || out != want {
 		se.t.Fatalf("start %s/%s/%s seq %d: %q, %v; want %q", room, user, conn, seq, out, err, want)
 	}
@@ -96,15 +110,15 @@ func (se *storeEnv) start(room, user, conn string, seq uint64, want string) {
 
 func (se *storeEnv) stop(room, user, conn string, seq uint64, want string) {
 	se.t.Helper()
-	out, err := se.st.stop(context.Background(), protocol.Command{V: 1, Op: "stop", Room: room, User: user, Conn: conn, Seq: seq}, protocol.ReasonStopped)
+	out, err := se.st.Stop(context.Background(), protocol.Command{V: 1, Op: "stop", Room: room, User: user, Conn: conn, Seq: seq}, protocol.ReasonStopped)
 	if err != nil || out != want {
 		se.t.Fatalf("stop %s/%s/%s seq %d: %q, %v; want %q", room, user, conn, seq, out, err, want)
 	}
 }
 
-func (se *storeEnv) sweep() sweepResult {
+func (se *storeEnv) sweep() SweepResult {
 	se.t.Helper()
-	r, err := se.st.sweep(context.Background())
+	r, err := se.st.Sweep(context.Background())
 	if err != nil {
 		se.t.Fatalf("sweep: %v", err)
 	}
@@ -113,7 +127,7 @@ func (se *storeEnv) sweep() sweepResult {
 
 func (se *storeEnv) typing(room string) []string {
 	se.t.Helper()
-	users, err := se.st.snapshot(context.Background(), room)
+	users, err := se.st.Snapshot(context.Background(), room)
 	if err != nil {
 		se.t.Fatalf("snapshot: %v", err)
 	}
@@ -195,10 +209,10 @@ func TestScriptParallelSweepsPushEachExpiryOnce(t *testing.T) {
 		se.advance(stTTL + stMargin)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		total := sweepResult{}
+		total := SweepResult{}
 		for range 4 {
 			wg.Go(func() {
-				r, err := se.st.sweep(context.Background())
+				r, err := se.st.Sweep(context.Background())
 				if err != nil {
 					t.Error(err)
 				}
@@ -367,7 +381,7 @@ func TestScriptDisconnectManyRooms(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		outs, err := se.st.disconnect(context.Background(), protocol.Command{V: 1, Op: "disconnect", Rooms: rooms, User: "u", Conn: "c", Seq: 100})
+		outs, err := se.st.Disconnect(context.Background(), protocol.Command{V: 1, Op: "disconnect", Rooms: rooms, User: "u", Conn: "c", Seq: 100})
 		if err != nil {
 			t.Fatal(err)
 		}

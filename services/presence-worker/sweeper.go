@@ -23,7 +23,7 @@ func (s *Server) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		res, err := s.st.sweep(ctx)
+		res, err := s.st.Sweep(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.rl.Error("sweep", "expiry sweep failed", zap.Error(err))
 		}

@@ -8,7 +8,10 @@
 // Each command is one atomic Lua call per room that reads Redis TIME,
 // applies the state-aware throttle and the connection's seq, updates the
 // room's sorted set and publishes the event, so any number of workers run
-// side by side without locks or duplicate events. A sweeper on every worker
+// side by side without locks or duplicate events. The state sits behind
+// [Store]: the sorted set per room (Config.Store "zset", the default) or
+// the seed's pattern 1, one TTL key per typist listed with SCAN ("keys").
+// A sweeper on every worker
 // pushes typing_stop(expired) for entries whose time ran out, and the worker
 // answers snapshot requests on <prefix>.typing.v1.snapshot.
 //
@@ -50,7 +53,8 @@ type Options struct {
 	// Config holds the settings; the caller loaded and validated it
 	// (config.Load). The worker reads NATSURL, RedisURL, SubjectPrefix,
 	// KeyPrefix, AdminAddr, TypingTTL, TypingThrottle, SweepInterval,
-	// SnapshotTimeout and WorkerShards, and [New] checks those again.
+	// SnapshotTimeout, WorkerShards and Store, and [New] checks those
+	// again (an unknown Store is refused, naming ELLIPSIS_STORE).
 	Config config.Config
 	// Logger receives the worker's logs. Nil means zap.NewNop().
 	Logger *zap.Logger
@@ -88,7 +92,7 @@ type Server struct {
 	stopping atomic.Bool // set when Shutdown begins
 
 	rdb redis.UniversalClient
-	st  *store
+	st  Store
 	nc  *nats.Conn
 	// natsClosed is closed by the NATS ClosedHandler.
 	natsClosed     chan struct{}
@@ -150,8 +154,8 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
-	if _, err := newScripts(); err != nil {
-		return nil, fmt.Errorf("worker: embedded scripts: %w", err)
+	if err := checkScripts(); err != nil {
+		return nil, err
 	}
 	return &Server{
 		cfg:        cfg,
@@ -217,11 +221,11 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 
 	s.rdb = redis.NewClient(s.redisOpts)
-	if s.st, err = newStore(s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, s.m, s.log.Named("store"), s.rl); err != nil {
+	if s.st, err = newStore(s.cfg.Store, s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, s.m, s.log.Named("store"), s.rl); err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := s.st.loadScripts(lctx); err != nil {
+	if err := s.st.Prepare(lctx); err != nil {
 		s.log.Warn("redis not ready at start, scripts will load on first use", zap.Error(err))
 	}
 	cancel()
@@ -247,6 +251,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		zap.String("command_subject", s.names.CommandSubject()),
 		zap.String("snapshot_subject", s.names.SnapshotSubject()),
 		zap.String("key_prefix", s.names.KeyPrefix()),
+		zap.String("store", s.cfg.Store),
 		zap.Int("shards", len(s.shards)),
 		zap.Duration("ttl", s.cfg.TypingTTL),
 		zap.Duration("throttle", s.cfg.TypingThrottle),

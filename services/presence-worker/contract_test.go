@@ -1,0 +1,643 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// The Store contract suite (watermill's TestPubSub shape): every test runs
+// on every store kind (zset, keys) and every backend (Redis 7, miniredis),
+// as parallel subtests, and asserts behaviour only: outcomes, events,
+// snapshots, and that nothing of a typist is left behind. Layout-specific
+// checks (the sorted set's members, the sweep index's scores) stay in
+// store_test.go, which covers the zset scripts.
+
+// storeKinds are the Store implementations under contract.
+var storeKinds = []string{config.StoreZSet, config.StoreKeys}
+
+// forEachKind runs f as a parallel subtest per store kind and backend, on a
+// fresh store (its own key prefix; on miniredis its own server).
+func forEachKind(t *testing.T, f func(t *testing.T, se *storeEnv)) {
+	t.Helper()
+	forEachKindTTL(t, stTTL, f)
+}
+
+// forEachKindTTL is forEachKind with another entry ttl, for tests whose
+// steps take longer than stTTL on a busy machine.
+func forEachKindTTL(t *testing.T, ttl time.Duration, f func(t *testing.T, se *storeEnv)) {
+	t.Helper()
+	t.Parallel()
+	for _, kind := range storeKinds {
+		for _, be := range backends {
+			t.Run(kind+"/"+be.name, func(t *testing.T) {
+				t.Parallel()
+				f(t, newStoreEnvTTL(t, be, kind, ttl))
+			})
+		}
+	}
+}
+
+func (se *storeEnv) startNamed(room, user, name, conn string, seq uint64, want ...string) {
+	se.t.Helper()
+	out, err := se.st.Start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: name})
+	if err != nil || !slices.Contains(want, out) {
+		se.t.Fatalf("start %s/%s/%s seq %d: %q, %v; want %q", room, user, conn, seq, out, err, want)
+	}
+}
+
+func (se *storeEnv) stopReason(room, user, conn string, seq uint64, reason, want string) {
+	se.t.Helper()
+	out, err := se.st.Stop(context.Background(), protocol.Command{V: 1, Op: "stop", Room: room, User: user, Conn: conn, Seq: seq}, reason)
+	if err != nil || out != want {
+		se.t.Fatalf("stop(%s) %s/%s/%s seq %d: %q, %v; want %q", reason, room, user, conn, seq, out, err, want)
+	}
+}
+
+// snapshotOf returns "user/name" of who is typing in room.
+func (se *storeEnv) snapshotOf(room string) []string {
+	se.t.Helper()
+	users, err := se.st.Snapshot(context.Background(), room)
+	if err != nil {
+		se.t.Fatalf("snapshot %q: %v", room, err)
+	}
+	if users == nil {
+		se.t.Fatalf("snapshot %q: nil slice (replies must carry users: [])", room)
+	}
+	out := []string{}
+	for _, u := range users {
+		out = append(out, u.User+"/"+u.Name)
+	}
+	return out
+}
+
+// keys lists the store's keys (SCAN on its prefix; the prefixes of these
+// tests hold no glob characters).
+func (se *storeEnv) keys() []string {
+	se.t.Helper()
+	var out []string
+	iter := se.rdb.Scan(context.Background(), 0, se.names.KeyPrefix()+"*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		out = append(out, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		se.t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestContractStartRefreshThrottle(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.startNamed("r", "u", "U", "c", 1, OutcomeStarted)
+		se.startNamed("r", "u", "U", "c", 2, OutcomeThrottled)
+		se.advance(stTTL * 3 / 4) // past the throttle window, before the ttl
+		se.startNamed("r", "u", "U", "c", 3, OutcomeRefreshed)
+		se.startNamed("r", "u", "U", "c", 4, OutcomeThrottled)
+		se.advance(stTTL / 2) // the first start's ttl is over; the refresh extended it
+		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"u/U"}) {
+			t.Fatalf("snapshot after the first ttl: %v (refresh did not extend)", got)
+		}
+		r := s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		if r.ev.Name != "U" || r.ev.TTLMs != stTTL.Milliseconds() {
+			t.Fatalf("event %s", r.raw)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+// A start that makes a user visible and every stop go through at once,
+// whatever the throttle: start → stop → start inside the window shows all.
+func TestContractStartStopStartIsNotThrottled(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.startNamed("r", "u", "", "c", 1, OutcomeStarted)
+		se.stopReason("r", "u", "c", 2, protocol.ReasonStopped, OutcomeStopped)
+		se.startNamed("r", "u", "", "c", 3, OutcomeStarted)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+func TestContractStop(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.startNamed("r", "u", "U", "c", 1, OutcomeStarted)
+		se.stopReason("r", "u", "c", 2, protocol.ReasonStopped, OutcomeStopped)
+		se.stopReason("r", "u", "c", 3, protocol.ReasonStopped, OutcomeNoop)
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("snapshot after stop: %v", got)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		r := s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		want := `{"v":1,"type":"typing_stop","room":"r","user":"u","reason":"stopped","ts_ms":`
+		if !strings.HasPrefix(r.raw, want) {
+			t.Fatalf("raw %s", r.raw)
+		}
+		s.expectNone(100 * time.Millisecond)
+		// Nothing of the typist is left but the connection's seq (and the
+		// room in the sweep index, until the next sweep drops it).
+		if got, want := se.keys(), []string{se.names.SeqKey("r", "c"), se.names.SweepKey()}; !slices.Equal(got, want) {
+			t.Fatalf("keys after stop %q, want %q", got, want)
+		}
+		se.advance(stTTL + stMargin)
+		if r := se.sweep(); r.Stops != 0 || r.Rooms != 1 {
+			t.Fatalf("sweep after stop: %+v, want the room swept without a stop", r)
+		}
+		if got, want := se.keys(), []string{se.names.SeqKey("r", "c")}; !slices.Equal(got, want) {
+			t.Fatalf("keys after the sweep %q, want %q", got, want)
+		}
+	})
+}
+
+func TestContractLeave(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.startNamed("r", "u", "", "c", 1, OutcomeStarted)
+		se.stopReason("r", "u", "c", 2, protocol.ReasonLeft, OutcomeStopped)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonLeft, waitLong)
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+// Entries per connection, typists per user: one device's stop never hides
+// a user still typing on another, and the user expires with the last one.
+func TestContractMultiDevice(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.startNamed("r", "u", "U", "phone", 1, OutcomeStarted)
+		se.startNamed("r", "u", "U", "laptop", 1, OutcomeThrottled)
+		se.stopReason("r", "u", "phone", 2, protocol.ReasonStopped, OutcomeNoop)
+		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"u/U"}) {
+			t.Fatalf("snapshot with the laptop typing: %v", got)
+		}
+		se.stopReason("r", "u", "laptop", 2, protocol.ReasonStopped, OutcomeStopped)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		s.expectNone(100 * time.Millisecond)
+
+		// The phone types, the laptop joins later and stops: the user is
+		// visible until the phone's entry expires, not the laptop's.
+		se.startNamed("r", "u", "U", "phone", 3, OutcomeStarted)
+		se.advance(stTTL / 2)
+		se.startNamed("r", "u", "U", "laptop", 3, OutcomeRefreshed)
+		se.stopReason("r", "u", "laptop", 4, protocol.ReasonStopped, OutcomeNoop)
+		se.advance(stTTL/2 + stMargin) // the phone expired; the laptop's would still live
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("snapshot after the phone's ttl: %v, want nobody", got)
+		}
+		if r := se.sweep(); r.Stops != 1 {
+			t.Fatalf("sweep %+v, want one expired stop", r)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+func TestContractStopWithoutConn(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.startNamed("r", "alice", "Alice", "phone", 1, OutcomeStarted)
+		se.startNamed("r", "alice", "Alice", "laptop", 7, OutcomeThrottled)
+		se.startNamed("r", "bob", "", "b1", 1, OutcomeStarted)
+		se.stopReason("r", "alice", "", 0, protocol.ReasonStopped, OutcomeStopped)
+		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"bob/"}) {
+			t.Fatalf("snapshot %v", got)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.expect(protocol.TypeTypingStart, "r", "bob", "", waitLong)
+		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		// Both of alice's entries went: nothing expires for her later.
+		se.advance(stTTL + stMargin)
+		if r := se.sweep(); r.Stops != 1 {
+			t.Fatalf("sweep %+v, want bob's stop only", r)
+		}
+		s.expect(protocol.TypeTypingStop, "r", "bob", protocol.ReasonExpired, waitLong)
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+func TestContractDisconnect(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r1", "r2", "r3")
+		se.startNamed("r1", "u", "", "c", 1, OutcomeStarted)
+		se.startNamed("r2", "u", "", "c", 2, OutcomeStarted)
+		se.startNamed("r2", "u", "", "other", 1, OutcomeThrottled) // another device in r2
+		outs, err := se.st.Disconnect(context.Background(), protocol.Command{V: 1, Op: "disconnect", Rooms: []string{"r1", "r2", "r3"}, User: "u", Conn: "c", Seq: 3})
+		if err != nil || !slices.Equal(outs, []string{OutcomeStopped, OutcomeNoop, OutcomeNoop}) {
+			t.Fatalf("disconnect: %v, %v", outs, err)
+		}
+		s.expect(protocol.TypeTypingStart, "r1", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStart, "r2", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStop, "r1", "u", protocol.ReasonDisconnected, waitLong)
+		s.expectNone(100 * time.Millisecond)
+		if got := se.snapshotOf("r2"); !slices.Equal(got, []string{"u/"}) {
+			t.Fatalf("r2 with the other device typing: %v", got)
+		}
+		// A start from before the disconnect, arriving late, stays ignored.
+		se.startNamed("r1", "u", "", "c", 2, OutcomeStale)
+		if got := se.snapshotOf("r1"); len(got) != 0 {
+			t.Fatalf("r1 after a stale start: %v", got)
+		}
+	})
+}
+
+func TestContractStaleSeq(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("a", "b")
+		// start seq 2, then a late stop seq 1: still typing.
+		se.startNamed("a", "u", "", "c", 2, OutcomeStarted)
+		se.stopReason("a", "u", "c", 1, protocol.ReasonStopped, OutcomeStale)
+		if got := se.snapshotOf("a"); !slices.Equal(got, []string{"u/"}) {
+			t.Fatalf("a after a stale stop: %v", got)
+		}
+		// stop seq 2, then a late start seq 1: not typing.
+		se.stopReason("b", "u", "c", 2, protocol.ReasonStopped, OutcomeNoop)
+		se.startNamed("b", "u", "", "c", 1, OutcomeStale)
+		if got := se.snapshotOf("b"); len(got) != 0 {
+			t.Fatalf("b after a stale start: %v", got)
+		}
+		s.expect(protocol.TypeTypingStart, "a", "u", "", waitLong)
+		s.expectNone(100 * time.Millisecond)
+
+		// Exact beyond a double's 2^53; 0 is unordered; seq is per connection.
+		const p53 = uint64(1) << 53
+		se.startNamed("x", "u", "", "c", p53, OutcomeStarted)
+		se.stopReason("x", "u", "c", p53+1, protocol.ReasonStopped, OutcomeStopped)
+		se.startNamed("x", "u", "", "c", p53+1, OutcomeStale)
+		se.startNamed("x", "u", "", "c", ^uint64(0), OutcomeStarted)
+		se.stopReason("x", "u", "c", ^uint64(0)-1, protocol.ReasonStopped, OutcomeStale)
+		se.startNamed("x", "u", "", "c", 0, OutcomeThrottled)
+		se.stopReason("x", "u", "other", 1, protocol.ReasonStopped, OutcomeNoop)
+		se.stopReason("x", "u", "", 1, protocol.ReasonStopped, OutcomeStopped)
+	})
+}
+
+// Every expired typist is pushed once, whatever the number of concurrent
+// sweepers, and leaves nothing behind.
+func TestContractExpiryPushedOnce(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r1", "r2")
+		se.startNamed("r1", "alice", "Alice", "a", 1, OutcomeStarted)
+		se.startNamed("r1", "bob", "", "b1", 1, OutcomeStarted)
+		se.startNamed("r1", "bob", "", "b2", 1, OutcomeThrottled)
+		se.startNamed("r1", "carol", "", "c", 1, OutcomeStarted)
+		se.startNamed("r2", "dave", "", "d", 1, OutcomeStarted)
+		for range 4 {
+			s.next(waitLong)
+		}
+		if r := se.sweep(); r.Stops != 0 {
+			t.Fatalf("sweep before any ttl: %+v", r)
+		}
+		se.advance(stTTL + stMargin)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var stops int
+		for range 4 {
+			wg.Go(func() {
+				r, err := se.st.Sweep(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				stops += r.Stops
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if stops != 4 {
+			t.Fatalf("4 parallel sweeps: %d stops, want 4", stops)
+		}
+		got := map[string]int{}
+		for range 4 {
+			r, ok := s.next(waitLong)
+			if !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonExpired {
+				t.Fatalf("event %s", r.raw)
+			}
+			got[r.ev.Room+"/"+r.ev.User]++
+		}
+		s.expectNone(100 * time.Millisecond)
+		for _, k := range []string{"r1/alice", "r1/bob", "r1/carol", "r2/dave"} {
+			if got[k] != 1 {
+				t.Fatalf("stops %v", got)
+			}
+		}
+		if n := gatherSum(t, se.reg, "ellipsis_worker_expired_stops_total", nil); n != 4 {
+			t.Fatalf("expired_stops_total %v", n)
+		}
+		if r := se.sweep(); r.Stops != 0 || r.Rooms != 0 {
+			t.Fatalf("sweep after everything expired: %+v", r)
+		}
+		// Only the connections' seq keys are left (they expire on their own).
+		for _, k := range se.keys() {
+			if !strings.HasPrefix(k, se.names.KeyPrefix()+"typing:seq:") {
+				t.Fatalf("key %q left after expiry (all: %q)", k, se.keys())
+			}
+		}
+	})
+}
+
+// Expired but not yet swept: receivers still show the user. A start on
+// another connection makes the user visible again (published, no stop
+// later); a stop publishes the one stop and the sweeper finds nothing.
+func TestContractUnsweptExpiry(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r", "q")
+		se.startNamed("r", "u", "", "phone", 0, OutcomeStarted)
+		se.startNamed("q", "u", "", "c", 1, OutcomeStarted)
+		se.advance(stTTL + stMargin)
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("snapshot after expiry: %v", got)
+		}
+		se.startNamed("r", "u", "", "laptop", 0, OutcomeStarted)
+		se.stopReason("q", "u", "c", 2, protocol.ReasonStopped, OutcomeStopped)
+		if r := se.sweep(); r.Stops != 0 {
+			t.Fatalf("sweep %+v, want no stop", r)
+		}
+		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"u/"}) {
+			t.Fatalf("snapshot %v", got)
+		}
+		got := map[string]int{}
+		for range 4 {
+			r, ok := s.next(waitLong)
+			if !ok {
+				t.Fatalf("events %v", got)
+			}
+			got[r.ev.Room+"/"+r.ev.Type+"/"+r.ev.Reason]++
+		}
+		if got["r/typing_start/"] != 2 || got["q/typing_start/"] != 1 || got["q/typing_stop/stopped"] != 1 {
+			t.Fatalf("events %v", got)
+		}
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+func TestContractSnapshotNames(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		se.startNamed("r", "carol", "Carol", "c", 1, OutcomeStarted)
+		se.advance(stTTL / 2)
+		se.startNamed("r", "bob", "", "b", 1, OutcomeStarted)
+		se.startNamed("r", "alice", "Alice", "a1", 1, OutcomeStarted)
+		se.startNamed("r", "alice", "Alice", "a2", 1, OutcomeThrottled)
+		se.startNamed("other", "dan", "Dan", "d", 1, OutcomeStarted)
+		se.advance(stTTL/2 + stMargin) // carol expired, unswept
+		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"alice/Alice", "bob/"}) {
+			t.Fatalf("snapshot %v, want alice/Alice and bob/ (sorted, carol expired)", got)
+		}
+		// A name change on a refresh is what the next snapshot shows.
+		se.startNamed("r", "bob", "Bobby", "b", 2, OutcomeRefreshed, OutcomeThrottled)
+		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"alice/Alice", "bob/Bobby"}) {
+			t.Fatalf("snapshot %v after bob's rename", got)
+		}
+		if got := se.snapshotOf("empty"); len(got) != 0 {
+			t.Fatalf("empty room: %v", got)
+		}
+	})
+}
+
+// protocolIDs are PROTOCOL.md's example ids ("Terms") and look-alikes of
+// them after encoding, tag parsing or glob matching.
+var protocolIDs = []string{"42", "room:42", "!abc:matrix.org", "a*b?c[d]", "{x}", "café ☕", "a b",
+	"x", "a%20b", "a%2520b", "room%3A42", "%7Bx%7D", "a\\b", `q"uote`, "*", "?", "[", "]", "\\",
+	"axbxcd", "ab?cd", "a*b?c[d]x", "a*", "4", "42*", "{", "}", "a]b[c"}
+
+// Any id works end to end, distinct ids never share a key, and no room's
+// listing sees another room's typists: above all, glob characters in a
+// room can never widen store keys's SCAN MATCH.
+func TestContractIDs(t *testing.T) {
+	const ttl = 2 * time.Second // 28 rooms of checks must fit in it on Redis
+	forEachKindTTL(t, ttl, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe(protocolIDs...)
+		for i, id := range protocolIDs {
+			// In room id, the typist is user id, named "N id", from connection "id:i".
+			se.startNamed(id, id, "N "+id, fmt.Sprintf("%s:%d", id, i), 1, OutcomeStarted)
+		}
+		for range protocolIDs {
+			r, ok := s.next(waitLong)
+			if !ok || r.ev.Type != protocol.TypeTypingStart || r.ev.User != r.ev.Room || r.ev.Name != "N "+r.ev.Room {
+				t.Fatalf("start event %s", r.raw)
+			}
+		}
+		for _, id := range protocolIDs {
+			if got := se.snapshotOf(id); !slices.Equal(got, []string{id + "/N " + id}) {
+				t.Fatalf("snapshot of %q: %v", id, got)
+			}
+		}
+		if ks, ok := se.st.(*keysStore); ok {
+			// Many SCAN round trips over the whole (shared) keyspace on
+			// Redis: the cursor loop, with a glob room.
+			ks.scanCount = 3
+			if got := se.snapshotOf("a*b?c[d]"); !slices.Equal(got, []string{"a*b?c[d]/N a*b?c[d]"}) {
+				t.Fatalf("snapshot with COUNT 3: %v", got)
+			}
+			ks.scanCount = DefaultScanCount
+		}
+		// Every key but the sweep index carries exactly one room's hash tag.
+		for _, k := range se.keys() {
+			if k == se.names.SweepKey() {
+				continue
+			}
+			i, j := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
+			if i < 0 || j < i || strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {
+				t.Fatalf("key %q has no single hash tag", k)
+			}
+			if room, err := names.Dec(k[i+1 : j]); err != nil || !slices.Contains(protocolIDs, room) {
+				t.Fatalf("key %q: hash tag %q, %v", k, room, err)
+			}
+		}
+		if se.kind == config.StoreKeys {
+			// The pattern itself, SCANned raw: each room's typist keys only.
+			for _, id := range protocolIDs {
+				got := scanAll(t, se.rdb, se.names.TypistPattern(id))
+				if want := []string{se.names.TypistKey(id, id)}; !slices.Equal(got, want) {
+					t.Fatalf("SCAN MATCH %q: %q, want %q", se.names.TypistPattern(id), got, want)
+				}
+			}
+		}
+		// Expiry, built in Lua from enc(user): byte for byte what Go builds.
+		se.advance(ttl + stMargin)
+		if r := se.sweep(); r.Stops != len(protocolIDs) {
+			t.Fatalf("sweep %+v, want %d stops", r, len(protocolIDs))
+		}
+		for range protocolIDs {
+			r, ok := s.next(waitLong)
+			if !ok {
+				t.Fatal("missing expired stops")
+			}
+			want := string(stopEvent(r.ev.Room, r.ev.User, protocol.ReasonExpired)) + strconv.FormatInt(r.ev.TsMs, 10) + "}"
+			if r.raw != want || r.ev.User != r.ev.Room {
+				t.Fatalf("Lua built %s\n      Go builds %s", r.raw, want)
+			}
+		}
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+func scanAll(t *testing.T, rdb *redis.Client, pattern string) []string {
+	t.Helper()
+	var out []string
+	iter := rdb.Scan(context.Background(), 0, pattern, 100).Iterator()
+	for iter.Next(context.Background()) {
+		out = append(out, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// A key prefix with glob characters (ELLIPSIS_KEY_PREFIX is free text) is
+// escaped in store keys's SCAN pattern: a store never lists the typists of
+// a deployment whose prefix the raw pattern would match.
+func TestContractGlobKeyPrefix(t *testing.T) {
+	t.Parallel()
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			requireServices(t)
+			url, _ := redisURLFor(t, be)
+			opts, err := redis.ParseURL(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb := redis.NewClient(opts)
+			base := "t-" + randHex(5) // every prefix below starts with it: cleanup stays ours
+			t.Cleanup(func() { cleanupKeys(rdb, base); rdb.Close() })
+			m, err := newMetrics(prometheus.NewRegistry(), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// "[ab]*" unescaped would match the prefixes "a-x" and "b":
+			prefixes := []string{base + "[ab]*:", base + "a-x:", base + "b:", base + "\\:"}
+			stores := map[string]Store{}
+			for _, p := range prefixes {
+				st, err := newStore(config.StoreKeys, rdb, names.New(p, ""), stTTL, stThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				stores[p] = st
+				if _, err := st.Start(context.Background(), protocol.Command{V: 1, Op: "start", Room: "r", User: "u-" + p, Conn: "c"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, p := range prefixes {
+				users, err := stores[p].Snapshot(context.Background(), "r")
+				if err != nil || len(users) != 1 || users[0].User != "u-"+p {
+					t.Fatalf("prefix %q: snapshot %v, %v; want only u-%s", p, users, err, p)
+				}
+			}
+		})
+	}
+}
+
+// ELLIPSIS_STORE selects the store; anything else is refused.
+func TestContractStoreSelection(t *testing.T) {
+	for _, kind := range storeKinds {
+		cfg := config.Dev()
+		cfg.Store = kind
+		if _, err := New(Options{Config: cfg}); err != nil {
+			t.Fatalf("New with store %q: %v", kind, err)
+		}
+	}
+	cfg := config.Dev()
+	cfg.Store = "hash"
+	if _, err := New(Options{Config: cfg}); err == nil || !strings.Contains(err.Error(), "ELLIPSIS_STORE") {
+		t.Fatalf("New with store hash: %v, want an error naming ELLIPSIS_STORE", err)
+	}
+	m, _ := newMetrics(prometheus.NewRegistry(), false)
+	if _, err := newStore("", nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil); !errors.Is(err, ErrUnknownStore) {
+		t.Fatalf("newStore(\"\"): %v, want ErrUnknownStore", err)
+	}
+	st, err := newStore(config.StoreKeys, nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil)
+	if _, ok := st.(*keysStore); err != nil || !ok {
+		t.Fatalf("newStore(keys): %T, %v", st, err)
+	}
+}
+
+// The whole worker on each store, selected by Config.Store, through NATS:
+// commands in, events and snapshots out, expiry pushed once by two workers.
+func TestContractEndToEnd(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		for _, be := range backends {
+			t.Run(kind+"/"+be.name, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t, be, func(c *config.Config) { c.Store = kind })
+				e.startWorker()
+				e.startWorker()
+				s := e.subscribe("42", "café ☕")
+				e.send(start("42", "alice", "Alice", "phone", 1), start("42", "bob", "", "b1", 1), start("café ☕", "a*b?c[d]", "", "x", 1))
+				got := map[string]bool{}
+				for range 3 {
+					r, ok := s.next(waitLong)
+					if !ok || r.ev.Type != protocol.TypeTypingStart {
+						t.Fatalf("want starts, got %s", r.raw)
+					}
+					got[r.ev.Room+"/"+r.ev.User] = true
+				}
+				// next skips the refreshes of alice (throttled or not: timing).
+				next := func(d time.Duration) (received, bool) {
+					for {
+						r, ok := s.next(d)
+						if !ok || r.ev.Type != protocol.TypeTypingStart || r.ev.User != "alice" {
+							return r, ok
+						}
+					}
+				}
+				sent := time.Now()
+				e.send(start("42", "alice", "Alice", "laptop", 1))
+				e.send(stop("42", "alice", "phone", 2), stop("42", "bob", "", 0))
+				if r, ok := next(waitLong); !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.User != "bob" || r.ev.Reason != protocol.ReasonStopped {
+					t.Fatalf("want bob's stop, got %s", r.raw)
+				}
+				if got := typists(e.snapshot("42")); !slices.Equal(got, []string{"alice/Alice"}) {
+					t.Fatalf("snapshot %v, want alice (laptop)", got)
+				}
+				// alice's laptop and the café typist expire: one stop each.
+				stops := map[string]int{}
+				for len(stops) < 2 {
+					r, ok := next(time.Until(sent.Add(expiryBound)))
+					if !ok {
+						t.Fatalf("expired stops %v within ttl+1s", stops)
+					}
+					if r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonExpired {
+						t.Fatalf("event %s", r.raw)
+					}
+					stops[r.ev.Room+"/"+r.ev.User]++
+				}
+				if stops["42/alice"] != 1 || stops["café ☕/a*b?c[d]"] != 1 {
+					t.Fatalf("stops %v", stops)
+				}
+				s.expectNone(3 * testSweep)
+				if got := typists(e.snapshot("42")); len(got) != 0 {
+					t.Fatalf("snapshot after expiry %v", got)
+				}
+				if n := e.metric("ellipsis_worker_expired_stops_total", nil); n != 2 {
+					t.Fatalf("expired_stops_total %v", n)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,774 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// The store comparison of docs/BENCHMARKS.md: seed pattern 1 (store keys)
+// against pattern 2 (store zset). These run only with -bench; plain
+// `go test ./...` compiles them and runs none.
+//
+//	go test -run '^$' -bench 'Stores|MemoryPerTypist' -benchmem -timeout 30m
+//	ELLIPSIS_BENCH_KEYSPACE=1e3,1e4,1e5,1e6 go test -run '^$' -bench Stores -benchmem -timeout 60m
+//	go test -run '^$' -bench 'CommandThroughput|WorkerThroughput' -benchmem
+//
+// BenchmarkStores and BenchmarkMemoryPerTypist start a private redis-server
+// (ELLIPSIS_BENCH_REDIS_SERVER, default /usr/bin/redis-server) on a free
+// loopback port, without persistence, fill it with unrelated keys (DEBUG
+// POPULATE), and stop it at the end: they never fill or KEYS the shared
+// Redis. The throughput benchmarks use the shared Redis and NATS with a
+// unique prefix, like the tests.
+
+// benchKeyspaces are the sizes of unrelated keyspace BenchmarkStores runs
+// at: ELLIPSIS_BENCH_KEYSPACE (comma-separated, 1e6 notation allowed),
+// default 1e3,1e4,1e5 (1e6 takes a few minutes more, mostly store keys's
+// snapshot and the cleanups).
+func benchKeyspaces(b *testing.B) []int {
+	spec := envOr("ELLIPSIS_BENCH_KEYSPACE", "1e3,1e4,1e5")
+	var out []int
+	for _, f := range strings.Split(spec, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v < 0 || v > 1e8 {
+			b.Fatalf("ELLIPSIS_BENCH_KEYSPACE: bad size %q", f)
+		}
+		out = append(out, int(v))
+	}
+	return out
+}
+
+// sizeLabel prints 1000 as 1e3, 20000 as 2e4; other sizes as they are.
+func sizeLabel(n int) string {
+	if n <= 0 {
+		return "0"
+	}
+	e := int(math.Log10(float64(n)))
+	m := n / int(math.Pow10(e))
+	if m*int(math.Pow10(e)) == n {
+		return fmt.Sprintf("%de%d", m, e)
+	}
+	return strconv.Itoa(n)
+}
+
+// privateRedis is a redis-server of the benchmark's own.
+type privateRedis struct {
+	cmd  *exec.Cmd
+	addr string
+	rdb  *redis.Client
+}
+
+// startPrivateRedis starts a redis-server on a free loopback port, without
+// persistence, with DEBUG allowed from loopback, and stops it (by its pid)
+// when the benchmark ends. It skips the benchmark when the binary is
+// missing.
+func startPrivateRedis(b *testing.B) *privateRedis {
+	b.Helper()
+	bin := envOr("ELLIPSIS_BENCH_REDIS_SERVER", "/usr/bin/redis-server")
+	if _, err := os.Stat(bin); err != nil {
+		b.Skipf("no redis-server for a private server (%v); set ELLIPSIS_BENCH_REDIS_SERVER", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--enable-debug-command", "local",
+		"--dir", b.TempDir(), "--daemonize", "no", "--loglevel", "warning", "--logfile", "")
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("starting %s: %v", bin, err)
+	}
+	p := &privateRedis{cmd: cmd, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	b.Cleanup(func() {
+		if p.rdb != nil {
+			p.rdb.Close()
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	p.rdb = redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: 32, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	deadline := time.Now().Add(10 * time.Second)
+	for p.rdb.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			b.Fatalf("private redis-server on %s did not answer", p.addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p
+}
+
+// populate grows the unrelated keyspace ("unrelated:<i>", 16-byte strings,
+// no TTL) to n keys: DEBUG POPULATE, or pipelined SETs where DEBUG is off.
+func (p *privateRedis) populate(b *testing.B, n int) {
+	b.Helper()
+	ctx := context.Background()
+	if err := p.rdb.Do(ctx, "DEBUG", "POPULATE", n, "unrelated", 16).Err(); err != nil {
+		for i := 0; i < n; i += 10000 {
+			pipe := p.rdb.Pipeline()
+			for j := i; j < min(n, i+10000); j++ {
+				pipe.Set(ctx, "unrelated:"+strconv.Itoa(j), "0123456789abcdef", 0)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// dropPrefix unlinks every key under prefix (SCAN, never KEYS), untimed:
+// deferred at the end of a benchmark, it would otherwise be timed (a SCAN
+// of a million keys takes about a second).
+func (p *privateRedis) dropPrefix(b *testing.B, prefix string) {
+	b.Helper()
+	b.StopTimer()
+	ctx := context.Background()
+	iter := p.rdb.Scan(ctx, 0, prefix+"*", 10000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 1000 {
+			p.rdb.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		p.rdb.Unlink(ctx, batch...)
+	}
+	if err := iter.Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// cmdStat is one line of INFO commandstats.
+type cmdStat struct{ calls, usec int64 }
+
+func (p *privateRedis) cmdStats(b *testing.B) map[string]cmdStat {
+	b.Helper()
+	s, err := p.rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]cmdStat{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		name, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
+			continue
+		}
+		var st cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				st.calls = n
+			case "usec":
+				st.usec = n
+			}
+		}
+		out[name] = st
+	}
+	return out
+}
+
+// topLevel are the commands the stores send themselves (script calls and
+// the keys store's SCAN/HMGET) and KEYS: their usec is the server time of
+// one operation (a script's usec includes the commands it runs).
+var topLevel = []string{"evalsha", "eval", "scan", "hmget", "keys"}
+
+// serverCost resets the private server's command stats, runs f, and
+// reports the server time and round trips per op.
+func (p *privateRedis) serverCost(b *testing.B, f func()) {
+	b.Helper()
+	if err := p.rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	f()
+	st := p.cmdStats(b)
+	var calls, usec int64
+	for _, c := range topLevel {
+		calls += st[c].calls
+		usec += st[c].usec
+	}
+	if b.N > 0 && calls > 0 {
+		b.ReportMetric(float64(usec)/float64(b.N), "srv-µs/op")
+		b.ReportMetric(float64(calls)/float64(b.N), "calls/op")
+		// The mean time one call holds Redis, during which every other
+		// client waits: a whole KEYS, one SCAN step, one script.
+		b.ReportMetric(float64(usec)/float64(calls), "srv-µs/call")
+	}
+}
+
+// probe pings the server every millisecond from its own connection while
+// the benchmark runs and reports the longest PING: how long one operation
+// holds Redis from every other client.
+func (p *privateRedis) probe(b *testing.B) (stop func()) {
+	c := redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: 1, ReadTimeout: time.Minute})
+	done := make(chan struct{})
+	var worst atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			t := time.Now()
+			_ = c.Ping(context.Background()).Err()
+			if d := int64(time.Since(t)); d > worst.Load() {
+				worst.Store(d)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		c.Close()
+		b.ReportMetric(float64(worst.Load())/1e6, "max-ping-ms")
+	}
+}
+
+// benchStore builds a store of kind on rdb under prefix "b:" with a long
+// ttl and throttle, so typists neither expire nor leave the refresh window
+// during a measurement (neither changes a command's cost).
+func benchStore(b *testing.B, kind string, rdb redis.UniversalClient) (Store, names.Names) {
+	b.Helper()
+	m, err := newMetrics(prometheus.NewRegistry(), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := names.New("b:", "")
+	st, err := newStore(kind, rdb, n, time.Hour, 30*time.Minute, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.Prepare(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return st, n
+}
+
+func mustOutcome(b *testing.B, want string) func(string, error) {
+	return func(out string, err error) {
+		if err != nil || out != want {
+			b.Fatalf("outcome %q, %v; want %q", out, err, want)
+		}
+	}
+}
+
+// BenchmarkStores measures each store's commands and "who is typing"
+// against keyspace size (unrelated keys) and typists per room, on a
+// private redis-server, and what KEYS would cost instead of SCAN.
+//
+// Metrics besides ns/op (the client's round trip): srv-µs/op, the server's
+// own time per op (INFO commandstats); calls/op, round trips per op;
+// srv-µs/call, how long one call holds Redis (every other client waits
+// meanwhile); max-ping-ms, the longest a 1 ms PING probe waited during the
+// run (the same, seen from outside, plus the machine's scheduling noise).
+func BenchmarkStores(b *testing.B) {
+	p := startPrivateRedis(b)
+	ctx := context.Background()
+	for _, size := range benchKeyspaces(b) {
+		p.populate(b, size)
+		ks := "keyspace=" + sizeLabel(size)
+		for _, kind := range storeKinds {
+			st, n := benchStore(b, kind, p.rdb)
+			pfx := ks + "/store=" + kind
+			b.Run(pfx+"/op=start_new", func(b *testing.B) {
+				defer p.dropPrefix(b, n.KeyPrefix())
+				ok := mustOutcome(b, OutcomeStarted)
+				b.ReportAllocs()
+				p.serverCost(b, func() {
+					for i := range b.N {
+						ok(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "room-" + strconv.Itoa(i), User: "user-" + strconv.Itoa(i), Name: "Some Body", Conn: "gw-a1b2:" + strconv.Itoa(i), Seq: 1}))
+					}
+				})
+			})
+			b.Run(pfx+"/op=refresh", func(b *testing.B) {
+				defer p.dropPrefix(b, n.KeyPrefix())
+				cmd := protocol.Command{V: 1, Op: "start", Room: "busy", User: "alice", Name: "Alice", Conn: "gw-a1b2:17"}
+				_, _ = st.Start(ctx, cmd)
+				ok := mustOutcome(b, OutcomeThrottled)
+				b.ReportAllocs()
+				b.ResetTimer()
+				p.serverCost(b, func() {
+					for range b.N {
+						ok(st.Start(ctx, cmd))
+					}
+				})
+			})
+			b.Run(pfx+"/op=stop", func(b *testing.B) {
+				defer p.dropPrefix(b, n.KeyPrefix())
+				cmd := func(i int) protocol.Command {
+					return protocol.Command{V: 1, Op: "start", Room: "room-" + strconv.Itoa(i), User: "user-" + strconv.Itoa(i), Conn: "gw-a1b2:" + strconv.Itoa(i), Seq: 1}
+				}
+				for i := range b.N {
+					_, _ = st.Start(ctx, cmd(i))
+				}
+				ok := mustOutcome(b, OutcomeStopped)
+				b.ReportAllocs()
+				b.ResetTimer()
+				p.serverCost(b, func() {
+					for i := range b.N {
+						c := cmd(i)
+						c.Op, c.Seq = "stop", 2
+						ok(st.Stop(ctx, c, protocol.ReasonStopped))
+					}
+				})
+			})
+			for _, typists := range []int{1, 10, 100} {
+				b.Run(fmt.Sprintf("%s/op=snapshot/typists=%d", pfx, typists), func(b *testing.B) {
+					benchSnapshot(b, p, st, n, typists)
+				})
+			}
+			if k, ok := st.(*keysStore); ok {
+				// SCAN's COUNT: fewer round trips against a longer hold of Redis.
+				for _, count := range []int64{100, 10000} {
+					b.Run(fmt.Sprintf("%s/op=snapshot/typists=10/scan_count=%d", pfx, count), func(b *testing.B) {
+						k.scanCount = count
+						defer func() { k.scanCount = DefaultScanCount }()
+						benchSnapshot(b, p, st, n, 10)
+					})
+				}
+			}
+		}
+		// What the seed forbids: pattern 1's listing with KEYS, one
+		// blocking O(keyspace) call, with 10 typists in the room.
+		b.Run(ks+"/op=KEYS", func(b *testing.B) {
+			st, n := benchStore(b, config.StoreKeys, p.rdb)
+			defer p.dropPrefix(b, n.KeyPrefix())
+			for i := range 10 {
+				_, _ = st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "r", User: "u" + strconv.Itoa(i), Conn: "c"})
+			}
+			pattern := n.TypistPattern("r")
+			b.ReportAllocs()
+			b.ResetTimer()
+			stop := p.probe(b)
+			p.serverCost(b, func() {
+				for range b.N {
+					keys, err := p.rdb.Keys(ctx, pattern).Result()
+					if err != nil || len(keys) != 10 {
+						b.Fatalf("KEYS: %d keys, %v", len(keys), err)
+					}
+				}
+			})
+			stop()
+		})
+	}
+}
+
+// benchSnapshot times Snapshot of a room with typists typists (one
+// connection each, named), with the PING probe running.
+func benchSnapshot(b *testing.B, p *privateRedis, st Store, n names.Names, typists int) {
+	ctx := context.Background()
+	defer p.dropPrefix(b, n.KeyPrefix())
+	for i := range typists {
+		_, _ = st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "room-42", User: "user-" + strconv.Itoa(i), Name: "Some Body", Conn: "gw-a1b2:" + strconv.Itoa(i), Seq: 1})
+	}
+	if users, err := st.Snapshot(ctx, "room-42"); err != nil || len(users) != typists {
+		b.Fatalf("snapshot: %d users, %v; want %d", len(users), err, typists)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	stop := p.probe(b)
+	p.serverCost(b, func() {
+		for range b.N {
+			if _, err := st.Snapshot(ctx, "room-42"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	stop()
+}
+
+// memoryResult is one line of BenchmarkMemoryPerTypist.
+type memoryResult struct {
+	all, state float64            // bytes per typist: every key; without seq and throttle keys
+	byKind     map[string]float64 // MEMORY USAGE per typist, by key kind
+}
+
+// BenchmarkMemoryPerTypist measures Redis memory per typist (INFO
+// used_memory delta over 10,000 typists, on an emptied private server) for
+// each store and 1, 10 or 100 typists per room, and for reference the
+// seed's bare patterns: pattern 1 as one string per typist (SET PX), and
+// pattern 2 as one sorted-set member per typist. Each typist has one
+// connection, a 9-byte name and a seq; B/typist counts every key the store
+// writes (state, names, seq, throttle), state-B/typist drops the seq and
+// throttle keys (the same in both stores). ns/op is meaningless here.
+func BenchmarkMemoryPerTypist(b *testing.B) {
+	p := startPrivateRedis(b)
+	ctx := context.Background()
+	const total = 10000
+	used := func() float64 {
+		_ = p.rdb.Do(ctx, "MEMORY", "PURGE").Err()
+		s := p.rdb.Info(ctx, "memory").Val()
+		for _, l := range strings.Split(s, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		b.Fatal("no used_memory in INFO")
+		return 0
+	}
+	// usageByKind sums MEMORY USAGE of every key by the first segments of
+	// its name (typing:room, typing:names, typing:seq, throttle:typing,
+	// typing:{ for pattern 1's typist keys, typing:sweep).
+	usageByKind := func(prefix string) map[string]float64 {
+		out := map[string]float64{}
+		iter := p.rdb.Scan(ctx, 0, prefix+"*", 10000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			rest := strings.TrimPrefix(k, prefix)
+			kind := rest
+			if i := strings.IndexByte(rest, '{'); i >= 0 {
+				kind = rest[:i] + "{R}"
+			}
+			u, _ := p.rdb.MemoryUsage(ctx, k).Result()
+			out[kind] += float64(u) / total
+		}
+		return out
+	}
+	measure := func(fill func(), prefix string) memoryResult {
+		if err := p.rdb.FlushAll(ctx).Err(); err != nil { // the private server only
+			b.Fatal(err)
+		}
+		before := used()
+		fill()
+		r := memoryResult{byKind: usageByKind(prefix)}
+		r.all = (used() - before) / total
+		var extra []string
+		iter := p.rdb.Scan(ctx, 0, prefix+"*", 10000).Iterator()
+		for iter.Next(ctx) {
+			if k := strings.TrimPrefix(iter.Val(), prefix); strings.HasPrefix(k, "typing:seq:") || strings.HasPrefix(k, "throttle:") {
+				extra = append(extra, iter.Val())
+			}
+		}
+		for i := 0; i < len(extra); i += 1000 {
+			p.rdb.Del(ctx, extra[i:min(len(extra), i+1000)]...)
+		}
+		r.state = (used() - before) / total
+		return r
+	}
+	report := func(name string, r memoryResult) {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+			}
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(r.all, "B/typist")
+			b.ReportMetric(r.state, "state-B/typist")
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(r.byKind)) {
+				parts = append(parts, fmt.Sprintf("%s=%.0f", k, r.byKind[k]))
+			}
+			b.Logf("MEMORY USAGE per typist by key: %s", strings.Join(parts, " "))
+		})
+	}
+	for _, perRoom := range []int{1, 10, 100} {
+		for _, kind := range storeKinds {
+			r := measure(func() {
+				st, _ := benchStore(b, kind, p.rdb)
+				for i := range total {
+					if _, err := st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: fmt.Sprintf("room-%06d", i/perRoom), User: fmt.Sprintf("user-%06d", i), Name: "Some Body", Conn: fmt.Sprintf("gw-a1b2:%06d", i), Seq: 1}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}, "b:")
+			report(fmt.Sprintf("store=%s/typists_per_room=%d", kind, perRoom), r)
+		}
+		// The seed's bare patterns, for reference (no names, seq, throttle).
+		n := names.New("b:", "")
+		r := measure(func() {
+			pipe := p.rdb.Pipeline()
+			for i := range total {
+				pipe.Set(ctx, n.TypistKey(fmt.Sprintf("room-%06d", i/perRoom), fmt.Sprintf("user-%06d", i)), "1", 5*time.Second)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}, "b:")
+		report(fmt.Sprintf("seed=pattern1_string/typists_per_room=%d", perRoom), r)
+		r = measure(func() {
+			pipe := p.rdb.Pipeline()
+			exp := float64(time.Now().Add(5 * time.Second).UnixMilli())
+			for i := range total {
+				pipe.ZAdd(ctx, n.RoomKey(fmt.Sprintf("room-%06d", i/perRoom)), redis.Z{Score: exp, Member: fmt.Sprintf("user-%06d", i)})
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}, "b:")
+		report(fmt.Sprintf("seed=pattern2_zset/typists_per_room=%d", perRoom), r)
+	}
+}
+
+// throughputMix is one connection's typing episode: a start that makes
+// the user visible, three more starts, and a stop; five commands. The
+// three come at once, inside the throttle window, so they are throttled
+// refreshes (the common case of a burst, and of several devices); a client
+// refreshing every 4 s past a 2 s window is "refreshed" instead, which adds
+// one SET and one PUBLISH, about the cost of a start.
+func throughputMix(room, user, conn string, seq uint64) []protocol.Command {
+	c := protocol.Command{V: 1, Op: "start", Room: room, User: user, Name: "Some Body", Conn: conn}
+	out := make([]protocol.Command, 0, 5)
+	for i := range 4 {
+		c.Seq = seq + uint64(i)
+		out = append(out, c)
+	}
+	c.Op, c.Seq, c.Name = "stop", seq+4, ""
+	return append(out, c)
+}
+
+// BenchmarkCommandThroughput measures the command path (decode, store
+// script, outcome metric) with 16 goroutines, the default
+// ELLIPSIS_WORKER_SHARDS, against the machine's Redis: commands per second
+// one worker's shards can apply. Workload: typing episodes (throughputMix)
+// of 1,600 connections over 100 rooms.
+func BenchmarkCommandThroughput(b *testing.B) {
+	requireServices(b)
+	opts, err := redis.ParseURL(testRedisURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts.PoolSize = 64
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	for _, kind := range storeKinds {
+		b.Run("store="+kind+"/shards=16", func(b *testing.B) {
+			m, err := newMetrics(prometheus.NewRegistry(), false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := names.New("t-bench-"+randHex(4)+":", "")
+			defer cleanupKeys(rdb, n.KeyPrefix())
+			st, err := newStore(kind, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := st.Prepare(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			s := &Server{st: st, m: m, rl: newRateLog(zap.NewNop(), time.Minute), log: zap.NewNop()}
+			const shards = config.DefaultWorkerShards
+			var next atomic.Int64
+			b.SetParallelism(max(1, shards/runtime.GOMAXPROCS(0))) // shards goroutines in all
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				g := next.Add(1)
+				ctx := context.Background()
+				var payloads [][]byte
+				i, episode := 0, 0
+				for pb.Next() {
+					if i == len(payloads) {
+						// 100 connections per goroutine, in turn; seq grows per connection.
+						conn, seq := int(g)*100+episode%100, uint64(episode/100)*5+1
+						payloads = payloads[:0]
+						for _, c := range throughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
+							p, _ := json.Marshal(c)
+							payloads = append(payloads, p)
+						}
+						episode++
+						i = 0
+					}
+					cmd, err := protocol.DecodeCommand(payloads[i])
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					s.apply(ctx, cmd)
+					i++
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
+			if e := gatherSumB(m, OutcomeError); e != 0 {
+				b.Fatalf("%v commands failed", e)
+			}
+		})
+		// What batching would buy: each goroutine (GOMAXPROCS of them)
+		// sends 64 commands per round trip as one pipeline of scripts, the
+		// way Disconnect already sends its rooms. The shards do not batch
+		// today; this is the ceiling of the store on this Redis.
+		b.Run("store="+kind+"/pipeline=64", func(b *testing.B) {
+			m, err := newMetrics(prometheus.NewRegistry(), false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := names.New("t-bench-"+randHex(4)+":", "")
+			defer cleanupKeys(rdb, n.KeyPrefix())
+			st, err := newStore(kind, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+			if err != nil {
+				b.Fatal(err)
+			}
+			bs := st.(interface {
+				startCall(protocol.Command) scriptCall
+				stopCall(room, user, conn string, seq uint64, reason string) scriptCall
+				eval(ctx context.Context, name string, calls []scriptCall) ([]any, []error)
+			})
+			var next atomic.Int64
+			var failed atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				g := next.Add(1)
+				ctx := context.Background()
+				var calls []scriptCall
+				flush := func() {
+					if len(calls) == 0 {
+						return
+					}
+					_, errs := bs.eval(ctx, "bench", calls)
+					for _, err := range errs {
+						if err != nil {
+							failed.Add(1)
+						}
+					}
+					calls = calls[:0]
+				}
+				var pending []protocol.Command
+				episode := 0
+				for pb.Next() {
+					if len(pending) == 0 {
+						conn, seq := int(g)*1000+episode%1000, uint64(episode/1000)*5+1
+						for _, c := range throughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
+							p, _ := json.Marshal(c)
+							cmd, err := protocol.DecodeCommand(p)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							pending = append(pending, cmd)
+						}
+						episode++
+					}
+					cmd := pending[0]
+					pending = pending[1:]
+					if cmd.Op == protocol.OpStart {
+						calls = append(calls, bs.startCall(cmd))
+					} else {
+						calls = append(calls, bs.stopCall(cmd.Room, cmd.User, cmd.Conn, cmd.Seq, protocol.ReasonStopped))
+					}
+					if len(calls) == 64 {
+						flush()
+					}
+				}
+				flush()
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
+			if f := failed.Load(); f != 0 {
+				b.Fatalf("%d calls failed", f)
+			}
+		})
+	}
+}
+
+// BenchmarkWorkerThroughput measures one whole worker (New/Start, 16
+// shards, each store) end to end: commands published on the machine's
+// NATS, applied on the machine's Redis; cmds/s is the rate at which the
+// worker finished them. At most 8,192 commands are in flight (below the
+// subscription's pending limit, so none is dropped).
+func BenchmarkWorkerThroughput(b *testing.B) {
+	requireServices(b)
+	for _, kind := range storeKinds {
+		b.Run("store="+kind, func(b *testing.B) {
+			id := randHex(5)
+			cfg := config.Dev()
+			cfg.AdminAddr = ""
+			cfg.NATSURL = testNATSURL
+			cfg.RedisURL = testRedisURL
+			cfg.SubjectPrefix = "tb" + id
+			cfg.KeyPrefix = "t-bench-" + id + ":"
+			cfg.Store = kind
+			cfg.LogLevel = "warn"
+			reg := prometheus.NewRegistry()
+			w, err := New(Options{Config: cfg, Registry: reg})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			ropts, _ := redis.ParseURL(testRedisURL)
+			rdb := redis.NewClient(ropts)
+			defer func() {
+				_ = w.Shutdown(context.Background())
+				cleanupKeys(rdb, cfg.KeyPrefix)
+				rdb.Close()
+			}()
+			nc, err := nats.Connect(testNATSURL, nats.Name("presence-worker-bench"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+			subject := names.New(cfg.KeyPrefix, cfg.SubjectPrefix).CommandSubject()
+			// Payloads first, untimed: 1,600 connections' episodes.
+			payloads := make([][]byte, 0, b.N+5)
+			for conn := 0; len(payloads) < b.N; conn++ {
+				c := conn % 1600
+				for _, cmd := range throughputMix(fmt.Sprintf("room-%d", c%100), fmt.Sprintf("user-%d", c), fmt.Sprintf("gw:%d", c), uint64(conn/1600)*5+1) {
+					p, _ := json.Marshal(cmd)
+					payloads = append(payloads, p)
+				}
+			}
+			payloads = payloads[:b.N]
+			processed := func() float64 { return gatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
+			const window = 8192
+			b.ResetTimer()
+			for i, p := range payloads {
+				if i%1024 == 0 {
+					for float64(i)-processed() > window {
+						time.Sleep(200 * time.Microsecond)
+					}
+				}
+				if err := nc.Publish(subject, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			_ = nc.Flush()
+			deadline := time.Now().Add(time.Minute)
+			for processed() < float64(b.N) {
+				if time.Now().After(deadline) {
+					b.Fatalf("%v of %d commands processed", processed(), b.N)
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
+			if e := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeError}); e != 0 {
+				b.Fatalf("%v commands failed", e)
+			}
+			if e := gatherSum(b, reg, "ellipsis_worker_nats_errors_total", nil); e != 0 {
+				b.Fatalf("%v NATS errors (slow consumer?)", e)
+			}
+		})
+	}
+}
