@@ -7,7 +7,7 @@ GO ?= go
 MODULES := shared deploy services/gateway services/presence-worker clients/js tools test
 FUZZTIME ?= 3s
 
-.PHONY: run demo build test vet unit fuzz-smoke js fmt
+.PHONY: run demo build test vet unit fuzz-smoke js bench loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -17,10 +17,26 @@ run:
 demo:
 	$(GO) run ./tools/cmd/ellipsis-demo
 
+## loadgen*: the load generator against a stack on loopback (see tools/README.md, docs/BENCHMARKS.md)
+loadgen:
+	tools/loadgen/run.sh rate
+loadgen-replay:
+	tools/loadgen/run.sh replay
+loadgen-fanout:
+	tools/loadgen/run.sh fanout
+loadgen-idle:
+	tools/loadgen/run.sh idle
+
+## bench: the hot-path benchmarks (codec, enc, fan-out, worker command path and stores against real Redis)
+bench:
+	cd shared && $(GO) test -run '^$$' -bench . -benchmem ./protocol ./names
+	cd services/gateway && $(GO) test -run '^$$' -bench 'FanOut|Written' -benchmem ./internal/hub ./internal/metrics
+	cd services/presence-worker && $(GO) test -run '^$$' -bench . -benchmem .
+
 ## build: build every binary into bin/
 build:
 	mkdir -p bin
-	$(GO) build -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo
+	$(GO) build -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen
 
 ## test: vet, every module's tests with -race, a short run of each fuzz target, and the JS SDK's unit, replay and Chromium tests
 test: vet unit fuzz-smoke js

@@ -3,6 +3,7 @@ module github.com/ellipsis-chat/ellipsis/tools
 go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/ellipsis-chat/ellipsis/services/gateway v0.0.0
 	github.com/ellipsis-chat/ellipsis/services/presence-worker v0.0.0
@@ -16,7 +17,6 @@ require (
 )
 
 require (
-	github.com/HdrHistogram/hdrhistogram-go v1.4.0 // indirect
 	github.com/MicahParks/jwkset v0.11.4 // indirect
 	github.com/MicahParks/keyfunc/v3 v3.9.2 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect

@@ -1,0 +1,292 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/tools/demo"
+)
+
+// writeWait bounds each frame write of a client.
+const writeWait = 5 * time.Second
+
+// client is one load connection: one user, one room.
+type client struct {
+	idx     int
+	user    string
+	room    string
+	roomIdx int
+	url     string
+	typing  bool // drives typing (else only listens)
+	r       *runner
+	ws      *websocket.Conn
+	log     typistLog // what this client sent
+	others  int64     // the room's other joined members: receivers of each send
+
+	startFrame, stopFrame []byte
+
+	wmu sync.Mutex // one writer at a time (gorilla/websocket)
+	on  bool       // a burst is on (last send a start or refresh); under wmu
+
+	// views is the reader's per-typist state; owned by the reader goroutine.
+	views      map[int32]*recvState
+	readerDone chan struct{}
+}
+
+// dial opens the WebSocket and joins the room; on error the connection is
+// closed and the error says what failed (its kind for the summary).
+func (c *client) dial(ctx context.Context) error {
+	o := &c.r.opts
+	target, err := url.Parse(c.url)
+	if err != nil {
+		return &kindError{"dial:url", err}
+	}
+	h := http.Header{}
+	if o.JWTSecret != "" {
+		tok, err := demo.MintHS256([]byte(o.JWTSecret), c.user, c.user, time.Now(), o.Duration+time.Hour)
+		if err != nil {
+			return &kindError{"dial:token", err}
+		}
+		h.Set("Authorization", "Bearer "+tok)
+	} else {
+		q := target.Query()
+		q.Set("user", c.user)
+		target.RawQuery = q.Encode()
+	}
+	src := c.r.sourceAddr(c.idx)
+	d := websocket.Dialer{
+		HandshakeTimeout: o.DialTimeout,
+		ReadBufferSize:   1024, // frames are small; 10,000 connections in one process
+		WriteBufferSize:  512,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nd := net.Dialer{Timeout: o.DialTimeout}
+			if src != nil {
+				nd.LocalAddr = src
+			}
+			return nd.DialContext(ctx, network, addr)
+		},
+	}
+	dctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	ws, resp, err := d.DialContext(dctx, target.String(), h)
+	if err != nil {
+		if resp != nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			return &kindError{"dial:http_" + strconv.Itoa(resp.StatusCode), fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))}
+		}
+		return &kindError{dialErrorKind(err), err}
+	}
+	c.ws = ws
+	ws.SetReadLimit(64 << 10)
+	// Join: write the frame and read until its answer (nothing else can
+	// arrive before it: the room was not joined).
+	_ = ws.SetWriteDeadline(time.Now().Add(writeWait))
+	join, _ := json.Marshal(map[string]string{"type": "join", "room": c.room, "id": "j"})
+	if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
+		ws.Close()
+		return &kindError{"join:write", err}
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(o.DialTimeout))
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			ws.Close()
+			return &kindError{"join:read", err}
+		}
+		ev, ok := parseFrame(data)
+		if !ok {
+			continue
+		}
+		if ev.Type == "joined" && ev.ID == "j" {
+			break
+		}
+		if ev.Type == "error" && ev.ID == "j" {
+			ws.Close()
+			return &kindError{"join:" + ev.Code, errors.New(string(data))}
+		}
+	}
+	_ = ws.SetReadDeadline(time.Time{})
+	c.startFrame, _ = json.Marshal(map[string]string{"type": "typing_start", "room": c.room})
+	c.stopFrame, _ = json.Marshal(map[string]string{"type": "typing_stop", "room": c.room})
+	return nil
+}
+
+// kindError is an error with its summary kind ("dial:timeout", ...).
+type kindError struct {
+	kind string
+	err  error
+}
+
+func (e *kindError) Error() string { return e.kind + ": " + e.err.Error() }
+func (e *kindError) Unwrap() error { return e.err }
+
+func dialErrorKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "dial:refused"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "dial:addr_not_available" // ephemeral ports of this source address used up
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return "dial:too_many_open_files"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return "dial:timeout"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "dial:timeout"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		return "dial:reset"
+	}
+	return "dial:other"
+}
+
+// send writes one typing frame of kind k and logs it first, so that no
+// receiver can read the event before the entry exists.
+func (c *client) send(k kind) error {
+	frame := c.startFrame
+	if k == kindStop {
+		frame = c.stopFrame
+	}
+	mono, wall := c.r.clock.now()
+	c.log.add(entry{mono: mono, wallMs: wall, kind: k})
+	c.wmu.Lock()
+	_ = c.ws.SetWriteDeadline(time.Now().Add(writeWait))
+	err := c.ws.WriteMessage(websocket.TextMessage, frame)
+	c.on = k != kindStop
+	c.wmu.Unlock()
+	if err != nil {
+		if !c.r.closing.Load() {
+			c.r.st.fail("write")
+		}
+		return err
+	}
+	cn := &c.r.st.c
+	switch k {
+	case kindStart:
+		cn.sentStart.Add(1)
+		cn.expectState.Add(c.others)
+	case kindStop:
+		cn.sentStop.Add(1)
+		cn.expectState.Add(c.others)
+	case kindRefresh:
+		cn.sentRefresh.Add(1)
+		cn.expectRefresh.Add(c.others)
+	}
+	return nil
+}
+
+// readLoop reads frames until the connection closes.
+func (c *client) readLoop() {
+	defer close(c.readerDone)
+	r := c.r
+	st := r.st
+	for {
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			st.c.open.Add(-1)
+			if !r.closing.Load() {
+				var ce *websocket.CloseError
+				if errors.As(err, &ce) {
+					st.fail("closed:" + strconv.Itoa(ce.Code))
+				} else {
+					st.fail("read")
+				}
+			}
+			return
+		}
+		now := r.clock.mono()
+		if r.closing.Load() {
+			continue
+		}
+		st.c.framesIn.Add(1)
+		ev, ok := parseFrame(data)
+		if !ok {
+			st.fail("bad_frame")
+			continue
+		}
+		switch ev.Type {
+		case "typing_start", "typing_stop":
+			c.onEvent(ev, now)
+		case "error":
+			st.fail("error_frame:" + ev.Code)
+		case "typing":
+			st.c.snapshots.Add(1)
+		}
+	}
+}
+
+// onEvent matches one room event against its sender's log.
+func (c *client) onEvent(ev event, now int64) {
+	st := c.r.st
+	t := c.r.typist(ev.User)
+	if t == nil || t.room != c.room || t == c {
+		st.c.unmatched.Add(1)
+		return
+	}
+	v := c.views[int32(t.idx)]
+	if v == nil {
+		v = &recvState{cursor: -1}
+		c.views[int32(t.idx)] = v
+	}
+	start := ev.Type == "typing_start"
+	if !start && ev.Reason != "stopped" {
+		v.shown = false
+		if ev.Reason == "expired" {
+			st.c.expiredStops.Add(1)
+		} else {
+			st.c.otherStops.Add(1)
+		}
+		return
+	}
+	m := t.log.match(v, start, ev.TsMs)
+	if !m.ok {
+		st.c.unmatched.Add(1)
+		return
+	}
+	if m.refresh {
+		st.c.matchedRefr.Add(1)
+	} else {
+		st.c.matchedState.Add(1)
+	}
+	st.record(c.idx, now-m.sentAt, m.refresh)
+}
+
+// endBurst stops a burst still on after the run: unmeasured, uncounted
+// (the run is over), so the typists do not all stop in one burst that the
+// measurement would include. Closing would clear them too (the gateway's
+// disconnect command); an explicit stop is what a client does.
+func (c *client) endBurst() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if !c.on {
+		return
+	}
+	c.on = false
+	_ = c.ws.SetWriteDeadline(time.Now().Add(writeWait))
+	_ = c.ws.WriteMessage(websocket.TextMessage, c.stopFrame)
+}
+
+// close sends a normal close and drops the connection.
+func (c *client) close() {
+	if c.ws == nil {
+		return
+	}
+	c.wmu.Lock()
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "load generator done"), time.Now().Add(time.Second))
+	c.wmu.Unlock()
+	_ = c.ws.Close()
+}
