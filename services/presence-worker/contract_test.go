@@ -410,6 +410,12 @@ func TestContractSnapshotNames(t *testing.T) {
 		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"alice/Alice", "bob/Bobby"}) {
 			t.Fatalf("snapshot %v after bob's rename", got)
 		}
+		// A nameless start (a platform service's own connection) keeps the
+		// name another connection of the user gave.
+		se.startNamed("r", "alice", "", "bot", 1, OutcomeThrottled, OutcomeRefreshed)
+		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"alice/Alice", "bob/Bobby"}) {
+			t.Fatalf("snapshot %v after a nameless start of alice", got)
+		}
 		if got := se.snapshotOf("empty"); len(got) != 0 {
 			t.Fatalf("empty room: %v", got)
 		}

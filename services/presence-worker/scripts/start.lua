@@ -44,11 +44,11 @@ redis.call('ZADD', KEYS[1], itoa(expiry), member)
 -- The room frees its memory on its own when nobody refreshes it: the seed's
 -- fail-safe TTL at room granularity.
 redis.call('PEXPIRE', KEYS[1], itoa(ttl + grace))
+-- A start without a name (a platform service's) keeps the name another
+-- connection of the user gave; the name goes when the user stops showing.
 if name ~= '' then
   redis.call('HSET', KEYS[2], euser, name)
   redis.call('PEXPIRE', KEYS[2], itoa(ttl + grace))
-else
-  redis.call('HDEL', KEYS[2], euser)
 end
 -- Keep the earliest due time of the room (LT also adds when absent).
 redis.call('ZADD', KEYS[6], 'LT', itoa(expiry), ARGV[8])

@@ -57,7 +57,14 @@ end
 local expiry = now + ttl
 redis.call('HSET', KEYS[1], conn, itoa(expiry))
 redis.call('PEXPIREAT', KEYS[1], itoa(expiry))
-redis.call('HSET', KEYS[2], euser, name)
+-- The names hash is also this store's set of shown users: a nameless start
+-- (a platform service's) adds the user without erasing a name another
+-- connection gave.
+if name ~= '' then
+  redis.call('HSET', KEYS[2], euser, name)
+else
+  redis.call('HSETNX', KEYS[2], euser, '')
+end
 redis.call('PEXPIRE', KEYS[2], itoa(ttl + grace))
 redis.call('ZADD', KEYS[6], 'LT', itoa(expiry), ARGV[8])
 
