@@ -7,7 +7,9 @@ package protocol
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 )
 
 // Client frame types (client to gateway).
@@ -78,7 +80,12 @@ func (e *FrameError) Error() string { return e.Code + ": " + e.Message }
 func DecodeClientFrame(data []byte) (ClientFrame, error) {
 	var f ClientFrame
 	if err := json.Unmarshal(data, &f); err != nil {
-		return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "malformed JSON: " + jsonErrText(err)}
+		fe := &FrameError{Code: CodeBadRequest, Message: decodeErr(err).Error()}
+		// A wrong type in one field still decodes the others: echo the id.
+		if _, typeErr := err.(*json.UnmarshalTypeError); typeErr && ValidateRequestID(f.ID) == nil {
+			fe.ID = f.ID
+		}
+		return ClientFrame{}, fe
 	}
 	if err := ValidateRequestID(f.ID); err != nil {
 		return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: err.Error()}
@@ -102,6 +109,32 @@ func DecodeClientFrame(data []byte) (ClientFrame, error) {
 		}
 		return ClientFrame{}, &FrameError{Code: CodeUnknownType, Message: fmt.Sprintf("type: unknown type %q", t), ID: f.ID}
 	}
+}
+
+// decodeErr turns a json.Unmarshal error into a *FieldError: a wrong type
+// names its field ("id: must be a string, got number"), anything else is
+// field "json" ("malformed: ...").
+func decodeErr(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		want := "a string"
+		if te.Type != nil {
+			switch te.Type.Kind() {
+			case reflect.String:
+			case reflect.Slice:
+				want = "an array of strings"
+			case reflect.Int, reflect.Int64, reflect.Uint64:
+				want = "a whole number"
+				if te.Type.Kind() == reflect.Uint64 {
+					want = "a whole number >= 0"
+				}
+			default:
+				want = "a " + te.Type.String()
+			}
+		}
+		return &FieldError{te.Field, fmt.Sprintf("must be %s, got %s", want, te.Value)}
+	}
+	return &FieldError{"json", "malformed: " + jsonErrText(err)}
 }
 
 func jsonErrText(err error) string {

@@ -112,7 +112,7 @@ func (c *Command) Validate() error {
 func DecodeCommand(data []byte) (Command, error) {
 	var c Command
 	if err := json.Unmarshal(data, &c); err != nil {
-		return Command{}, &FieldError{"json", "malformed: " + jsonErrText(err)}
+		return Command{}, decodeErr(err)
 	}
 	if err := c.Validate(); err != nil {
 		return Command{}, err
@@ -131,7 +131,7 @@ type SnapshotRequest struct {
 func DecodeSnapshotRequest(data []byte) (SnapshotRequest, error) {
 	var r SnapshotRequest
 	if err := json.Unmarshal(data, &r); err != nil {
-		return SnapshotRequest{}, &FieldError{"json", "malformed: " + jsonErrText(err)}
+		return SnapshotRequest{}, decodeErr(err)
 	}
 	if r.V != Version {
 		return SnapshotRequest{}, &FieldError{"v", fmt.Sprintf("must be %d, got %d", Version, r.V)}

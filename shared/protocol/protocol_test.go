@@ -148,7 +148,7 @@ func TestDecodeCommand(t *testing.T) {
 		`{"v":1,"op":"disconnect","user":"a","conn":"c"}`:                           "rooms",
 		`{"v":1,"op":"disconnect","user":"a","conn":"c","rooms":["ok",""]}`:         "rooms[1]",
 		`{"v":1,"op":"disconnect","room":"x","user":"a","conn":"c","rooms":["ok"]}`: "room",
-		`{"v":1,"op":"stop","room":"42","user":"a","seq":-1}`:                       "json",
+		`{"v":1,"op":"stop","room":"42","user":"a","seq":-1}`:                       "seq",
 		string(huge): "rooms",
 	}
 	for in, field := range bad {
@@ -184,5 +184,25 @@ func TestSnapshotMessages(t *testing.T) {
 	var re *ReplyError
 	if !errors.As(err, &re) || re.Code != "unavailable" {
 		t.Fatalf("DecodeSnapshotReply(error) = %v", err)
+	}
+}
+
+func TestWrongJSONTypesNameTheField(t *testing.T) {
+	_, err := DecodeClientFrame([]byte(`{"type":"ping","id":5}`))
+	var fe *FrameError
+	if !errors.As(err, &fe) || fe.Code != CodeBadRequest || fe.Message != "id: must be a string, got number" {
+		t.Fatalf("got %v", err)
+	}
+	_, err = DecodeClientFrame([]byte(`{"type":"join","room":42,"id":"c1"}`))
+	if !errors.As(err, &fe) || fe.Message != "room: must be a string, got number" || fe.ID != "c1" {
+		t.Fatalf("got %+v", fe)
+	}
+	_, err = DecodeCommand([]byte(`{"v":1,"op":"stop","room":"r","user":"u","seq":-1}`))
+	if err == nil || err.Error() != "seq: must be a whole number >= 0, got number -1" {
+		t.Fatalf("got %v", err)
+	}
+	_, err = DecodeCommand([]byte(`{"v":1,"op":"disconnect","rooms":"r","user":"u","conn":"c"}`))
+	if err == nil || err.Error() != "rooms: must be an array of strings, got string" {
+		t.Fatalf("got %v", err)
 	}
 }
