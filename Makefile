@@ -15,7 +15,7 @@ run:
 
 ## demo: three scripted users replay real keystrokes against the running stack
 demo:
-	$(GO) run ./tools/cmd/ellipsis-demo
+	$(GO) run ./tools/cmd/ellipsis-demo $(DEMO_ARGS)
 
 ## loadgen*: the load generator against a stack on loopback (see tools/README.md, docs/BENCHMARKS.md)
 loadgen:
