@@ -98,6 +98,7 @@ type Server struct {
 	redisOpt  *redis.Options
 	upgrader  websocket.Upgrader
 	warn      *rate.Sometimes // shared by connections for repetitive warnings
+	connLog   *zap.Logger     // "conn", shared by connections
 	connSeq   atomic.Uint64
 
 	shuttingDown atomic.Bool // readiness 503, no new connections
@@ -165,11 +166,15 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
-	id := cfg.GatewayID
-	if id == "" {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		id = "gw-" + hex.EncodeToString(b[:])
+	// Connection ids are "<id>:<n>" with n counting from 1 at every boot.
+	// Workers remember a connection's last seq for ttl + grace, so a
+	// restarted gateway must never reuse an id: a configured
+	// ELLIPSIS_GATEWAY_ID gets a per-boot random suffix.
+	var boot [4]byte
+	_, _ = rand.Read(boot[:])
+	id := "gw-" + hex.EncodeToString(boot[:])
+	if cfg.GatewayID != "" {
+		id = cfg.GatewayID + "-" + hex.EncodeToString(boot[:3])
 	}
 	s := &Server{
 		cfg:       cfg,
@@ -186,17 +191,23 @@ func New(opts Options) (*Server, error) {
 		warn:      &rate.Sometimes{First: 1, Interval: time.Minute},
 		conns:     map[*session.Conn]struct{}{},
 	}
+	s.connLog = s.log.Named("conn")
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: readHeaderTimeout,
 		ReadBufferSize:   1024,
 		WriteBufferSize:  1024,
+		// Write buffers are taken from the pool for one message and given
+		// back after it is flushed: an idle connection holds none.
+		WriteBufferPool: &sync.Pool{},
 		// The Origin is checked before Upgrade, with a JSON 403.
 		CheckOrigin: func(*http.Request) bool { return true },
 	}
 	return s, nil
 }
 
-// GatewayID returns the id used in connection ids ("<id>:<n>").
+// GatewayID returns the id used in connection ids ("<id>:<n>"): a random
+// "gw-xxxxxxxx", or ELLIPSIS_GATEWAY_ID plus a per-boot suffix
+// ("<configured>-xxxxxx"), unique to this process.
 func (s *Server) GatewayID() string { return s.gatewayID }
 
 // Start connects to NATS and Redis, binds the public and admin listeners

@@ -776,3 +776,22 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("New with JWKS only: %v", err)
 	}
 }
+
+// A restarted gateway with a configured ELLIPSIS_GATEWAY_ID must not reuse
+// connection ids: workers remember each connection's last seq for a while,
+// and a reused "<id>:1" would make the new connection's commands stale.
+func TestConfiguredGatewayIDIsUniquePerBoot(t *testing.T) {
+	cfg := config.Dev()
+	cfg.GatewayID = "fixed"
+	a, err := gateway.New(gateway.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := gateway.New(gateway.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GatewayID() == b.GatewayID() || !strings.HasPrefix(a.GatewayID(), "fixed-") || !strings.HasPrefix(b.GatewayID(), "fixed-") {
+		t.Fatalf("two boots of gateway %q got ids %q and %q", cfg.GatewayID, a.GatewayID(), b.GatewayID())
+	}
+}

@@ -113,8 +113,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (auth.Iden
 // a JSON error body, cheapest first: shutdown (503), Origin (403), the
 // gateway's connection limit (503, ELLIPSIS_MAX_CONNS), credentials (401,
 // or 400 for an invalid user id or name), the user's connection limit
-// (429, ELLIPSIS_MAX_CONNS_PER_USER). Then it upgrades and runs the
-// connection until it ends; its slot is given back then.
+// (429, ELLIPSIS_MAX_CONNS_PER_USER). Then it upgrades, registers the
+// connection and returns; the connection runs in its own goroutine until it
+// ends, and its slot is given back then.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	reject := func(reason string, status int, code, msg string) {
 		s.sec.met.HandshakeRejected(reason)
@@ -156,9 +157,9 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 			"user "+quoteShort(ident.User)+" has "+strconv.Itoa(s.cfg.MaxConnsPerUser)+" connections open on this gateway already; close one first")
 		return
 	}
-	defer release()
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
+		release()
 		return // gorilla has answered with an HTTP error
 	}
 	id := s.gatewayID + ":" + strconv.FormatUint(s.connSeq.Add(1), 10)
@@ -177,16 +178,27 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		Backend:    s.pres,
 		Authorizer: s.authz,
 		Metrics:    s.met,
-		Logger:     s.log.Named("conn"),
+		Logger:     s.connLog,
 		Warn:       s.warn,
 	})
+	// The session runs in its own goroutine and the handler returns: the
+	// connection is hijacked, so net/http drops its per-request state (its
+	// bufio reader and writer, ~10 KiB per idle connection) instead of
+	// holding it for the connection's lifetime. The server's connection
+	// registry (register, Shutdown), not http.Server, tracks it from here.
 	if !s.register(c) {
 		c.Close(session.CloseGoingAway, "gateway shutting down")
-		c.Serve()
+		go func() {
+			defer release()
+			c.Serve()
+		}()
 		return
 	}
-	defer s.unregister(c)
-	c.Serve()
+	go func() {
+		defer release()
+		defer s.unregister(c)
+		c.Serve()
+	}()
 }
 
 // handleRoomTyping serves GET /v1/rooms/{room}/typing (room path-escaped):

@@ -191,7 +191,9 @@ func TestWriteDeadline(t *testing.T) {
 // dropped after one.
 func TestKeepalive(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *config.Config) { c.PongWait = 400 * time.Millisecond })
+	// Pings go out at 9/10 of the pong wait, so the pong has 1/10 of it
+	// (200 ms) to come back: enough under -race on a busy machine.
+	e := newEnv(t, func(c *config.Config) { c.PongWait = 2 * time.Second })
 	alive := e.dial("alice", "")
 	r := readAll(alive.ws, 16)
 	silent := e.dialSlow(e.wsURL(url.Values{"user": {"bob"}}))
@@ -199,7 +201,7 @@ func TestKeepalive(t *testing.T) {
 	eventually(t, "the silent client to be dropped", func() bool {
 		return e.metric(`ellipsis_gateway_closes_total{code="1006"}`) == 1
 	})
-	time.Sleep(1200 * time.Millisecond) // three pong waits
+	time.Sleep(6 * time.Second) // three pong waits
 	alive.send(`{"type":"ping","id":"still"}`)
 	r.waitFor(t, protocol.TypePong, frameTimeout)
 	if n := e.metric("ellipsis_gateway_connections"); n != 1 {

@@ -152,7 +152,9 @@ func Connect(urls []string, n names.Names, snapshotTimeout time.Duration, log *z
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: closed on purpose
 				onError(metrics.NATSDisconnect)
-				disconnectLog.Do(func() { log.Warn("nats disconnected; reconnecting (logged at most once a minute after 3)", zap.Error(err)) })
+				disconnectLog.Do(func() {
+					log.Warn("nats disconnected; reconnecting (logged at most once a minute after 3)", zap.Error(err))
+				})
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/time/rate"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
@@ -111,12 +112,17 @@ type Conn struct {
 	cfg   Config
 	deps  Deps
 	met   *metrics.Metrics
-	log   *zap.Logger
 
-	// send is the outbound queue, cfg.OutboundQueue frames. When it is full
-	// the connection is closed with 1013 (slow consumer): a sender never
-	// blocks. It is never closed; the writer stops on quit.
-	send chan []byte
+	// The outbound queue, at most cfg.OutboundQueue frames: out[head:],
+	// guarded by qmu. When it is full the connection is closed with 1013
+	// (slow consumer): a sender never blocks. It grows on demand and is
+	// released when it drains with a large backing array, so an idle
+	// connection holds (almost) nothing; queued, one token on ready wakes
+	// the writer. Nothing is ever closed; the writer stops on quit.
+	qmu   sync.Mutex
+	out   [][]byte
+	head  int
+	ready chan struct{} // capacity 1
 
 	closeOnce   sync.Once
 	quit        chan struct{} // closed by the first close request
@@ -162,8 +168,7 @@ func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps De
 		cfg:        cfg,
 		deps:       deps,
 		met:        deps.Metrics,
-		log:        deps.Logger.With(zap.String("conn_id", id), zap.String("user_id", ident.User)),
-		send:       make(chan []byte, cfg.OutboundQueue),
+		ready:      make(chan struct{}, 1),
 		quit:       make(chan struct{}),
 		readerDone: make(chan struct{}),
 		writerDone: make(chan struct{}),
@@ -172,6 +177,17 @@ func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps De
 		limiter:    rate.NewLimiter(rate.Limit(cfg.InboundRate), cfg.InboundBurst),
 		rooms:      map[string]struct{}{},
 	}
+}
+
+// logAt logs msg at lvl with the connection's conn_id and user_id first,
+// as a child logger's fields would be. No child logger is kept per
+// connection: its cloned encoder cost about 1 KiB of every idle one.
+func (c *Conn) logAt(lvl zapcore.Level, msg string, fields ...zap.Field) {
+	ce := c.deps.Logger.WithOptions(zap.AddCallerSkip(1)).Check(lvl, msg)
+	if ce == nil {
+		return
+	}
+	ce.Write(append([]zap.Field{zap.String("conn_id", c.id), zap.String("user_id", c.ident.User)}, fields...)...)
 }
 
 // ID returns the connection id.
@@ -192,7 +208,7 @@ func (c *Conn) Serve() {
 		t := time.AfterFunc(time.Until(c.ident.Expires), func() { c.Close(ClosePolicy, "token expired") })
 		defer t.Stop()
 	}
-	c.log.Debug("connection open")
+	c.logAt(zapcore.DebugLevel, "connection open")
 	c.readLoop()
 	c.Disconnect()
 	c.mu.Lock()
@@ -202,7 +218,7 @@ func (c *Conn) Serve() {
 	c.deps.Hub.LeaveAll(c, rooms...)
 	<-c.writerDone
 	c.met.Close(c.finalCode)
-	c.log.Debug("connection closed", zap.Int("code", c.finalCode), zap.Int("rooms", len(rooms)))
+	c.logAt(zapcore.DebugLevel, "connection closed", zap.Int("code", c.finalCode), zap.Int("rooms", len(rooms)))
 }
 
 // Close asks for the connection to be closed with code (RFC 6455) and
@@ -244,20 +260,72 @@ func (c *Conn) Send(frame []byte) bool {
 	if c.closing() {
 		return false
 	}
-	select {
-	case c.send <- frame:
-		return true
-	default:
-		if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "slow consumer: outbound queue full") {
-			c.met.SlowConsumerCloses.Inc()
-			if c.deps.Warn != nil {
-				c.deps.Warn.Do(func() {
-					c.log.Warn("closing slow consumer (1013); logged at most once a minute", zap.Int("queue", c.cfg.OutboundQueue))
-				})
-			}
+	if c.enqueue(frame) {
+		select {
+		case c.ready <- struct{}{}:
+		default: // the writer is woken already
 		}
+		return true
+	}
+	if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "slow consumer: outbound queue full") {
+		c.met.SlowConsumerCloses.Inc()
+		if c.deps.Warn != nil {
+			c.deps.Warn.Do(func() {
+				c.logAt(zapcore.WarnLevel, "closing slow consumer (1013); logged at most once a minute", zap.Int("queue", c.cfg.OutboundQueue))
+			})
+		}
+	}
+	return false
+}
+
+// keepQueueCap is the backing array an empty outbound queue keeps for the
+// next frames (a burst of typing events); a larger one is released.
+const keepQueueCap = 16
+
+// enqueue appends frame to the outbound queue unless it holds
+// cfg.OutboundQueue frames already.
+func (c *Conn) enqueue(frame []byte) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if len(c.out)-c.head >= c.cfg.OutboundQueue {
 		return false
 	}
+	if c.head > 0 && len(c.out) == cap(c.out) {
+		// Reuse the room of frames already written before growing.
+		n := copy(c.out, c.out[c.head:])
+		clear(c.out[n:])
+		c.out, c.head = c.out[:n], 0
+	}
+	c.out = append(c.out, frame)
+	return true
+}
+
+// dequeue takes the oldest queued frame; ok is false when none is queued.
+func (c *Conn) dequeue() (f []byte, ok bool) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.head == len(c.out) {
+		return nil, false
+	}
+	f = c.out[c.head]
+	c.out[c.head] = nil
+	c.head++
+	if c.head == len(c.out) {
+		if cap(c.out) > keepQueueCap {
+			c.out = nil
+		} else {
+			c.out = c.out[:0]
+		}
+		c.head = 0
+	}
+	return f, true
+}
+
+// queued is the number of frames in the outbound queue.
+func (c *Conn) queued() int {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return len(c.out) - c.head
 }
 
 // Disconnect publishes the connection's one disconnect command now (if it
@@ -280,7 +348,7 @@ func (c *Conn) Disconnect() {
 		Conn: c.id, Seq: c.seq, Rooms: c.joinedRooms(), TsMs: time.Now().UnixMilli(),
 	}
 	if err := c.deps.Backend.Publish(cmd); err != nil {
-		c.log.Warn("disconnect command not published; workers expire the entries after ttl", zap.Error(err))
+		c.logAt(zapcore.WarnLevel, "disconnect command not published; workers expire the entries after ttl", zap.Error(err))
 		return
 	}
 	c.met.Command(protocol.OpDisconnect)
@@ -304,17 +372,37 @@ func (c *Conn) writeLoop() {
 		_ = c.ws.SetWriteDeadline(deadline)
 		return c.ws.WriteMessage(websocket.TextMessage, f)
 	}
+	pingPeer := func() error {
+		return c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteWait))
+	}
 loop:
 	for {
 		select {
-		case f := <-c.send:
-			if err := write(f, time.Now().Add(c.cfg.WriteWait)); err != nil {
-				c.terminate(CloseAbnormal)
-				break loop
+		case <-c.ready:
+			for {
+				if c.closing() {
+					break // quit is ready: the select takes the close path
+				}
+				f, ok := c.dequeue()
+				if !ok {
+					break
+				}
+				if err := write(f, time.Now().Add(c.cfg.WriteWait)); err != nil {
+					c.terminate(CloseAbnormal)
+					break loop
+				}
+				c.met.Written(f) // delivery delay of room events
+				select {
+				case <-ping.C: // keep pinging through a long drain
+					if err := pingPeer(); err != nil {
+						c.terminate(CloseAbnormal)
+						break loop
+					}
+				default:
+				}
 			}
-			c.met.Written(f) // delivery delay of room events
 		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteWait)); err != nil {
+			if err := pingPeer(); err != nil {
 				c.terminate(CloseAbnormal)
 				break loop
 			}
@@ -329,8 +417,9 @@ loop:
 			// explaining it, for one), within closeGrace in all; a slow
 			// consumer gets nothing more.
 			deadline := time.Now().Add(closeGrace)
-			for n := len(c.send); n > 0; n-- {
-				if write(<-c.send, deadline) != nil {
+			for n := c.queued(); n > 0; n-- {
+				f, ok := c.dequeue()
+				if !ok || write(f, deadline) != nil {
 					break
 				}
 			}
@@ -455,7 +544,7 @@ func (c *Conn) allowInbound() bool {
 func (c *Conn) reply(typ string, v any) {
 	b, err := protocol.Encode(v)
 	if err != nil {
-		c.log.Error("encode frame", zap.String("type", typ), zap.Error(err))
+		c.logAt(zapcore.ErrorLevel, "encode frame", zap.String("type", typ), zap.Error(err))
 		return
 	}
 	if c.Send(b) {
@@ -551,7 +640,7 @@ func (c *Conn) pushSnapshot(room string) {
 	if err == nil {
 		frame, _ = protocol.Encode(protocol.NewTypingSnapshot(room, hub.SelfFilter(users, c.ident.User), ""))
 	} else {
-		c.log.Debug("snapshot after overflow failed", zap.String("room", room), zap.Error(err))
+		c.logAt(zapcore.DebugLevel, "snapshot after overflow failed", zap.String("room", room), zap.Error(err))
 	}
 	c.deps.Hub.Release(hd, frame, protocol.TypeTyping)
 }
@@ -568,7 +657,7 @@ func (c *Conn) leave(f protocol.ClientFrame) {
 	}
 	c.mu.Unlock()
 	if pubErr != nil {
-		c.log.Debug("leave command not published; workers expire the entry after ttl", zap.String("room", f.Room), zap.Error(pubErr))
+		c.logAt(zapcore.DebugLevel, "leave command not published; workers expire the entry after ttl", zap.String("room", f.Room), zap.Error(pubErr))
 	}
 	if joined {
 		c.deps.Hub.Leave(f.Room, c)
