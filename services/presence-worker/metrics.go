@@ -23,7 +23,7 @@ const (
 // ellipsis_worker_. See README.md for what each one tells an operator.
 type metrics struct {
 	commands        *prometheus.CounterVec   // {op, outcome}
-	scriptDuration  *prometheus.HistogramVec // {script}, seconds per script call (a pipeline counts once)
+	scriptDuration  *prometheus.HistogramVec // {script}, seconds per script call (a pipeline counts once; a shard's batch once per command)
 	expiredStops    prometheus.Counter
 	sweepLag        prometheus.Histogram // seconds between a room's due time and its sweep
 	redisErrors     prometheus.Counter

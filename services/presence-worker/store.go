@@ -53,6 +53,16 @@ type Store interface {
 	// reason protocol.ReasonDisconnected and returns one outcome per room
 	// (OutcomeError for a room that failed); the error joins the rooms'.
 	Disconnect(ctx context.Context, cmd protocol.Command) ([]string, error)
+	// Apply applies cmds in order, each as Start, Stop (op stop: reason
+	// stopped; op leave: left) or Disconnect would, and returns one outcome
+	// and one error per command; a disconnect's outcome sums its rooms'
+	// (see disconnectOutcome), and an op DecodeCommand does not admit gets
+	// "" and no error. The script calls of consecutive ordered commands
+	// (Seq and Conn set) go out as one pipeline, one round trip, retried
+	// as one; an unordered command is sent alone, after the commands before
+	// it have finished and before those after it start, exactly as Start,
+	// Stop and Disconnect send it. Why: [redisBase.apply].
+	Apply(ctx context.Context, cmds []protocol.Command) ([]string, []error)
 	// Sweep publishes typing_stop(expired) for every typist whose time ran
 	// out in the rooms due in the sweep index, exactly once across any
 	// number of concurrent sweepers.
@@ -104,6 +114,10 @@ const (
 	scriptDue        = "due"
 	scriptSweep      = "sweep"    // a pipeline of sweep scripts, one per due room
 	scriptSnapshot   = "snapshot" // store "keys": the SCAN loop and the names read
+	// scriptBatch names a pipeline of several commands' calls in the
+	// redis-retry log; the histogram counts each command under its own
+	// script (see redisBase.applyRun).
+	scriptBatch = "batch"
 )
 
 // ErrUnknownStore is returned by newStore for a kind other than
@@ -198,15 +212,26 @@ type scriptCall struct {
 	args   []any
 }
 
-// eval runs calls, pipelined when there are several, and retries the calls
-// that failed with a transient error (connection, timeout, LOADING,
-// READONLY, TRYAGAIN, ...) up to redisAttempts times with jittered backoff,
-// stopping early when ctx ends. It returns each call's reply and error.
-// name labels the duration histogram.
+// eval runs calls with evalRetry and observes the whole of it, retries
+// included, in the duration histogram under name.
 func (st *redisBase) eval(ctx context.Context, name string, calls []scriptCall) ([]any, []error) {
-	began := time.Now()
-	defer func() { st.m.scriptDuration.WithLabelValues(name).Observe(time.Since(began).Seconds()) }()
+	defer observeSince(st.m, name)()
+	return st.evalRetry(ctx, name, calls)
+}
 
+// evalRetry runs calls, pipelined when there are several, and retries the
+// calls that failed with a transient error (connection, timeout, LOADING,
+// READONLY, TRYAGAIN, ...) up to redisAttempts times with jittered
+// backoff, stopping early when ctx ends. It returns each call's reply and
+// error. name is the "script" of the retry log line.
+//
+// Only the calls that failed are sent again, in their order. A call whose
+// reply was lost (a dropped connection, a timeout) may have run: scripts
+// are written so that running one twice in a row is harmless (see
+// retryable), and a pipeline's calls with a seq become stale on a second
+// run (see redisBase.apply). go-redis's own retries, which would resend a
+// whole pipeline, are off (New sets MaxRetries -1).
+func (st *redisBase) evalRetry(ctx context.Context, name string, calls []scriptCall) ([]any, []error) {
 	res := make([]any, len(calls))
 	errs := make([]error, len(calls))
 	pending := make([]int, len(calls))
@@ -394,10 +419,16 @@ func (st *redisBase) countPublished(outcome string) {
 // counting the event it published.
 func (st *redisBase) runCommand(ctx context.Context, name string, c scriptCall) (string, error) {
 	res, errs := st.eval(ctx, name, []scriptCall{c})
-	if errs[0] != nil {
-		return OutcomeError, errs[0]
+	return st.callOutcome(res[0], errs[0])
+}
+
+// callOutcome reads the outcome of one start or stop script call from its
+// reply and error, counting the event it published.
+func (st *redisBase) callOutcome(res any, err error) (string, error) {
+	if err != nil {
+		return OutcomeError, err
 	}
-	out, err := outcomeOf(res[0])
+	out, err := outcomeOf(res)
 	if err != nil {
 		return OutcomeError, err
 	}
@@ -416,34 +447,161 @@ func stopEvent(room, user, reason string) []byte {
 	return protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: user, Reason: reason})
 }
 
+// stopCallFunc builds a store's stop script call for one room (see
+// zsetStore.stopCall, keysStore.stopCall).
+type stopCallFunc func(room, user, conn string, seq uint64, reason string) scriptCall
+
 // disconnect runs stopCall's script with reason disconnected in every room
 // of cmd.Rooms, pipelined (the rooms live in different hash slots, so each
 // is its own atomic call). It returns one outcome per room; err joins the
 // rooms' errors.
-func (st *redisBase) disconnect(ctx context.Context, cmd protocol.Command, stopCall func(room, user, conn string, seq uint64, reason string) scriptCall) ([]string, error) {
+func (st *redisBase) disconnect(ctx context.Context, cmd protocol.Command, stopCall stopCallFunc) ([]string, error) {
 	calls := make([]scriptCall, len(cmd.Rooms))
 	for i, room := range cmd.Rooms {
 		calls[i] = stopCall(room, cmd.User, cmd.Conn, cmd.Seq, protocol.ReasonDisconnected)
 	}
 	res, errs := st.eval(ctx, scriptDisconnect, calls)
-	outs := make([]string, len(calls))
+	return st.roomOutcomes(cmd.Rooms, res, errs)
+}
+
+// roomOutcomes reads the outcomes of a disconnect's stop calls, one per
+// room, counting the events they published; err joins the rooms' errors.
+func (st *redisBase) roomOutcomes(rooms []string, res []any, errs []error) ([]string, error) {
+	outs := make([]string, len(rooms))
 	var all []error
-	for i := range calls {
-		if errs[i] != nil {
-			outs[i] = OutcomeError
-			all = append(all, fmt.Errorf("room %q: %w", cmd.Rooms[i], errs[i]))
-			continue
-		}
-		out, err := outcomeOf(res[i])
+	for i, room := range rooms {
+		out, err := st.callOutcome(res[i], errs[i])
 		if err != nil {
-			outs[i] = OutcomeError
-			all = append(all, fmt.Errorf("room %q: %w", cmd.Rooms[i], err))
-			continue
+			all = append(all, fmt.Errorf("room %q: %w", room, err))
 		}
-		st.countPublished(out)
 		outs[i] = out
 	}
 	return outs, errors.Join(all...)
+}
+
+// disconnectOutcome sums a disconnect's room outcomes into the one it is
+// counted with in ellipsis_worker_commands_total: stopped if any room
+// published a stop, error if any room failed, stale if every room was
+// stale, noop otherwise.
+func disconnectOutcome(outs []string, err error) string {
+	if err != nil {
+		return OutcomeError
+	}
+	stale := len(outs) > 0
+	for _, o := range outs {
+		if o == OutcomeStopped {
+			return OutcomeStopped
+		}
+		stale = stale && o == OutcomeStale
+	}
+	if stale {
+		return OutcomeStale
+	}
+	return OutcomeNoop
+}
+
+// ordered reports whether cmd's scripts record its seq: a start, a stop or
+// leave with Conn, or a disconnect, with Seq above 0. Running such a call a
+// second time, after it or a later command of its connection ran, is
+// stale: it changes nothing and publishes nothing.
+func ordered(cmd protocol.Command) bool { return cmd.Seq != 0 && cmd.Conn != "" }
+
+// commandScript is the "script" label a command's calls are timed under in
+// ellipsis_worker_script_duration_seconds: start, stop (stop and leave) or
+// disconnect, as when each command was its own call.
+func commandScript(op string) string {
+	switch op {
+	case protocol.OpStart:
+		return scriptStart
+	case protocol.OpDisconnect:
+		return scriptDisconnect
+	}
+	return scriptStop
+}
+
+// apply implements [Store.Apply] for both stores; startCall and stopCall
+// build the store's script calls. It cuts cmds into runs: each maximal
+// run of consecutive ordered commands is one pipeline (applyRun), and
+// each unordered command is a run of its own.
+//
+// Why unordered commands go alone. A pipeline's calls are retried one by
+// one: only those that failed are sent again, after the others ran. When
+// the reply of a call that did run is lost (a dropped connection), its
+// second run must not count; and when a call fails before running while a
+// later one of the same pipeline runs (BUSY or LOADING answered to a
+// prefix of the pipeline), the retry runs it after the later one. With a
+// seq both are harmless, the way seq already orders commands across
+// workers: the second run, or the late one, is stale. Without a seq
+// neither is: a start and a stop of one user, run again together, would
+// publish typing_start and typing_stop twice, and a late start would
+// outlive the stop that followed it. Sent alone, an unordered command is
+// retried exactly as before batching: a second run of it finds its own
+// effect (a start is a throttled refresh, a stop a noop) and nothing sent
+// after it.
+func (st *redisBase) apply(ctx context.Context, cmds []protocol.Command, startCall func(protocol.Command) scriptCall, stopCall stopCallFunc) ([]string, []error) {
+	outs := make([]string, len(cmds))
+	errs := make([]error, len(cmds))
+	for i := 0; i < len(cmds); {
+		j := i + 1
+		if ordered(cmds[i]) {
+			for j < len(cmds) && ordered(cmds[j]) {
+				j++
+			}
+		}
+		st.applyRun(ctx, cmds[i:j], outs[i:j], errs[i:j], startCall, stopCall)
+		i = j
+	}
+	return outs, errs
+}
+
+// applyRun sends the script calls of cmds (one per start, stop or leave,
+// one per room of a disconnect) as one pipeline with evalRetry, and fills
+// outs and errs. Each command is timed in the duration histogram under its
+// own script, with the time of the whole pipeline (its own call's round
+// trip, retries included), so the histogram counts commands as it did
+// when each was its own call.
+func (st *redisBase) applyRun(ctx context.Context, cmds []protocol.Command, outs []string, errs []error, startCall func(protocol.Command) scriptCall, stopCall stopCallFunc) {
+	calls := make([]scriptCall, 0, len(cmds))
+	for _, cmd := range cmds {
+		switch cmd.Op {
+		case protocol.OpStart:
+			calls = append(calls, startCall(cmd))
+		case protocol.OpStop:
+			calls = append(calls, stopCall(cmd.Room, cmd.User, cmd.Conn, cmd.Seq, protocol.ReasonStopped))
+		case protocol.OpLeave:
+			calls = append(calls, stopCall(cmd.Room, cmd.User, cmd.Conn, cmd.Seq, protocol.ReasonLeft))
+		case protocol.OpDisconnect:
+			for _, room := range cmd.Rooms {
+				calls = append(calls, stopCall(room, cmd.User, cmd.Conn, cmd.Seq, protocol.ReasonDisconnected))
+			}
+		}
+	}
+	if len(calls) == 0 {
+		return // only ops DecodeCommand does not admit
+	}
+	name := scriptBatch
+	if len(cmds) == 1 {
+		name = commandScript(cmds[0].Op)
+	}
+	began := time.Now()
+	res, cerrs := st.evalRetry(ctx, name, calls)
+	took := time.Since(began).Seconds()
+	k := 0
+	for i, cmd := range cmds {
+		switch cmd.Op {
+		case protocol.OpStart, protocol.OpStop, protocol.OpLeave:
+			outs[i], errs[i] = st.callOutcome(res[k], cerrs[k])
+			k++
+		case protocol.OpDisconnect:
+			n := len(cmd.Rooms)
+			rooms, err := st.roomOutcomes(cmd.Rooms, res[k:k+n], cerrs[k:k+n])
+			outs[i], errs[i] = disconnectOutcome(rooms, err), err
+			k += n
+		default:
+			continue
+		}
+		st.m.scriptDuration.WithLabelValues(commandScript(cmd.Op)).Observe(took)
+	}
 }
 
 // stopTemplate splits the typing_stop(expired) event of room around the

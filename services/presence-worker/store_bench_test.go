@@ -35,7 +35,8 @@ import (
 //
 //	go test -run '^$' -bench 'Stores|MemoryPerTypist' -benchmem -timeout 30m
 //	ELLIPSIS_BENCH_KEYSPACE=1e3,1e4,1e5,1e6 go test -run '^$' -bench Stores -benchmem -timeout 60m
-//	go test -run '^$' -bench 'CommandThroughput|WorkerThroughput' -benchmem
+//	go test -run '^$' -bench 'CommandThroughput' -benchmem
+//	go test -run '^$' -bench 'WorkerThroughput' -benchtime 20000x -benchmem -count 5
 //
 // BenchmarkStores and BenchmarkMemoryPerTypist start a private redis-server
 // (ELLIPSIS_BENCH_REDIS_SERVER, default /usr/bin/redis-server) on a free
@@ -614,10 +615,11 @@ func BenchmarkCommandThroughput(b *testing.B) {
 				b.Fatalf("%v commands failed", e)
 			}
 		})
-		// What batching would buy: each goroutine (GOMAXPROCS of them)
-		// sends 64 commands per round trip as one pipeline of scripts, the
-		// way Disconnect already sends its rooms. The shards do not batch
-		// today; this is the ceiling of the store on this Redis.
+		// The store's ceiling with pipelining: each goroutine (GOMAXPROCS of
+		// them) sends 64 commands per round trip as one pipeline of scripts,
+		// as a busy shard does (DefaultCommandBatch), without NATS, decoding
+		// or the shard queue; BenchmarkWorkerThroughput measures the shards
+		// themselves.
 		b.Run("store="+kind+"/pipeline=64", func(b *testing.B) {
 			m, err := newMetrics(prometheus.NewRegistry(), false)
 			if err != nil {
@@ -696,79 +698,91 @@ func BenchmarkCommandThroughput(b *testing.B) {
 // NATS, applied on the machine's Redis; cmds/s is the rate at which the
 // worker finished them. At most 8,192 commands are in flight (below the
 // subscription's pending limit, so none is dropped).
+//
+// batch is the shards' cap on script calls per pipeline (Options.commandBatch):
+// 1 is one command per round trip, as before batching; 64 is
+// DefaultCommandBatch. One op is one command, and the commands are the same
+// sequence whatever b.N (episodes of 1,600 connections), so
+// -benchtime 20000x runs every case on the same 20,000 commands.
 func BenchmarkWorkerThroughput(b *testing.B) {
 	requireServices(b)
 	for _, kind := range storeKinds {
-		b.Run("store="+kind, func(b *testing.B) {
-			id := randHex(5)
-			cfg := config.Dev()
-			cfg.AdminAddr = ""
-			cfg.NATSURL = testNATSURL
-			cfg.RedisURL = testRedisURL
-			cfg.SubjectPrefix = "tb" + id
-			cfg.KeyPrefix = "t-bench-" + id + ":"
-			cfg.Store = kind
-			cfg.LogLevel = "warn"
-			reg := prometheus.NewRegistry()
-			w, err := New(Options{Config: cfg, Registry: reg})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := w.Start(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			ropts, _ := redis.ParseURL(testRedisURL)
-			rdb := redis.NewClient(ropts)
-			defer func() {
-				_ = w.Shutdown(context.Background())
-				cleanupKeys(rdb, cfg.KeyPrefix)
-				rdb.Close()
-			}()
-			nc, err := nats.Connect(testNATSURL, nats.Name("presence-worker-bench"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer nc.Close()
-			subject := names.New(cfg.KeyPrefix, cfg.SubjectPrefix).CommandSubject()
-			// Payloads first, untimed: 1,600 connections' episodes.
-			payloads := make([][]byte, 0, b.N+5)
-			for conn := 0; len(payloads) < b.N; conn++ {
-				c := conn % 1600
-				for _, cmd := range throughputMix(fmt.Sprintf("room-%d", c%100), fmt.Sprintf("user-%d", c), fmt.Sprintf("gw:%d", c), uint64(conn/1600)*5+1) {
-					p, _ := json.Marshal(cmd)
-					payloads = append(payloads, p)
-				}
-			}
-			payloads = payloads[:b.N]
-			processed := func() float64 { return gatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
-			const window = 8192
-			b.ResetTimer()
-			for i, p := range payloads {
-				if i%1024 == 0 {
-					for float64(i)-processed() > window {
-						time.Sleep(200 * time.Microsecond)
-					}
-				}
-				if err := nc.Publish(subject, p); err != nil {
-					b.Fatal(err)
-				}
-			}
-			_ = nc.Flush()
-			deadline := time.Now().Add(time.Minute)
-			for processed() < float64(b.N) {
-				if time.Now().After(deadline) {
-					b.Fatalf("%v of %d commands processed", processed(), b.N)
-				}
+		for _, batch := range []int{1, 16, 64, 256} {
+			b.Run(fmt.Sprintf("store=%s/batch=%d", kind, batch), func(b *testing.B) {
+				benchWorkerThroughput(b, kind, batch)
+			})
+		}
+	}
+}
+
+func benchWorkerThroughput(b *testing.B, kind string, batch int) {
+	id := randHex(5)
+	cfg := config.Dev()
+	cfg.AdminAddr = ""
+	cfg.NATSURL = testNATSURL
+	cfg.RedisURL = testRedisURL
+	cfg.SubjectPrefix = "tb" + id
+	cfg.KeyPrefix = "t-bench-" + id + ":"
+	cfg.Store = kind
+	cfg.LogLevel = "warn"
+	reg := prometheus.NewRegistry()
+	w, err := New(Options{Config: cfg, Registry: reg, commandBatch: batch})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	ropts, _ := redis.ParseURL(testRedisURL)
+	rdb := redis.NewClient(ropts)
+	defer func() {
+		_ = w.Shutdown(context.Background())
+		cleanupKeys(rdb, cfg.KeyPrefix)
+		rdb.Close()
+	}()
+	nc, err := nats.Connect(testNATSURL, nats.Name("presence-worker-bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	subject := names.New(cfg.KeyPrefix, cfg.SubjectPrefix).CommandSubject()
+	// Payloads first, untimed: 1,600 connections' episodes.
+	payloads := make([][]byte, 0, b.N+5)
+	for conn := 0; len(payloads) < b.N; conn++ {
+		c := conn % 1600
+		for _, cmd := range throughputMix(fmt.Sprintf("room-%d", c%100), fmt.Sprintf("user-%d", c), fmt.Sprintf("gw:%d", c), uint64(conn/1600)*5+1) {
+			p, _ := json.Marshal(cmd)
+			payloads = append(payloads, p)
+		}
+	}
+	payloads = payloads[:b.N]
+	processed := func() float64 { return gatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
+	const window = 8192
+	b.ResetTimer()
+	for i, p := range payloads {
+		if i%1024 == 0 {
+			for float64(i)-processed() > window {
 				time.Sleep(200 * time.Microsecond)
 			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
-			if e := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeError}); e != 0 {
-				b.Fatalf("%v commands failed", e)
-			}
-			if e := gatherSum(b, reg, "ellipsis_worker_nats_errors_total", nil); e != 0 {
-				b.Fatalf("%v NATS errors (slow consumer?)", e)
-			}
-		})
+		}
+		if err := nc.Publish(subject, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	_ = nc.Flush()
+	deadline := time.Now().Add(time.Minute)
+	for processed() < float64(b.N) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%v of %d commands processed", processed(), b.N)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
+	if e := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeError}); e != 0 {
+		b.Fatalf("%v commands failed", e)
+	}
+	if e := gatherSum(b, reg, "ellipsis_worker_nats_errors_total", nil); e != 0 {
+		b.Fatalf("%v NATS errors (slow consumer?)", e)
 	}
 }

@@ -89,6 +89,12 @@ func (st *keysStore) Disconnect(ctx context.Context, cmd protocol.Command) ([]st
 	return st.disconnect(ctx, cmd, st.stopCall)
 }
 
+// Apply implements [Store]: the commands' start and stop scripts,
+// pipelined (see redisBase.apply).
+func (st *keysStore) Apply(ctx context.Context, cmds []protocol.Command) ([]string, []error) {
+	return st.apply(ctx, cmds, st.startCall, st.stopCall)
+}
+
 // Sweep implements [Store] with due.lua and keys/sweep.lua per due room:
 // the room's shown typists whose key has no live entry are pushed as
 // expired. Removed counts pruned connection entries of live typists plus

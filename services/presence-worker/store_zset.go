@@ -78,6 +78,12 @@ func (st *zsetStore) Disconnect(ctx context.Context, cmd protocol.Command) ([]st
 	return st.disconnect(ctx, cmd, st.stopCall)
 }
 
+// Apply implements [Store]: the commands' start and stop scripts,
+// pipelined (see redisBase.apply).
+func (st *zsetStore) Apply(ctx context.Context, cmds []protocol.Command) ([]string, []error) {
+	return st.apply(ctx, cmds, st.startCall, st.stopCall)
+}
+
 // Sweep implements [Store] with due.lua and sweep.lua per due room.
 func (st *zsetStore) Sweep(ctx context.Context) (SweepResult, error) {
 	n := st.names

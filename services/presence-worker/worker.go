@@ -8,9 +8,11 @@
 // Each command is one atomic Lua call per room that reads Redis TIME,
 // applies the state-aware throttle and the connection's seq, updates the
 // room's sorted set and publishes the event, so any number of workers run
-// side by side without locks or duplicate events. The state sits behind
-// [Store]: the sorted set per room (Config.Store "zset", the default) or
-// the seed's pattern 1, one TTL key per typist listed with SCAN ("keys").
+// side by side without locks or duplicate events. A busy shard sends the
+// calls of the commands waiting in its queue as one pipeline (dispatch.go).
+// The state sits behind [Store]: the sorted set per room (Config.Store
+// "zset", the default) or the seed's pattern 1, one TTL key per typist
+// listed with SCAN ("keys").
 // A sweeper on every worker
 // pushes typing_stop(expired) for entries whose time ran out, and the worker
 // answers snapshot requests on <prefix>.typing.v1.snapshot.
@@ -63,6 +65,11 @@ type Options struct {
 	// and process collectors). A shared registry may hold the metrics of
 	// another worker already: they are then shared, not duplicated.
 	Registry *prometheus.Registry
+
+	// commandBatch bounds the script calls of one shard's pipeline; zero
+	// means DefaultCommandBatch. Tests and benchmarks only (1 applies one
+	// command per round trip, as before batching): not a setting.
+	commandBatch int
 }
 
 type serverState int
@@ -99,9 +106,10 @@ type Server struct {
 	natsClosedOnce sync.Once
 
 	// shards apply commands; see dispatch.go.
-	shards  []chan protocol.Command
-	quit    chan struct{} // closed once NATS is drained: shards finish their queue and exit
-	shardWG sync.WaitGroup
+	shards       []chan protocol.Command
+	commandBatch int           // script calls per pipeline, see DefaultCommandBatch
+	quit         chan struct{} // closed once NATS is drained: shards finish their queue and exit
+	shardWG      sync.WaitGroup
 	// runCtx bounds every Redis call of the shards and snapshot handlers;
 	// cancelled when Shutdown's deadline passes (abandon in-flight retries).
 	runCtx    context.Context
@@ -157,6 +165,10 @@ func New(opts Options) (*Server, error) {
 	if err := checkScripts(); err != nil {
 		return nil, err
 	}
+	batch := opts.commandBatch
+	if batch <= 0 {
+		batch = DefaultCommandBatch
+	}
 	return &Server{
 		cfg:        cfg,
 		log:        log,
@@ -168,6 +180,8 @@ func New(opts Options) (*Server, error) {
 		done:       make(chan struct{}),
 		natsClosed: make(chan struct{}),
 		quit:       make(chan struct{}),
+
+		commandBatch: batch,
 	}, nil
 }
 
