@@ -1,0 +1,623 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// Batching: the shards' drain (fill, runShard), Store.Apply on both stores
+// and both backends (same outcomes and events as one command at a time,
+// one pipeline per run of ordered commands, retries), and the whole worker
+// with batches queued.
+
+// redisBusy is a server reply of the kind Redis sends to the commands of a
+// pipeline that arrive while a script is busy (retryable, nothing ran).
+type redisBusy string
+
+func (e redisBusy) Error() string { return string(e) }
+func (redisBusy) RedisError()     {}
+
+// isScriptCmd tells the store's script commands from what go-redis sends
+// on its own (HELLO and CLIENT SETINFO when it opens a connection).
+func isScriptCmd(c redis.Cmder) bool {
+	switch c.Name() {
+	case "evalsha", "eval", "script":
+		return true
+	}
+	return false
+}
+
+// recordHook records what a store's client sends (a pipeline's size, a
+// single command's name; script commands only) and injects faults.
+type recordHook struct {
+	mu        sync.Mutex
+	pipelines []int
+	singles   []string
+	// pipeFault, when set, replaces the next pipeline's call (once).
+	pipeFault func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error
+	// loseEveryOtherReply: every other single command runs, then its reply
+	// is lost (io.ErrUnexpectedEOF): each call's first try runs unseen and
+	// its retry answers.
+	loseEveryOtherReply bool
+	singleCalls         int
+}
+
+func (h *recordHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *recordHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isScriptCmd(cmd) {
+			return next(ctx, cmd)
+		}
+		h.mu.Lock()
+		h.singles = append(h.singles, cmd.Name())
+		h.singleCalls++
+		lose := h.loseEveryOtherReply && h.singleCalls%2 == 1
+		h.mu.Unlock()
+		err := next(ctx, cmd)
+		if lose && err == nil {
+			cmd.SetErr(io.ErrUnexpectedEOF)
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+}
+
+func (h *recordHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || !isScriptCmd(cmds[0]) {
+			return next(ctx, cmds)
+		}
+		h.mu.Lock()
+		h.pipelines = append(h.pipelines, len(cmds))
+		f := h.pipeFault
+		h.pipeFault = nil
+		h.mu.Unlock()
+		if f != nil {
+			return f(ctx, cmds, next)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// sent returns and resets what was recorded.
+func (h *recordHook) sent() (pipelines []int, singles []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pipelines, singles = h.pipelines, h.singles
+	h.pipelines, h.singles, h.singleCalls = nil, nil, 0
+	return pipelines, singles
+}
+
+// batchEnv is a store of one kind on one backend with a recording client,
+// a long ttl and throttle (no window ends during a test, on a slow machine
+// too), and a plain client for subscriptions.
+type batchEnv struct {
+	t     *testing.T
+	st    Store
+	hook  *recordHook
+	rdb   *redis.Client // plain: subscriptions, inspection
+	reg   *prometheus.Registry
+	names names.Names
+}
+
+func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
+	t.Helper()
+	requireServices(t)
+	url, _ := redisURLFor(t, be)
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.MaxRetries = -1 // as New sets it: one retry loop, the store's
+	srdb := redis.NewClient(opts)
+	hook := &recordHook{}
+	srdb.AddHook(hook)
+	rdb := redis.NewClient(opts)
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := names.New("t-"+randHex(5)+":", "")
+	st, err := newStore(kind, srdb, n, 10*time.Second, 5*time.Second, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Prepare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hook.sent()
+	t.Cleanup(func() {
+		if !be.mini {
+			cleanupKeys(rdb, n.KeyPrefix())
+		}
+		srdb.Close()
+		rdb.Close()
+	})
+	return &batchEnv{t: t, st: st, hook: hook, rdb: rdb, reg: reg, names: n}
+}
+
+// forEachKindAndBackend runs f as a parallel subtest per store kind and
+// backend.
+func forEachKindAndBackend(t *testing.T, f func(t *testing.T, be backend, kind string)) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		for _, be := range backends {
+			t.Run(kind+"/"+be.name, func(t *testing.T) {
+				t.Parallel()
+				f(t, be, kind)
+			})
+		}
+	}
+}
+
+// oneByOne applies cmds one at a time with Start, Stop and Disconnect, as
+// the shards did before batching, and returns each command's outcome as
+// Apply reports it.
+func oneByOne(t *testing.T, st Store, cmds []protocol.Command) []string {
+	t.Helper()
+	ctx := context.Background()
+	var outs []string
+	for _, c := range cmds {
+		var out string
+		var err error
+		switch c.Op {
+		case protocol.OpStart:
+			out, err = st.Start(ctx, c)
+		case protocol.OpStop:
+			out, err = st.Stop(ctx, c, protocol.ReasonStopped)
+		case protocol.OpLeave:
+			out, err = st.Stop(ctx, c, protocol.ReasonLeft)
+		case protocol.OpDisconnect:
+			var rooms []string
+			rooms, err = st.Disconnect(ctx, c)
+			out = disconnectOutcome(rooms, err)
+		}
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		outs = append(outs, out)
+	}
+	return outs
+}
+
+// applied applies cmds with one Apply and fails on any error.
+func applied(t *testing.T, st Store, cmds []protocol.Command) []string {
+	t.Helper()
+	outs, errs := st.Apply(context.Background(), cmds)
+	if len(outs) != len(cmds) || len(errs) != len(cmds) {
+		t.Fatalf("Apply: %d outcomes, %d errors for %d commands", len(outs), len(errs), len(cmds))
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Apply: command %d %+v: %v", i, cmds[i], err)
+		}
+	}
+	return outs
+}
+
+// eventsByRoom collects the events arriving within d as "type user
+// reason" per room (Pub/Sub keeps the order of one channel).
+func eventsByRoom(s *stream, d time.Duration) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range s.drain(d) {
+		out[r.ev.Room] = append(out[r.ev.Room], strings.TrimSpace(r.ev.Type+" "+r.ev.User+" "+r.ev.Reason))
+	}
+	return out
+}
+
+func leave(room, user, conn string, seq uint64) protocol.Command {
+	return protocol.Command{V: 1, Op: protocol.OpLeave, Room: room, User: user, Conn: conn, Seq: seq}
+}
+
+func disconnect(user, conn string, seq uint64, rooms ...string) protocol.Command {
+	return protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: rooms, User: user, Conn: conn, Seq: seq}
+}
+
+// Apply gives every command the outcome, and publishes the events, that
+// applying them one at a time gives; consecutive ordered commands share
+// one pipeline, an unordered one (seq 0, or a stop without conn) is sent
+// alone; the histogram counts each command under its own script.
+func TestContractApplyMatchesOneByOne(t *testing.T) {
+	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+		cmds := []protocol.Command{
+			start("r1", "alice", "Alice", "phone", 1),
+			start("r1", "alice", "Alice", "phone", 2),
+			start("r1", "alice", "Alice", "laptop", 1),
+			stop("r1", "alice", "phone", 3),
+			start("r1", "bob", "", "b1", 1),
+			start("r1", "bob", "", "b1", 1),
+			leave("r1", "bob", "b1", 2),
+			start("r2", "carol", "", "c1", 1),
+			stop("r1", "alice", "", 0),           // unordered: every connection
+			start("r2", "dave", "Dave", "d1", 0), // unordered
+			start("r2", "dave", "Dave", "d1", 0), // unordered
+			disconnect("carol", "c1", 2, "r2", "r3"),
+			start("r3", "erin", "", "e1", 5),
+			stop("r3", "erin", "e1", 4),
+			stop("r2", "dave", "d1", 0), // unordered
+		}
+		want := []string{
+			OutcomeStarted, OutcomeThrottled, OutcomeThrottled, OutcomeNoop,
+			OutcomeStarted, OutcomeStale, OutcomeStopped, OutcomeStarted,
+			OutcomeStopped, OutcomeStarted, OutcomeThrottled,
+			OutcomeStopped, OutcomeStarted, OutcomeStale,
+			OutcomeStopped,
+		}
+		wantEvents := map[string][]string{
+			"r1": {"typing_start alice", "typing_start bob", "typing_stop bob left", "typing_stop alice stopped"},
+			"r2": {"typing_start carol", "typing_start dave", "typing_stop carol disconnected", "typing_stop dave stopped"},
+			"r3": {"typing_start erin"},
+		}
+
+		seq := newBatchEnv(t, be, kind)
+		s1 := subscribeRooms(t, seq.rdb, seq.names, "r1", "r2", "r3")
+		if got := oneByOne(t, seq.st, cmds); !slices.Equal(got, want) {
+			t.Fatalf("one by one:\n got %v\nwant %v", got, want)
+		}
+		bat := newBatchEnv(t, be, kind)
+		s2 := subscribeRooms(t, bat.rdb, bat.names, "r1", "r2", "r3")
+		if got := applied(t, bat.st, cmds); !slices.Equal(got, want) {
+			t.Fatalf("Apply:\n got %v\nwant %v", got, want)
+		}
+		for name, s := range map[string]*stream{"one by one": s1, "Apply": s2} {
+			got := eventsByRoom(s, 300*time.Millisecond)
+			for room, w := range wantEvents {
+				if !slices.Equal(got[room], w) {
+					t.Errorf("%s: events of %s:\n got %q\nwant %q", name, room, got[room], w)
+				}
+			}
+		}
+		// Runs: 8 ordered starts/stops; the 3 unordered ones alone; the
+		// disconnect (2 rooms) and 2 more ordered; the last unordered alone.
+		pipes, singles := bat.hook.sent()
+		if !slices.Equal(pipes, []int{8, 4}) || !slices.Equal(singles, []string{"evalsha", "evalsha", "evalsha", "evalsha"}) {
+			t.Errorf("Apply sent pipelines %v and single commands %v; want [8 4] and 4 evalsha", pipes, singles)
+		}
+		for _, script := range []string{scriptStart, scriptStop, scriptDisconnect} {
+			l := map[string]string{"script": script}
+			a := gatherSum(t, seq.reg, "ellipsis_worker_script_duration_seconds", l)
+			b := gatherSum(t, bat.reg, "ellipsis_worker_script_duration_seconds", l)
+			if a != b || a == 0 {
+				t.Errorf("script_duration_seconds{script=%q}: %v observations one by one, %v batched", script, a, b)
+			}
+		}
+		for _, typ := range []string{protocol.TypeTypingStart, protocol.TypeTypingStop} {
+			l := map[string]string{"type": typ}
+			if a, b := gatherSum(t, seq.reg, "ellipsis_worker_events_published_total", l), gatherSum(t, bat.reg, "ellipsis_worker_events_published_total", l); a != b {
+				t.Errorf("events_published_total{type=%q}: %v one by one, %v batched", typ, a, b)
+			}
+		}
+	})
+}
+
+// A pipeline whose replies are lost after it ran (a dropped connection) is
+// retried from the first lost reply: with seq, every rerun is stale, so
+// each event is published once.
+func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
+	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+		e := newBatchEnv(t, be, kind)
+		s := subscribeRooms(t, e.rdb, e.names, "r1")
+		e.hook.pipeFault = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			err := next(ctx, cmds)
+			for _, c := range cmds[1:] {
+				c.SetErr(io.ErrUnexpectedEOF)
+			}
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		got := applied(t, e.st, []protocol.Command{
+			start("r1", "u1", "", "c1", 1),
+			start("r1", "u2", "", "c2", 1),
+			stop("r1", "u1", "c1", 2),
+			start("r1", "u3", "", "c3", 1),
+		})
+		// The three lost replies ran on the first try: their reruns are stale.
+		if want := []string{OutcomeStarted, OutcomeStale, OutcomeStale, OutcomeStale}; !slices.Equal(got, want) {
+			t.Fatalf("outcomes %v, want %v", got, want)
+		}
+		ev := eventsByRoom(s, 300*time.Millisecond)["r1"]
+		if want := []string{"typing_start u1", "typing_start u2", "typing_stop u1 stopped", "typing_start u3"}; !slices.Equal(ev, want) {
+			t.Fatalf("events %q, want %q (once each)", ev, want)
+		}
+		if pipes, _ := e.hook.sent(); !slices.Equal(pipes, []int{4, 3}) {
+			t.Fatalf("pipelines %v, want [4 3] (the 3 lost calls retried together)", pipes)
+		}
+		if n := gatherSum(t, e.reg, "ellipsis_worker_redis_errors_total", nil); n != 3 {
+			t.Fatalf("redis_errors_total %v, want 3 (one per failed call)", n)
+		}
+	})
+}
+
+// Unordered commands are retried one at a time, as before batching: the
+// rerun of a start that ran is a throttled refresh, of a stop a noop, and
+// nothing is published twice. (Pipelined together, the rerun of the pair
+// would publish typing_start and typing_stop a second time.)
+func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
+	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+		e := newBatchEnv(t, be, kind)
+		s := subscribeRooms(t, e.rdb, e.names, "r1")
+		e.hook.mu.Lock()
+		e.hook.loseEveryOtherReply = true
+		e.hook.mu.Unlock()
+		got := applied(t, e.st, []protocol.Command{
+			start("r1", "u1", "", "c1", 0),
+			stop("r1", "u1", "c1", 0),
+			start("r1", "u2", "", "c2", 0),
+			stop("r1", "u2", "", 0),
+		})
+		if want := []string{OutcomeThrottled, OutcomeNoop, OutcomeThrottled, OutcomeNoop}; !slices.Equal(got, want) {
+			t.Fatalf("outcomes %v, want %v (the reruns of applied commands)", got, want)
+		}
+		ev := eventsByRoom(s, 300*time.Millisecond)["r1"]
+		if want := []string{"typing_start u1", "typing_stop u1 stopped", "typing_start u2", "typing_stop u2 stopped"}; !slices.Equal(ev, want) {
+			t.Fatalf("events %q, want %q (once each)", ev, want)
+		}
+		if pipes, singles := e.hook.sent(); len(pipes) != 0 || len(singles) != 8 {
+			t.Fatalf("pipelines %v, single commands %v; want none and 8 (2 tries each)", pipes, singles)
+		}
+
+		// The hazard: the same two calls in one pipeline, replies lost after
+		// they ran, retried together, publish both events twice.
+		e.hook.mu.Lock()
+		e.hook.loseEveryOtherReply = false
+		e.hook.mu.Unlock()
+		e.hook.pipeFault = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			_ = next(ctx, cmds)
+			for _, c := range cmds {
+				c.SetErr(io.ErrUnexpectedEOF)
+			}
+			return io.ErrUnexpectedEOF
+		}
+		calls := e.st.(interface {
+			startCall(protocol.Command) scriptCall
+			stopCall(room, user, conn string, seq uint64, reason string) scriptCall
+		})
+		_, errs := e.st.(interface {
+			evalRetry(ctx context.Context, name string, calls []scriptCall) ([]any, []error)
+		}).evalRetry(context.Background(), "test", []scriptCall{
+			calls.startCall(start("r1", "u3", "", "c3", 0)),
+			calls.stopCall("r1", "u3", "c3", 0, protocol.ReasonStopped),
+		})
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatal(errs)
+		}
+		ev = eventsByRoom(s, 300*time.Millisecond)["r1"]
+		if want := []string{"typing_start u3", "typing_stop u3 stopped", "typing_start u3", "typing_stop u3 stopped"}; !slices.Equal(ev, want) {
+			t.Fatalf("pipelined unordered pair, retried: events %q, want %q", ev, want)
+		}
+	})
+}
+
+// A call that fails before running while a later call of its pipeline runs
+// (BUSY or LOADING answered to a prefix of the pipeline) is retried after
+// it: with seq the late one is stale, as a command overtaken across
+// workers is, and the newer state stands.
+func TestApplyRetryAfterLaterCallRanIsStale(t *testing.T) {
+	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+		e := newBatchEnv(t, be, kind)
+		s := subscribeRooms(t, e.rdb, e.names, "r1")
+		e.hook.pipeFault = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			cmds[0].SetErr(redisBusy("BUSY Redis is busy running a script."))
+			return next(ctx, cmds[1:])
+		}
+		got := applied(t, e.st, []protocol.Command{
+			start("r1", "u1", "", "c1", 1),
+			stop("r1", "u1", "c1", 2),
+			start("r1", "u2", "", "c2", 1),
+		})
+		if want := []string{OutcomeStale, OutcomeNoop, OutcomeStarted}; !slices.Equal(got, want) {
+			t.Fatalf("outcomes %v, want %v", got, want)
+		}
+		if ev := eventsByRoom(s, 300*time.Millisecond)["r1"]; !slices.Equal(ev, []string{"typing_start u2"}) {
+			t.Fatalf("events %q, want only u2's start", ev)
+		}
+	})
+}
+
+// Scripts missing from the server's cache (a restart, SCRIPT FLUSH) are
+// loaded and the pipeline's calls rerun: miniredis only (never flush the
+// shared Redis).
+func TestApplyReloadsFlushedScripts(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := newBatchEnv(t, backend{"miniredis", true}, kind)
+			if err := e.rdb.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			got := applied(t, e.st, []protocol.Command{
+				start("r1", "u1", "", "c1", 1),
+				start("r1", "u2", "", "c2", 1),
+				stop("r1", "u1", "c1", 2),
+			})
+			if want := []string{OutcomeStarted, OutcomeStarted, OutcomeStopped}; !slices.Equal(got, want) {
+				t.Fatalf("outcomes %v, want %v", got, want)
+			}
+			if pipes, singles := e.hook.sent(); !slices.Equal(pipes, []int{3, 3}) || len(singles) != 2 {
+				t.Fatalf("pipelines %v, single commands %v; want [3 3] and 2 SCRIPT LOADs", pipes, singles)
+			}
+		})
+	}
+}
+
+// fakeStore records the batches a shard hands to Apply.
+type fakeStore struct {
+	Store   // only Apply is called
+	mu      sync.Mutex
+	batches [][]protocol.Command
+	applied chan int // receives each batch's length
+}
+
+func (f *fakeStore) Apply(_ context.Context, cmds []protocol.Command) ([]string, []error) {
+	f.mu.Lock()
+	f.batches = append(f.batches, slices.Clone(cmds))
+	f.mu.Unlock()
+	f.applied <- len(cmds)
+	outs := make([]string, len(cmds))
+	for i := range outs {
+		outs[i] = OutcomeStarted
+	}
+	return outs, make([]error, len(cmds))
+}
+
+// shardServer is a Server with just what runShard needs, on a fakeStore.
+func shardServer(t *testing.T, batch int) (*Server, *fakeStore) {
+	m, err := newMetrics(prometheus.NewRegistry(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeStore{applied: make(chan int, 4096)}
+	return &Server{
+		st: f, m: m, log: zap.NewNop(), rl: newRateLog(zap.NewNop(), time.Minute),
+		commandBatch: batch, quit: make(chan struct{}), runCtx: context.Background(),
+	}, f
+}
+
+func cmdN(i int) protocol.Command {
+	return start("r", "u", "", "c", uint64(i+1))
+}
+
+// fill takes what is queued, up to the cap in script calls, never waits,
+// and never splits a command.
+func TestFillTakesOnlyWhatIsQueued(t *testing.T) {
+	for _, tc := range []struct {
+		batch, queued int
+		first         protocol.Command
+		want          int
+	}{
+		{64, 0, cmdN(0), 1}, // idle: the command alone, at once
+		{64, 3, cmdN(0), 4}, // what is there, no more
+		{64, 100, cmdN(0), 64},
+		{1, 10, cmdN(0), 1}, // cap 1: one command per round trip
+		{4, 10, disconnect("u", "c", 1, "a", "b", "c"), 2},                // 3 calls + 1
+		{4, 10, disconnect("u", "c", 1, "a", "b", "c", "d", "e", "f"), 1}, // whole, alone
+	} {
+		s, _ := shardServer(t, tc.batch)
+		ch := make(chan protocol.Command, shardQueue)
+		for i := range tc.queued {
+			ch <- cmdN(i + 1)
+		}
+		done := make(chan []protocol.Command)
+		go func() { done <- s.fill(ch, []protocol.Command{tc.first}) }()
+		select {
+		case got := <-done:
+			if len(got) != tc.want || len(ch) != tc.queued-(tc.want-1) {
+				t.Errorf("cap %d, %d queued: took %d, left %d; want %d", tc.batch, tc.queued, len(got), len(ch), tc.want)
+			}
+		case <-time.After(waitLong):
+			t.Fatalf("cap %d, %d queued: fill waited", tc.batch, tc.queued)
+		}
+	}
+}
+
+// A shard hands Apply everything queued behind the command it takes, in
+// order, in batches of at most the cap; a command arriving at an idle
+// shard is applied alone at once; on quit the queue is finished.
+func TestShardBatchesWhatIsQueued(t *testing.T) {
+	s, f := shardServer(t, 64)
+	ch := make(chan protocol.Command, shardQueue)
+	for i := range 100 {
+		ch <- cmdN(i)
+	}
+	s.shardWG.Add(1)
+	go s.runShard(ch)
+	if n := <-f.applied; n != 64 {
+		t.Fatalf("first batch of %d, want 64 (the cap)", n)
+	}
+	if n := <-f.applied; n != 36 {
+		t.Fatalf("second batch of %d, want 36 (the rest)", n)
+	}
+	ch <- cmdN(100)
+	select {
+	case n := <-f.applied:
+		if n != 1 {
+			t.Fatalf("idle shard applied %d commands, want 1", n)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("idle shard waited for a batch to fill")
+	}
+	for i := range 10 {
+		ch <- cmdN(101 + i)
+	}
+	close(s.quit)
+	s.shardWG.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var all []protocol.Command
+	for _, b := range f.batches {
+		all = append(all, b...)
+	}
+	if len(all) != 111 {
+		t.Fatalf("%d commands applied, want 111", len(all))
+	}
+	for i, c := range all {
+		if c.Seq != uint64(i+1) {
+			t.Fatalf("command %d applied with seq %d: order lost", i, c.Seq)
+		}
+	}
+	if n := gatherSumB(s.m, OutcomeStarted); n != 111 {
+		t.Fatalf("commands_total %v, want 111 (one per command)", n)
+	}
+}
+
+// The whole worker, one shard, batches queued: every connection's commands
+// apply in order, every outcome is counted once.
+func TestBatchedCommandsKeepConnectionOrder(t *testing.T) {
+	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+		e := newEnv(t, be, func(c *config.Config) {
+			c.Store = kind
+			c.WorkerShards = 1
+			c.TypingTTL = 20 * time.Second // nothing expires meanwhile, on a slow machine too
+		})
+		e.startWorker()
+		var cmds []protocol.Command
+		var want []string
+		for i := range 100 {
+			u, c := fmt.Sprintf("u%d", i), fmt.Sprintf("c%d", i)
+			if i%2 == 0 { // start, refresh, stop, start again: typing at the end
+				cmds = append(cmds, start("r", u, "", c, 1), start("r", u, "", c, 2), stop("r", u, c, 3), start("r", u, "", c, 4))
+				want = append(want, u+"/")
+			} else { // start, stop
+				cmds = append(cmds, start("r", u, "", c, 1), stop("r", u, c, 2))
+			}
+		}
+		e.send(cmds...)
+		slices.Sort(want)
+		if got := typists(e.snapshot("r")); !slices.Equal(got, want) {
+			t.Fatalf("typing %v\nwant %v", got, want)
+		}
+		count := func(op, outcome string) float64 {
+			return e.metric("ellipsis_worker_commands_total", map[string]string{"op": op, "outcome": outcome})
+		}
+		if n := count("start", OutcomeStarted); n != 150 {
+			t.Errorf("started %v, want 150", n)
+		}
+		if n := count("start", OutcomeThrottled) + count("start", OutcomeRefreshed); n != 50 {
+			t.Errorf("refreshes %v, want 50", n)
+		}
+		if n := count("stop", OutcomeStopped); n != 100 {
+			t.Errorf("stopped %v, want 100", n)
+		}
+		if n := e.processed(); n != float64(len(cmds)) {
+			t.Errorf("processed %v, want %d", n, len(cmds))
+		}
+	})
+}
