@@ -232,7 +232,7 @@ func TestStackLocalRedisRunsDemo(t *testing.T) {
 	pctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
-		t.Skip("no Redis on 127.0.0.1:6379:", err)
+		t.Fatalf("no Redis on 127.0.0.1:6379 (.ci/run starts one): %v", err)
 	}
 	cfg, prefix := testConfig(t, nil)
 	t.Cleanup(func() {
