@@ -23,6 +23,18 @@ local function seq_le(a, b)
   return a <= b
 end
 
+-- seq_stale applies the per-connection order rule (PROTOCOL.md, "Order"):
+-- a command whose seq is not above the last one applied for its connection
+-- in this room is stale. Otherwise the seq is recorded in seq_key for px ms.
+-- seq '0' means unordered: never stale, never recorded.
+local function seq_stale(seq_key, seq, px)
+  if seq == '0' then return false end
+  local last = redis.call('GET', seq_key)
+  if last and seq_le(seq, last) then return true end
+  redis.call('SET', seq_key, seq, 'PX', px)
+  return false
+end
+
 -- user_of returns enc(user) of a room member "enc(user):conn"; enc() never
 -- yields ':', so the first ':' ends the user.
 local function user_of(member)

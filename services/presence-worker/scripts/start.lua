@@ -18,12 +18,8 @@
 local member, euser, name, seq = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ttl, throttle, grace = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 
-if seq ~= '0' then
-  local last = redis.call('GET', KEYS[3])
-  if last and seq_le(seq, last) then
-    return {'stale', 0}
-  end
-  redis.call('SET', KEYS[3], seq, 'PX', itoa(ttl + grace))
+if seq_stale(KEYS[3], seq, itoa(ttl + grace)) then
+  return {'stale', 0}
 end
 
 local now = now_ms()

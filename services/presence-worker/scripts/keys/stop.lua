@@ -11,12 +11,8 @@
 -- Returns {outcome, now_ms}: stale, stopped or noop (see stop.lua).
 local conn, euser, seq = ARGV[1], ARGV[2], ARGV[3]
 
-if conn ~= '' and seq ~= '0' then
-  local last = redis.call('GET', KEYS[3])
-  if last and seq_le(seq, last) then
-    return {'stale', 0}
-  end
-  redis.call('SET', KEYS[3], seq, 'PX', ARGV[4])
+if conn ~= '' and seq_stale(KEYS[3], seq, ARGV[4]) then
+  return {'stale', 0}
 end
 
 local now = now_ms()
