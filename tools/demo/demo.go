@@ -14,6 +14,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -194,33 +195,19 @@ type runner struct {
 }
 
 func prepare(ctx context.Context, opts Options) (*runner, error) {
-	if opts.URL == "" {
-		opts.URL = DefaultURL
-	}
-	if opts.Room == "" {
-		opts.Room = DefaultRoom
-	}
+	opts.URL = cmp.Or(opts.URL, DefaultURL)
+	opts.Room = cmp.Or(opts.Room, DefaultRoom)
 	if opts.Users == nil {
 		opts.Users = DefaultUsers()
 	}
-	if opts.Speed == 0 {
-		opts.Speed = 1
-	}
+	opts.Speed = cmp.Or(opts.Speed, 1)
 	if opts.Duration == 0 && opts.Messages == 0 {
 		opts.Duration = DefaultDuration
 	}
-	if opts.MinPause == 0 {
-		opts.MinPause = DefaultMinPause
-	}
-	if opts.MaxPause == 0 {
-		opts.MaxPause = DefaultMaxPause
-	}
-	if opts.Settle == 0 {
-		opts.Settle = DefaultSettle
-	}
-	if opts.DialTimeout == 0 {
-		opts.DialTimeout = DefaultDialTimeout
-	}
+	opts.MinPause = cmp.Or(opts.MinPause, DefaultMinPause)
+	opts.MaxPause = cmp.Or(opts.MaxPause, DefaultMaxPause)
+	opts.Settle = cmp.Or(opts.Settle, DefaultSettle)
+	opts.DialTimeout = cmp.Or(opts.DialTimeout, DefaultDialTimeout)
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
@@ -277,9 +264,7 @@ func prepare(ctx context.Context, opts Options) (*runner, error) {
 			ttl = time.Duration(sc.TTLMs) * time.Millisecond
 		}
 	}
-	if ttl == 0 {
-		ttl = config.DefaultTypingTTL
-	}
+	ttl = cmp.Or(ttl, config.DefaultTypingTTL)
 	probe, err := typist.New(timers, ttl)
 	if err != nil {
 		return nil, fmt.Errorf("demo: client timers: %w", err)
@@ -318,9 +303,7 @@ func prepare(ctx context.Context, opts Options) (*runner, error) {
 		split = *opts.Split
 	}
 	until := opts.Duration
-	if until == 0 {
-		until = time.Duration(1<<63 - 1)
-	}
+	until = cmp.Or(until, time.Duration(1<<63-1))
 	pace := pacing{speed: opts.Speed, minPause: opts.MinPause, maxPause: opts.MaxPause, sendDelay: 300 * time.Millisecond}
 	scripts := make([][]step, len(opts.Users))
 	for i, u := range opts.Users {

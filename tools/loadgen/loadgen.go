@@ -27,6 +27,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -314,54 +315,22 @@ func fill(o *Options) error {
 	if len(o.URLs) == 0 {
 		o.URLs = []string{DefaultURL}
 	}
-	if o.Mode == "" {
-		o.Mode = ModeRate
-	}
-	if o.Conns == 0 {
-		o.Conns = DefaultConns
-	}
-	if o.Rooms == 0 {
-		o.Rooms = DefaultRooms
-	}
-	if o.Rate == 0 {
-		o.Rate = DefaultRate
-	}
-	if o.TypingShare == 0 {
-		o.TypingShare = 1
-	}
-	if o.Duration == 0 {
-		o.Duration = DefaultDuration
-	}
-	if o.Settle == 0 {
-		o.Settle = DefaultSettle
-	}
-	if o.SettleMax == 0 {
-		o.SettleMax = DefaultSettleMax
-	}
-	if o.Speed == 0 {
-		o.Speed = 1
-	}
-	if o.ReplaySpread == 0 {
-		o.ReplaySpread = DefaultReplaySpread
-	}
-	if o.Seed == 0 {
-		o.Seed = 1
-	}
-	if o.DialTimeout == 0 {
-		o.DialTimeout = DefaultDialTimeout
-	}
-	if o.DialConcurrency == 0 {
-		o.DialConcurrency = DefaultDialConcurrency
-	}
-	if o.SourceIPs == 0 {
-		o.SourceIPs = DefaultSourceIPs
-	}
-	if o.MaxPerConnRate == 0 {
-		o.MaxPerConnRate = DefaultInboundRate
-	}
-	if o.RunID == "" {
-		o.RunID = "lg" + strconv.FormatUint(rand.Uint64()%(1<<40), 36)
-	}
+	o.Mode = cmp.Or(o.Mode, ModeRate)
+	o.Conns = cmp.Or(o.Conns, DefaultConns)
+	o.Rooms = cmp.Or(o.Rooms, DefaultRooms)
+	o.Rate = cmp.Or(o.Rate, DefaultRate)
+	o.TypingShare = cmp.Or(o.TypingShare, 1)
+	o.Duration = cmp.Or(o.Duration, DefaultDuration)
+	o.Settle = cmp.Or(o.Settle, DefaultSettle)
+	o.SettleMax = cmp.Or(o.SettleMax, DefaultSettleMax)
+	o.Speed = cmp.Or(o.Speed, 1)
+	o.ReplaySpread = cmp.Or(o.ReplaySpread, DefaultReplaySpread)
+	o.Seed = cmp.Or(o.Seed, 1)
+	o.DialTimeout = cmp.Or(o.DialTimeout, DefaultDialTimeout)
+	o.DialConcurrency = cmp.Or(o.DialConcurrency, DefaultDialConcurrency)
+	o.SourceIPs = cmp.Or(o.SourceIPs, DefaultSourceIPs)
+	o.MaxPerConnRate = cmp.Or(o.MaxPerConnRate, DefaultInboundRate)
+	o.RunID = cmp.Or(o.RunID, "lg"+strconv.FormatUint(rand.Uint64()%(1<<40), 36))
 	var errs []error
 	switch o.Mode {
 	case ModeRate, ModeReplay, ModeIdle:
