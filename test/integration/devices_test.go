@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -100,6 +101,16 @@ func TestMultiDeviceOneTypistAcrossGateways(t *testing.T) {
 	stopPhone := keepTyping(phone, room, testRefresh)
 	for _, r := range receivers {
 		r.waitShown(room, "alice", 2*time.Second)
+	}
+	// Receivers show alice after the first device's start; wait until the
+	// workers applied both devices' starts (two entries in the room), or a
+	// phone stop could be applied before the laptop's first start.
+	roomKey := names.New(ps.s.cfg.KeyPrefix, "").RoomKey(room)
+	for deadline := time.Now().Add(3 * time.Second); ps.s.rdb.ZCard(context.Background(), roomKey).Val() != 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the two devices' entries are not both in %s", roomKey)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	// holds checks that alice stays shown and no stop about her arrives for
 	// a while after one device ended.
