@@ -107,12 +107,13 @@ func (h *recordHook) sent() (pipelines []int, singles []string) {
 // a long ttl and throttle (no window ends during a test, on a slow machine
 // too), and a plain client for subscriptions.
 type batchEnv struct {
-	t     *testing.T
-	st    Store
-	hook  *recordHook
-	rdb   *redis.Client // plain: subscriptions, inspection
-	reg   *prometheus.Registry
-	names names.Names
+	t      *testing.T
+	st     Store
+	hook   *recordHook
+	rdb    *redis.Client // plain: subscriptions, inspection
+	reg    *prometheus.Registry
+	names  names.Names
+	pubsub string
 }
 
 func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
@@ -134,7 +135,7 @@ func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
 		t.Fatal(err)
 	}
 	n := names.New("t-"+randHex(5)+":", "")
-	st, err := newStore(kind, srdb, n, 10*time.Second, 5*time.Second, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
+	st, err := newStore(kind, be.pubsub, srdb, n, 10*time.Second, 5*time.Second, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
 		srdb.Close()
 		rdb.Close()
 	})
-	return &batchEnv{t: t, st: st, hook: hook, rdb: rdb, reg: reg, names: n}
+	return &batchEnv{t: t, st: st, hook: hook, rdb: rdb, reg: reg, names: n, pubsub: be.pubsub}
 }
 
 // forEachKindAndBackend runs f as a parallel subtest per store kind and
@@ -266,12 +267,12 @@ func TestContractApplyMatchesOneByOne(t *testing.T) {
 		}
 
 		seq := newBatchEnv(t, be, kind)
-		s1 := subscribeRooms(t, seq.rdb, seq.names, "r1", "r2", "r3")
+		s1 := subscribeRooms(t, seq.rdb, seq.names, seq.pubsub, "r1", "r2", "r3")
 		if got := oneByOne(t, seq.st, cmds); !slices.Equal(got, want) {
 			t.Fatalf("one by one:\n got %v\nwant %v", got, want)
 		}
 		bat := newBatchEnv(t, be, kind)
-		s2 := subscribeRooms(t, bat.rdb, bat.names, "r1", "r2", "r3")
+		s2 := subscribeRooms(t, bat.rdb, bat.names, bat.pubsub, "r1", "r2", "r3")
 		if got := applied(t, bat.st, cmds); !slices.Equal(got, want) {
 			t.Fatalf("Apply:\n got %v\nwant %v", got, want)
 		}
@@ -312,7 +313,7 @@ func TestContractApplyMatchesOneByOne(t *testing.T) {
 func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
 	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
 		e := newBatchEnv(t, be, kind)
-		s := subscribeRooms(t, e.rdb, e.names, "r1")
+		s := subscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
 		e.hook.pipeFault = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 			err := next(ctx, cmds)
 			for _, c := range cmds[1:] {
@@ -353,7 +354,7 @@ func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
 func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
 	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
 		e := newBatchEnv(t, be, kind)
-		s := subscribeRooms(t, e.rdb, e.names, "r1")
+		s := subscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
 		e.hook.mu.Lock()
 		e.hook.loseEveryOtherReply = true
 		e.hook.mu.Unlock()
@@ -413,7 +414,7 @@ func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
 func TestApplyRetryAfterLaterCallRanIsStale(t *testing.T) {
 	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
 		e := newBatchEnv(t, be, kind)
-		s := subscribeRooms(t, e.rdb, e.names, "r1")
+		s := subscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
 		e.hook.pipeFault = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 			cmds[0].SetErr(redisBusy("BUSY Redis is busy running a script."))
 			return next(ctx, cmds[1:])
@@ -439,7 +440,7 @@ func TestApplyReloadsFlushedScripts(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			e := newBatchEnv(t, backend{"miniredis", true}, kind)
+			e := newBatchEnv(t, backend{name: "miniredis", mini: true, pubsub: testPubSub}, kind)
 			if err := e.rdb.ScriptFlush(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}

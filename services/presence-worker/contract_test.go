@@ -155,7 +155,7 @@ func TestContractStop(t *testing.T) {
 		s.expectNone(100 * time.Millisecond)
 		// Nothing of the typist is left but the connection's seq (and the
 		// room in the sweep index, until the next sweep drops it).
-		if got, want := se.keys(), []string{se.names.SeqKey("r", "c"), se.names.SweepKey()}; !slices.Equal(got, want) {
+		if got, want := se.keys(), []string{se.names.SeqKey("r", "c"), se.names.SweepKey(names.SweepBucket("r"))}; !slices.Equal(got, want) {
 			t.Fatalf("keys after stop %q, want %q", got, want)
 		}
 		se.advance(stTTL + stMargin)
@@ -459,9 +459,9 @@ func TestContractIDs(t *testing.T) {
 			}
 			ks.scanCount = DefaultScanCount
 		}
-		// Every key but the sweep index carries exactly one room's hash tag.
+		// Every key but the sweep buckets carries exactly one room's hash tag.
 		for _, k := range se.keys() {
-			if k == se.names.SweepKey() {
+			if strings.HasPrefix(k, se.names.KeyPrefix()+"typing:sweep:{") {
 				continue
 			}
 			i, j := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
@@ -539,7 +539,7 @@ func TestContractGlobKeyPrefix(t *testing.T) {
 			prefixes := []string{base + "[ab]*:", base + "a-x:", base + "b:", base + "\\:"}
 			stores := map[string]Store{}
 			for _, p := range prefixes {
-				st, err := newStore(config.StoreKeys, rdb, names.New(p, ""), stTTL, stThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Second))
+				st, err := newStore(config.StoreKeys, testPubSub, rdb, names.New(p, ""), stTTL, stThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -573,10 +573,10 @@ func TestContractStoreSelection(t *testing.T) {
 		t.Fatalf("New with store hash: %v, want an error naming ELLIPSIS_STORE", err)
 	}
 	m, _ := newMetrics(prometheus.NewRegistry(), false)
-	if _, err := newStore("", nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil); !errors.Is(err, ErrUnknownStore) {
+	if _, err := newStore("", testPubSub, nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil); !errors.Is(err, ErrUnknownStore) {
 		t.Fatalf("newStore(\"\"): %v, want ErrUnknownStore", err)
 	}
-	st, err := newStore(config.StoreKeys, nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil)
+	st, err := newStore(config.StoreKeys, testPubSub, nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil)
 	if _, ok := st.(*keysStore); err != nil || !ok {
 		t.Fatalf("newStore(keys): %T, %v", st, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
 // The tests run against the Redis and NATS of this machine (override with
@@ -92,11 +93,21 @@ func requireServices(t testing.TB) {
 
 // backend is where Redis state lives in a test.
 type backend struct {
-	name string
-	mini bool
+	name   string
+	mini   bool
+	pubsub string // redisconn.PubSubClassic or PubSubSharded
 }
 
-var backends = []backend{{"redis", false}, {"miniredis", true}}
+// testPubSub is the Pub/Sub mode of tests that do not vary it.
+const testPubSub = redisconn.PubSubClassic
+
+// backends: Redis 7 with each Pub/Sub mode, and miniredis (classic only:
+// it has no SPUBLISH).
+var backends = []backend{
+	{name: "redis", pubsub: redisconn.PubSubClassic},
+	{name: "redis-sharded", pubsub: redisconn.PubSubSharded},
+	{name: "miniredis", mini: true, pubsub: redisconn.PubSubClassic},
+}
 
 // forEachBackend runs f as a parallel subtest per backend: the same
 // contract on Redis 7 and on miniredis.
@@ -179,6 +190,7 @@ func newEnv(t *testing.T, be backend, mods ...func(*config.Config)) *env {
 	cfg.LogLevel = "warn"
 	var mr *miniredis.Miniredis
 	cfg.RedisURL, mr = redisURLFor(t, be)
+	cfg.RedisPubSub = be.pubsub
 	for _, m := range mods {
 		m(&cfg)
 	}
@@ -401,17 +413,24 @@ type stream struct {
 // confirmed every subscription.
 func (e *env) subscribe(rooms ...string) *stream {
 	e.t.Helper()
-	return subscribeRooms(e.t, e.rdb, e.names, rooms...)
+	return subscribeRooms(e.t, e.rdb, e.names, e.be.pubsub, rooms...)
 }
 
-func subscribeRooms(t *testing.T, rdb *redis.Client, n names.Names, rooms ...string) *stream {
+// subscribeRooms subscribes rooms' channels with SUBSCRIBE, or SSUBSCRIBE
+// when pubsub is redisconn.PubSubSharded.
+func subscribeRooms(t *testing.T, rdb *redis.Client, n names.Names, pubsub string, rooms ...string) *stream {
 	t.Helper()
 	ctx := context.Background()
 	var chans []string
 	for _, r := range rooms {
 		chans = append(chans, n.RoomChannel(r))
 	}
-	ps := rdb.Subscribe(ctx, chans...)
+	var ps *redis.PubSub
+	if pubsub == redisconn.PubSubSharded {
+		ps = rdb.SSubscribe(ctx, chans...)
+	} else {
+		ps = rdb.Subscribe(ctx, chans...)
+	}
 	for range chans {
 		if _, err := ps.Receive(ctx); err != nil {
 			t.Fatalf("subscribe: %v", err)

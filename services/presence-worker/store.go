@@ -19,6 +19,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
 // Store is where a worker keeps typing state: the commands' effects, the
@@ -64,8 +65,9 @@ type Store interface {
 	// Stop and Disconnect send it. Why: [redisBase.apply].
 	Apply(ctx context.Context, cmds []protocol.Command) ([]string, []error)
 	// Sweep publishes typing_stop(expired) for every typist whose time ran
-	// out in the rooms due in the sweep index, exactly once across any
-	// number of concurrent sweepers.
+	// out in the rooms due in the sweep index (every bucket, so every
+	// shard of a Cluster), exactly once across any number of concurrent
+	// sweepers.
 	Sweep(ctx context.Context) (SweepResult, error)
 	// Snapshot returns who is typing in room now: the distinct users with a
 	// live entry, with their display names, sorted by user, never nil.
@@ -104,6 +106,16 @@ const (
 	// sweepMaxBatches per tick (so a backlog of 4096 rooms clears per tick).
 	sweepBatch      = 256
 	sweepMaxBatches = 16
+	// sweepClaimLease is how long a room claimed by a sweep (due.lua) is
+	// skipped by the other workers. A worker that dies mid-sweep delays
+	// its claimed rooms' stops by at most this; a sweep round takes
+	// milliseconds, so 1 s is far above it.
+	sweepClaimLease = time.Second
+	// sweepClaimOffset is added to a sweep claim's score so that it lies
+	// above every due time (10^13 ms: the year 2286) and a start's ZADD LT
+	// replaces it (scripts/due.lua). Scores stay exact: a double holds
+	// integers up to 2^53, about 9*10^15.
+	sweepClaimOffset = int64(1e13)
 )
 
 // Script names, the "script" label of ellipsis_worker_script_duration_seconds.
@@ -111,8 +123,11 @@ const (
 	scriptStart      = "start"
 	scriptStop       = "stop"
 	scriptDisconnect = "disconnect" // a pipeline of stop scripts, one per room
-	scriptDue        = "due"
-	scriptSweep      = "sweep"    // a pipeline of sweep scripts, one per due room
+	scriptDue        = "due"        // a pipeline of due scripts, one per sweep bucket
+	scriptSweep      = "sweep"      // a pipeline of sweep scripts, one per due room
+	scriptIndex      = "index"      // a pipeline of ZADD LT, one per sweep bucket
+	// scriptReschedule is a pipeline of reschedule scripts, one per bucket.
+	scriptReschedule = "reschedule"
 	scriptSnapshot   = "snapshot" // store "keys": the SCAN loop and the names read
 	// scriptBatch names a pipeline of several commands' calls in the
 	// redis-retry log; the histogram counts each command under its own
@@ -126,13 +141,22 @@ const (
 var ErrUnknownStore = errors.New("worker: unknown store")
 
 // newStore builds the store of kind (config.StoreZSet or config.StoreKeys)
-// on rdb. It does no I/O.
-func newStore(kind string, rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *metrics, log *zap.Logger, rl *rateLog) (Store, error) {
+// on rdb, publishing room events with PUBLISH (pubsub
+// redisconn.PubSubClassic) or SPUBLISH (redisconn.PubSubSharded). It does
+// no I/O.
+func newStore(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *metrics, log *zap.Logger, rl *rateLog) (Store, error) {
 	base := redisBase{
 		rdb: rdb, names: n, m: m, log: log, rl: rl,
+		publish:    publishCommand(pubsub),
 		ttlMs:      ttl.Milliseconds(),
 		throttleMs: throttle.Milliseconds(),
 		graceMs:    DefaultKeyGrace.Milliseconds(),
+	}
+	err := loadScripts(base.publish, map[string]**redis.Script{
+		"due": &base.idx.due, "reschedule": &base.idx.reschedule,
+	})
+	if err != nil {
+		return nil, err
 	}
 	switch kind {
 	case config.StoreZSet:
@@ -146,19 +170,33 @@ func newStore(kind string, rdb redis.UniversalClient, n names.Names, ttl, thrott
 // checkScripts builds every store's scripts once, so a broken embed fails
 // New instead of the first command.
 func checkScripts() error {
-	if _, err := newZsetStore(redisBase{}); err != nil {
-		return err
+	for _, kind := range []string{config.StoreZSet, config.StoreKeys} {
+		for _, pubsub := range []string{redisconn.PubSubClassic, redisconn.PubSubSharded} {
+			if _, err := newStore(kind, pubsub, nil, names.Names{}, time.Second, time.Second, nil, nil, nil); err != nil {
+				return err
+			}
+		}
 	}
-	_, err := newKeysStore(redisBase{})
-	return err
+	return nil
+}
+
+// publishCommand is the Redis command that publishes room events in the
+// Pub/Sub mode pubsub: SPUBLISH when sharded, PUBLISH otherwise.
+func publishCommand(pubsub string) string {
+	if pubsub == redisconn.PubSubSharded {
+		return "SPUBLISH"
+	}
+	return "PUBLISH"
 }
 
 //go:embed scripts/*.lua scripts/keys/*.lua
 var scriptFiles embed.FS
 
-// loadScript returns scripts/<name>.lua prefixed with scripts/lib.lua. The
-// script is immutable (redis.NewScript hashes the source at once).
-func loadScript(name string) (*redis.Script, error) {
+// loadScript returns scripts/<name>.lua prefixed with scripts/lib.lua and
+// the definition of PUBLISH, the command the script publishes room events
+// with (publish: "PUBLISH" or "SPUBLISH"). The script is immutable
+// (redis.NewScript hashes the source at once).
+func loadScript(publish, name string) (*redis.Script, error) {
 	lib, err := scriptFiles.ReadFile("scripts/lib.lua")
 	if err != nil {
 		return nil, fmt.Errorf("worker: embedded scripts: %w", err)
@@ -167,13 +205,14 @@ func loadScript(name string) (*redis.Script, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: embedded scripts: %w", err)
 	}
-	return redis.NewScript(string(lib) + "\n" + string(body)), nil
+	head := "local PUBLISH = '" + publish + "'\n"
+	return redis.NewScript(head + string(lib) + "\n" + string(body)), nil
 }
 
 // loadScripts fills each destination with its script (see loadScript).
-func loadScripts(dst map[string]**redis.Script) error {
+func loadScripts(publish string, dst map[string]**redis.Script) error {
 	for name, p := range dst {
-		s, err := loadScript(name)
+		s, err := loadScript(publish, name)
 		if err != nil {
 			return err
 		}
@@ -191,13 +230,18 @@ type redisBase struct {
 	log   *zap.Logger
 	rl    *rateLog
 
+	// publish is the command the scripts publish with (publishCommand).
+	publish string
+	// idx are the sweep index scripts both stores share.
+	idx struct{ due, reschedule *redis.Script }
+
 	ttlMs, throttleMs, graceMs int64
 }
 
 // prepare sends SCRIPT LOAD for each script (see [Store.Prepare]).
 func (st *redisBase) prepare(ctx context.Context, scripts ...*redis.Script) error {
 	var errs []error
-	for _, s := range scripts {
+	for _, s := range append(scripts, st.idx.due, st.idx.reschedule) {
 		if err := s.Load(ctx, st.rdb).Err(); err != nil {
 			errs = append(errs, err)
 		}
@@ -554,12 +598,28 @@ func (st *redisBase) apply(ctx context.Context, cmds []protocol.Command, startCa
 	return outs, errs
 }
 
+// start implements [Store.Start] for both stores: cmd as a run of its own
+// (applyRun), so it is indexed for the sweep like a batched start.
+func (st *redisBase) start(ctx context.Context, cmd protocol.Command, startCall func(protocol.Command) scriptCall, stopCall stopCallFunc) (string, error) {
+	cmd.Op = protocol.OpStart
+	outs, errs := make([]string, 1), make([]error, 1)
+	st.applyRun(ctx, []protocol.Command{cmd}, outs, errs, startCall, stopCall)
+	return outs[0], errs[0]
+}
+
 // applyRun sends the script calls of cmds (one per start, stop or leave,
 // one per room of a disconnect) as one pipeline with evalRetry, and fills
 // outs and errs. Each command is timed in the duration histogram under its
 // own script, with the time of the whole pipeline (its own call's round
 // trip, retries included), so the histogram counts commands as it did
 // when each was its own call.
+//
+// Once the start scripts have returned, their rooms are added to their
+// sweep buckets, due at the expiry the scripts wrote (st.index). On Redis
+// Cluster a bucket lives in another hash slot than its rooms, so this
+// cannot be part of the start script; doing it after the script, not
+// before, is what keeps a concurrent sweep from dropping the room (see
+// scripts/due.lua).
 func (st *redisBase) applyRun(ctx context.Context, cmds []protocol.Command, outs []string, errs []error, startCall func(protocol.Command) scriptCall, stopCall stopCallFunc) {
 	calls := make([]scriptCall, 0, len(cmds))
 	for _, cmd := range cmds {
@@ -585,22 +645,89 @@ func (st *redisBase) applyRun(ctx context.Context, cmds []protocol.Command, outs
 	}
 	began := time.Now()
 	res, cerrs := st.evalRetry(ctx, name, calls)
-	took := time.Since(began).Seconds()
+	due := sweepIndex{}
 	k := 0
 	for i, cmd := range cmds {
 		switch cmd.Op {
 		case protocol.OpStart, protocol.OpStop, protocol.OpLeave:
 			outs[i], errs[i] = st.callOutcome(res[k], cerrs[k])
+			if cmd.Op == protocol.OpStart && errs[i] == nil {
+				if expiry, ok := startExpiry(res[k]); ok {
+					due.add(cmd.Room, expiry)
+				}
+			}
 			k++
 		case protocol.OpDisconnect:
 			n := len(cmd.Rooms)
 			rooms, err := st.roomOutcomes(cmd.Rooms, res[k:k+n], cerrs[k:k+n])
 			outs[i], errs[i] = disconnectOutcome(rooms, err), err
 			k += n
-		default:
-			continue
 		}
-		st.m.scriptDuration.WithLabelValues(commandScript(cmd.Op)).Observe(took)
+	}
+	st.index(ctx, due)
+	took := time.Since(began).Seconds()
+	for _, cmd := range cmds {
+		switch cmd.Op {
+		case protocol.OpStart, protocol.OpStop, protocol.OpLeave, protocol.OpDisconnect:
+			st.m.scriptDuration.WithLabelValues(commandScript(cmd.Op)).Observe(took)
+		}
+	}
+}
+
+// index adds rooms to their sweep buckets: one ZADD LT per bucket, all in
+// one pipeline, retried as a whole (ZADD LT is idempotent). LT moves a
+// room's score only earlier, and always replaces a sweep claim, which
+// scores above every due time (scripts/due.lua). A failure after retries
+// is logged: the starts did apply, and if their rooms are not indexed the
+// typists' stops are not pushed, but their entries still lapse (scores
+// and PEXPIRE), so snapshots and the clients' local expiry hide them.
+func (st *redisBase) index(ctx context.Context, x sweepIndex) {
+	if len(x) == 0 {
+		return
+	}
+	err := st.call(ctx, scriptIndex, func(ctx context.Context) error {
+		pipe := st.rdb.Pipeline()
+		for b, rooms := range x {
+			zs := make([]redis.Z, 0, len(rooms))
+			for enc, due := range rooms {
+				zs = append(zs, redis.Z{Score: float64(due), Member: enc})
+			}
+			pipe.ZAddLT(ctx, st.names.SweepKey(b), zs...)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+	if err != nil {
+		st.rl.Error("sweep-index", "adding rooms to the sweep index failed; their typists' stops will not be pushed", zap.Error(err))
+	}
+}
+
+// startExpiry reads expiry_ms from a start script reply {outcome, now,
+// expiry}; false for a stale start (expiry 0) or another shape.
+func startExpiry(v any) (int64, bool) {
+	a, ok := v.([]any)
+	if !ok || len(a) < 3 {
+		return 0, false
+	}
+	e, ok := a[2].(int64)
+	return e, ok && e > 0
+}
+
+// sweepIndex collects rooms to add to their sweep buckets (redisBase.index):
+// bucket -> enc(room) -> earliest due unix ms.
+type sweepIndex map[int]map[string]int64
+
+// add records room due at unix ms due (the earliest of several wins).
+func (x sweepIndex) add(room string, due int64) {
+	b := names.SweepBucket(room)
+	m := x[b]
+	if m == nil {
+		m = map[string]int64{}
+		x[b] = m
+	}
+	enc := names.Enc(room)
+	if cur, ok := m[enc]; !ok || due < cur {
+		m[enc] = due
 	}
 }
 
@@ -619,77 +746,121 @@ func stopTemplate(room string) (head, tail []byte, err error) {
 	return p[:i], p[i+len(`"\u0001"`):], nil
 }
 
-// sweep reads the rooms due in the sweep index with the due script, and
-// runs the call roomCall builds for each (the store's sweep script), in
-// batches of sweepBatch rooms pipelined, at most sweepMaxBatches batches
-// per call. Each sweep script returns {stops, removed, now}.
-func (st *redisBase) sweep(ctx context.Context, due *redis.Script, roomCall func(room, encRoom string, head, tail []byte) scriptCall) (SweepResult, error) {
+// sweep sweeps the due rooms of every sweep bucket: one round reads and
+// claims up to sweepBatch due rooms per bucket (due.lua, one call per
+// bucket, pipelined), runs roomCall's sweep script for each claimed room
+// (pipelined), and reschedules them (reschedule.lua, one call per bucket).
+// Buckets that had a full batch get another round, up to sweepMaxBatches
+// rounds per call. Each sweep script returns {stops, removed, now,
+// next_due}. A room whose sweep failed keeps its claim and is swept again
+// when the claim lease (sweepClaimLease) ends.
+func (st *redisBase) sweep(ctx context.Context, roomCall func(room string, head, tail []byte) scriptCall) (SweepResult, error) {
 	var total SweepResult
 	n := st.names
-	for range sweepMaxBatches {
-		res, errs := st.eval(ctx, scriptDue, []scriptCall{{due, []string{n.SweepKey()}, []any{sweepBatch}}})
-		if errs[0] != nil {
-			return total, errs[0]
+	buckets := make([]int, names.SweepBuckets)
+	for b := range buckets {
+		buckets[b] = b
+	}
+	lease := sweepClaimLease.Milliseconds()
+	for round := 0; round < sweepMaxBatches && len(buckets) > 0; round++ {
+		dueCalls := make([]scriptCall, len(buckets))
+		for i, b := range buckets {
+			dueCalls[i] = scriptCall{st.idx.due, []string{n.SweepKey(b)}, []any{sweepBatch, lease, sweepClaimOffset}}
 		}
-		a, ok := res[0].([]any)
-		if !ok || len(a) < 1 || len(a)%2 != 1 {
-			return total, fmt.Errorf("worker: unexpected due reply %v", res[0])
+		res, errs := st.eval(ctx, scriptDue, dueCalls)
+		type claimed struct {
+			bucket         int
+			encRoom, claim string
 		}
-		now, _ := a[0].(int64)
-		var calls []scriptCall
-		var lags []float64
-		for i := 1; i+1 < len(a); i += 2 {
-			encRoom, _ := a[i].(string)
-			dueS, _ := a[i+1].(string)
-			room, err := names.Dec(encRoom)
-			if err != nil || protocol.ValidateID("room", room) != nil {
-				// Not written by a worker: drop it from the index.
-				st.rl.Warn("sweep-bad-member", "dropping a malformed sweep index member", zap.String("member", encRoom))
-				if err := st.rdb.ZRem(ctx, n.SweepKey(), encRoom).Err(); err != nil {
-					st.m.redisErrors.Inc()
-				}
+		var (
+			claims []claimed
+			calls  []scriptCall
+			lags   []float64
+			full   []int
+			failed []error
+		)
+		for i, b := range buckets {
+			if errs[i] != nil {
+				failed = append(failed, errs[i])
 				continue
 			}
-			head, tail, err := stopTemplate(room)
-			if err != nil {
-				return total, err
+			a, ok := res[i].([]any)
+			if !ok || len(a) < 1 || len(a)%3 != 1 {
+				failed = append(failed, fmt.Errorf("worker: unexpected due reply %v", res[i]))
+				continue
 			}
-			calls = append(calls, roomCall(room, encRoom, head, tail))
-			if due, err := strconv.ParseFloat(dueS, 64); err == nil {
-				lags = append(lags, max(0, float64(now)-due)/1000)
+			now, _ := a[0].(int64)
+			if (len(a)-1)/3 >= sweepBatch {
+				full = append(full, b)
+			}
+			for j := 1; j+2 < len(a); j += 3 {
+				encRoom, _ := a[j].(string)
+				claim, _ := a[j+1].(string)
+				dueS, _ := a[j+2].(string)
+				room, err := names.Dec(encRoom)
+				if err != nil || protocol.ValidateID("room", room) != nil || names.SweepBucket(room) != b {
+					// Not written by a worker: drop it from the index.
+					st.rl.Warn("sweep-bad-member", "dropping a malformed sweep index member", zap.String("member", encRoom), zap.Int("bucket", b))
+					if err := st.rdb.ZRem(ctx, n.SweepKey(b), encRoom).Err(); err != nil {
+						st.m.redisErrors.Inc()
+					}
+					continue
+				}
+				head, tail, err := stopTemplate(room)
+				if err != nil {
+					return total, err
+				}
+				claims = append(claims, claimed{b, encRoom, claim})
+				calls = append(calls, roomCall(room, head, tail))
+				if due, err := strconv.ParseFloat(dueS, 64); err == nil {
+					lags = append(lags, max(0, float64(now)-due)/1000)
+				}
 			}
 		}
 		if len(calls) > 0 {
 			sres, serrs := st.eval(ctx, scriptSweep, calls)
-			var failed []error
+			resched := map[int][]any{}
 			for i := range calls {
 				if serrs[i] != nil {
 					failed = append(failed, serrs[i])
 					continue
 				}
 				v, ok := sres[i].([]any)
-				if !ok || len(v) < 2 {
+				if !ok || len(v) < 4 {
 					failed = append(failed, fmt.Errorf("worker: unexpected sweep reply %v", sres[i]))
 					continue
 				}
 				stops, _ := v[0].(int64)
 				removed, _ := v[1].(int64)
+				next, _ := v[3].(int64)
 				total.Rooms++
 				total.Stops += int(stops)
 				total.Removed += int(removed)
 				st.m.expiredStops.Add(float64(stops))
 				st.m.eventsPublished.WithLabelValues(protocol.TypeTypingStop).Add(float64(stops))
+				c := claims[i]
+				resched[c.bucket] = append(resched[c.bucket], c.encRoom, c.claim, next)
 			}
 			for _, l := range lags {
 				st.m.sweepLag.Observe(l)
 			}
-			if len(failed) > 0 {
-				return total, errors.Join(failed...)
+			rcalls := make([]scriptCall, 0, len(resched))
+			for b, args := range resched {
+				rcalls = append(rcalls, scriptCall{st.idx.reschedule, []string{n.SweepKey(b)}, args})
+			}
+			if len(rcalls) > 0 {
+				_, rerrs := st.eval(ctx, scriptReschedule, rcalls)
+				for _, err := range rerrs {
+					if err != nil {
+						failed = append(failed, err)
+					}
+				}
 			}
 		}
-		if (len(a)-1)/2 < sweepBatch {
-			return total, nil
+		if len(failed) > 0 {
+			return total, errors.Join(failed...)
 		}
+		buckets = full
 	}
 	return total, nil
 }

@@ -268,7 +268,7 @@ func benchStore(b *testing.B, kind string, rdb redis.UniversalClient) (Store, na
 		b.Fatal(err)
 	}
 	n := names.New("b:", "")
-	st, err := newStore(kind, rdb, n, time.Hour, 30*time.Minute, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+	st, err := newStore(kind, testPubSub, rdb, n, time.Hour, 30*time.Minute, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -571,7 +571,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := newStore(kind, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+			st, err := newStore(kind, testPubSub, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -627,7 +627,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := newStore(kind, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+			st, err := newStore(kind, testPubSub, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -31,7 +31,7 @@ const DefaultScanCount = 1000
 // README.md ("Store keys") for where it is weaker.
 type keysStore struct {
 	redisBase
-	lua struct{ start, stop, sweep, due *redis.Script }
+	lua struct{ start, stop, sweep *redis.Script }
 	// scanCount is the COUNT of each SCAN of Snapshot (DefaultScanCount).
 	scanCount int64
 }
@@ -40,8 +40,8 @@ var _ Store = (*keysStore)(nil)
 
 func newKeysStore(base redisBase) (*keysStore, error) {
 	st := &keysStore{redisBase: base, scanCount: DefaultScanCount}
-	err := loadScripts(map[string]**redis.Script{
-		"keys/start": &st.lua.start, "keys/stop": &st.lua.stop, "keys/sweep": &st.lua.sweep, "due": &st.lua.due,
+	err := loadScripts(base.publish, map[string]**redis.Script{
+		"keys/start": &st.lua.start, "keys/stop": &st.lua.stop, "keys/sweep": &st.lua.sweep,
 	})
 	if err != nil {
 		return nil, err
@@ -51,18 +51,18 @@ func newKeysStore(base redisBase) (*keysStore, error) {
 
 // Prepare implements [Store].
 func (st *keysStore) Prepare(ctx context.Context) error {
-	return st.prepare(ctx, st.lua.start, st.lua.stop, st.lua.sweep, st.lua.due)
+	return st.prepare(ctx, st.lua.start, st.lua.stop, st.lua.sweep)
 }
 
 // Start implements [Store] with keys/start.lua.
 func (st *keysStore) Start(ctx context.Context, cmd protocol.Command) (string, error) {
-	return st.runCommand(ctx, scriptStart, st.startCall(cmd))
+	return st.start(ctx, cmd, st.startCall, st.stopCall)
 }
 
 // startCall builds the keys/start.lua call of cmd.
 func (st *keysStore) startCall(cmd protocol.Command) scriptCall {
 	n, room, user := st.names, cmd.Room, cmd.User
-	keys := []string{n.TypistKey(room, user), n.NamesKey(room), n.SeqKey(room, cmd.Conn), n.ThrottleKey(room, user), n.RoomChannel(room), n.SweepKey()}
+	keys := []string{n.TypistKey(room, user), n.NamesKey(room), n.SeqKey(room, cmd.Conn), n.ThrottleKey(room, user), n.RoomChannel(room)}
 	args := []any{cmd.Conn, names.Enc(user), cmd.Name, seqArg(cmd.Seq), st.ttlMs, st.throttleMs, st.graceMs, names.Enc(room), st.startEvent(cmd)}
 	return scriptCall{st.lua.start, keys, args}
 }
@@ -101,9 +101,9 @@ func (st *keysStore) Apply(ctx context.Context, cmds []protocol.Command) ([]stri
 // one per expired typist.
 func (st *keysStore) Sweep(ctx context.Context) (SweepResult, error) {
 	n := st.names
-	return st.sweep(ctx, st.lua.due, func(room, encRoom string, head, tail []byte) scriptCall {
-		keys := []string{n.NamesKey(room), n.SweepKey(), n.RoomChannel(room)}
-		return scriptCall{st.lua.sweep, keys, []any{encRoom, n.TypistKey(room, ""), n.ThrottleKey(room, ""), head, tail}}
+	return st.sweep(ctx, func(room string, head, tail []byte) scriptCall {
+		keys := []string{n.NamesKey(room), n.RoomChannel(room)}
+		return scriptCall{st.lua.sweep, keys, []any{n.TypistKey(room, ""), n.ThrottleKey(room, ""), head, tail}}
 	})
 }
 

@@ -19,15 +19,15 @@ import (
 // ZRANGEBYSCORE of the room, whatever the size of the keyspace.
 type zsetStore struct {
 	redisBase
-	lua struct{ start, stop, sweep, due, snapshot *redis.Script }
+	lua struct{ start, stop, sweep, snapshot *redis.Script }
 }
 
 var _ Store = (*zsetStore)(nil)
 
 func newZsetStore(base redisBase) (*zsetStore, error) {
 	st := &zsetStore{redisBase: base}
-	err := loadScripts(map[string]**redis.Script{
-		"start": &st.lua.start, "stop": &st.lua.stop, "sweep": &st.lua.sweep, "due": &st.lua.due, "snapshot": &st.lua.snapshot,
+	err := loadScripts(base.publish, map[string]**redis.Script{
+		"start": &st.lua.start, "stop": &st.lua.stop, "sweep": &st.lua.sweep, "snapshot": &st.lua.snapshot,
 	})
 	if err != nil {
 		return nil, err
@@ -37,18 +37,18 @@ func newZsetStore(base redisBase) (*zsetStore, error) {
 
 // Prepare implements [Store].
 func (st *zsetStore) Prepare(ctx context.Context) error {
-	return st.prepare(ctx, st.lua.start, st.lua.stop, st.lua.sweep, st.lua.due, st.lua.snapshot)
+	return st.prepare(ctx, st.lua.start, st.lua.stop, st.lua.sweep, st.lua.snapshot)
 }
 
 // Start implements [Store] with start.lua.
 func (st *zsetStore) Start(ctx context.Context, cmd protocol.Command) (string, error) {
-	return st.runCommand(ctx, scriptStart, st.startCall(cmd))
+	return st.start(ctx, cmd, st.startCall, st.stopCall)
 }
 
 // startCall builds the start.lua call of cmd.
 func (st *zsetStore) startCall(cmd protocol.Command) scriptCall {
 	n, room, user := st.names, cmd.Room, cmd.User
-	keys := []string{n.RoomKey(room), n.NamesKey(room), n.SeqKey(room, cmd.Conn), n.ThrottleKey(room, user), n.RoomChannel(room), n.SweepKey()}
+	keys := []string{n.RoomKey(room), n.NamesKey(room), n.SeqKey(room, cmd.Conn), n.ThrottleKey(room, user), n.RoomChannel(room)}
 	args := []any{names.Member(user, cmd.Conn), names.Enc(user), cmd.Name, seqArg(cmd.Seq), st.ttlMs, st.throttleMs, st.graceMs, names.Enc(room), st.startEvent(cmd)}
 	return scriptCall{st.lua.start, keys, args}
 }
@@ -84,12 +84,12 @@ func (st *zsetStore) Apply(ctx context.Context, cmds []protocol.Command) ([]stri
 	return st.apply(ctx, cmds, st.startCall, st.stopCall)
 }
 
-// Sweep implements [Store] with due.lua and sweep.lua per due room.
+// Sweep implements [Store] with sweep.lua per due room (see redisBase.sweep).
 func (st *zsetStore) Sweep(ctx context.Context) (SweepResult, error) {
 	n := st.names
-	return st.sweep(ctx, st.lua.due, func(room, encRoom string, head, tail []byte) scriptCall {
-		keys := []string{n.RoomKey(room), n.NamesKey(room), n.SweepKey(), n.RoomChannel(room)}
-		return scriptCall{st.lua.sweep, keys, []any{encRoom, n.ThrottleKey(room, ""), head, tail}}
+	return st.sweep(ctx, func(room string, head, tail []byte) scriptCall {
+		keys := []string{n.RoomKey(room), n.NamesKey(room), n.RoomChannel(room)}
+		return scriptCall{st.lua.sweep, keys, []any{n.ThrottleKey(room, ""), head, tail}}
 	})
 }
 

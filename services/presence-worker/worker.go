@@ -40,6 +40,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
 // Errors returned by [Server.Start].
@@ -89,7 +90,7 @@ type Server struct {
 	m         *metrics
 	rl        *rateLog
 	names     names.Names
-	redisOpts *redis.Options
+	redisOpts *redisconn.Options
 
 	mu    sync.Mutex // guards state and the fields set by Start
 	state serverState
@@ -132,22 +133,16 @@ func New(opts Options) (*Server, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
-	ropts, err := redis.ParseURL(cfg.RedisURL)
+	ropts, err := redisconn.Parse(cfg.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("worker: ELLIPSIS_REDIS_URL: %w", err)
 	}
 	// One retry loop, ours (store.eval: bounded, with backoff, counted and
-	// logged), instead of go-redis's own on top of it.
-	ropts.MaxRetries = -1
-	// One dial per try, for the same reason (go-redis dials 5 times by default).
-	if ropts.DialerRetries == 0 {
-		ropts.DialerRetries = 1
-	}
-	// Let per-call contexts bound each try (redisAttemptTimeout).
-	ropts.ContextTimeoutEnabled = true
-	if ropts.ClientName == "" {
-		ropts.ClientName = natsClientName
-	}
+	// logged), instead of go-redis's own on top of it; one dial per try
+	// (go-redis dials 5 times by default); per-call contexts bound each try
+	// (redisAttemptTimeout). Cluster redirects (MOVED, ASK) are still
+	// followed by go-redis.
+	ropts.Tune(redisconn.Tuning{MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true, ClientName: natsClientName})
 
 	log := opts.Logger
 	if log == nil {
@@ -234,8 +229,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.adminAddr = s.adminLn.Addr().String()
 	}
 
-	s.rdb = redis.NewClient(s.redisOpts)
-	if s.st, err = newStore(s.cfg.Store, s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, s.m, s.log.Named("store"), s.rl); err != nil {
+	s.rdb = s.redisOpts.NewClient()
+	if s.st, err = newStore(s.cfg.Store, s.cfg.RedisPubSubMode(), s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, s.m, s.log.Named("store"), s.rl); err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)

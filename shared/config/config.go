@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
 // Defaults (PROTOCOL.md, "Timing" and "Limits"; the seed design's numbers).
@@ -93,9 +95,17 @@ type Config struct {
 	// NATSURL is one or more NATS server URLs, comma-separated.
 	// ELLIPSIS_NATS_URL, default "nats://127.0.0.1:4222".
 	NATSURL string
-	// RedisURL is a redis:// or rediss:// URL. ELLIPSIS_REDIS_URL, default
-	// "redis://127.0.0.1:6379".
+	// RedisURL names the Redis and its topology: redis:// or rediss://
+	// (standalone), redis+sentinel:// (Sentinel, with master_name=...) or
+	// redis+cluster:// (Redis Cluster); see package redisconn for the
+	// forms. ELLIPSIS_REDIS_URL, default "redis://127.0.0.1:6379".
 	RedisURL string
+	// RedisPubSub is how room events travel: "classic" (PUBLISH /
+	// SUBSCRIBE), "sharded" (SPUBLISH / SSUBSCRIBE, Redis 7+), or empty for
+	// the topology's default (sharded on Cluster, classic elsewhere).
+	// Workers and gateways of one deployment must agree.
+	// ELLIPSIS_REDIS_PUBSUB.
+	RedisPubSub string
 	// SubjectPrefix is the first token of every NATS subject.
 	// ELLIPSIS_SUBJECT_PREFIX, default "ellipsis".
 	SubjectPrefix string
@@ -348,7 +358,8 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_HTTP_ADDR", "gateway public listener", func() (func(string) error, func() string) { return str(&c.HTTPAddr) })
 	add("ELLIPSIS_ADMIN_ADDR", "admin listener (/healthz, /readyz, /metrics); empty disables", func() (func(string) error, func() string) { return str(&c.AdminAddr) })
 	add("ELLIPSIS_NATS_URL", "NATS server URLs, comma-separated", func() (func(string) error, func() string) { return str(&c.NATSURL) })
-	add("ELLIPSIS_REDIS_URL", "Redis URL (redis:// or rediss://)", func() (func(string) error, func() string) { return str(&c.RedisURL) })
+	add("ELLIPSIS_REDIS_URL", "Redis URL: redis[s]:// standalone, redis[s]+sentinel://...?master_name=NAME, redis[s]+cluster://host:port?addr=host2:port", func() (func(string) error, func() string) { return str(&c.RedisURL) })
+	add("ELLIPSIS_REDIS_PUBSUB", "room event Pub/Sub: classic or sharded; empty = sharded on Cluster, classic elsewhere", func() (func(string) error, func() string) { return str(&c.RedisPubSub) })
 	add("ELLIPSIS_SUBJECT_PREFIX", "first token of every NATS subject", func() (func(string) error, func() string) { return str(&c.SubjectPrefix) })
 	add("ELLIPSIS_KEY_PREFIX", "prepended to every Redis key and channel", func() (func(string) error, func() string) { return str(&c.KeyPrefix) })
 	add("ELLIPSIS_AUTH", "none or jwt", func() (func(string) error, func() string) { return str(&c.Auth) })
@@ -481,8 +492,15 @@ func (c *Config) Validate() error {
 			bad("ELLIPSIS_NATS_URL: %q is not a nats://, tls://, ws:// or wss:// URL with a host", u)
 		}
 	}
-	if p, err := url.Parse(c.RedisURL); err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {
-		bad("ELLIPSIS_REDIS_URL: %q is not a redis:// or rediss:// URL with a host", c.RedisURL)
+	if ro, err := redisconn.Parse(c.RedisURL); err != nil {
+		bad("ELLIPSIS_REDIS_URL: %q: %v", redisconn.Redact(c.RedisURL), err)
+	} else if ro.Topology == redisconn.Cluster && c.Store == StoreKeys && c.Service != ServiceGateway {
+		bad("ELLIPSIS_STORE: keys does not run on Redis Cluster (its snapshot SCANs the keyspace of one node); use zset")
+	}
+	switch c.RedisPubSub {
+	case "", redisconn.PubSubClassic, redisconn.PubSubSharded:
+	default:
+		bad("ELLIPSIS_REDIS_PUBSUB: %q must be empty, %s or %s", c.RedisPubSub, redisconn.PubSubClassic, redisconn.PubSubSharded)
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		bad("ELLIPSIS_KEY_PREFIX: %q must not contain '{' or '}': Redis Cluster would hash every key on the prefix instead of its room", c.KeyPrefix)
@@ -640,4 +658,19 @@ func (c *Config) NATSServers() []string {
 		}
 	}
 	return out
+}
+
+// RedisPubSubMode returns RedisPubSub, or when it is empty the default of
+// RedisURL's topology ([redisconn.DefaultPubSub]): redisconn.PubSubSharded
+// on Cluster, redisconn.PubSubClassic elsewhere (and for a URL Validate
+// rejects).
+func (c *Config) RedisPubSubMode() string {
+	if c.RedisPubSub != "" {
+		return c.RedisPubSub
+	}
+	o, err := redisconn.Parse(c.RedisURL)
+	if err != nil {
+		return redisconn.PubSubClassic
+	}
+	return redisconn.DefaultPubSub(o.Topology)
 }

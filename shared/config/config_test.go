@@ -210,3 +210,43 @@ func TestSecuritySettingsValidated(t *testing.T) {
 		t.Fatalf("worker validates gateway settings: %v", err)
 	}
 }
+
+func TestRedisTopologiesAndPubSub(t *testing.T) {
+	for url, want := range map[string]string{
+		"redis://127.0.0.1:6379":                             "classic",
+		"redis+sentinel://s:26379?master_name=mymaster":      "classic",
+		"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001": "sharded",
+	} {
+		c, err := load(t, map[string]string{"ELLIPSIS_REDIS_URL": url})
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		if got := c.RedisPubSubMode(); got != want {
+			t.Fatalf("%s: pubsub mode %q, want %q", url, got, want)
+		}
+		c, err = load(t, map[string]string{"ELLIPSIS_REDIS_URL": url, "ELLIPSIS_REDIS_PUBSUB": "sharded"})
+		if err != nil || c.RedisPubSubMode() != "sharded" {
+			t.Fatalf("%s with sharded: %v %q", url, err, c.RedisPubSubMode())
+		}
+	}
+	for vars, want := range map[[2]string]string{
+		{"ELLIPSIS_REDIS_PUBSUB", "fast"}:                    "ELLIPSIS_REDIS_PUBSUB: \"fast\" must be empty, classic or sharded",
+		{"ELLIPSIS_REDIS_URL", "redis+sentinel://s:1"}:       "ELLIPSIS_REDIS_URL: \"redis+sentinel://s:1\": a Sentinel URL needs master_name",
+		{"ELLIPSIS_REDIS_URL", "redis+cluster://u:pw@c:1/2"}: "no database path",
+	} {
+		_, err := load(t, map[string]string{vars[0]: vars[1]})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%v: got %v, want %q", vars, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "pw") {
+			t.Fatalf("password leaked: %v", err)
+		}
+	}
+	c := Dev()
+	c.RedisURL = "redis+cluster://c:1"
+	c.Store = StoreKeys
+	c.Service = ServiceWorker
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ELLIPSIS_STORE: keys does not run on Redis Cluster") {
+		t.Fatalf("keys store on cluster: %v", err)
+	}
+}

@@ -20,6 +20,7 @@ package names
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -182,9 +183,82 @@ func (n Names) ThrottleKey(room, user string) string {
 	return n.keyPrefix + "throttle:typing:" + RoomTag(room) + ":" + Enc(user)
 }
 
-// SweepKey is the sweep index: member enc(room), score = unix ms at which the
-// room may next hold an expired entry.
-func (n Names) SweepKey() string { return n.keyPrefix + "typing:sweep" }
+// SweepBuckets is how many sorted sets the sweep index is split into. The
+// index cannot be one key: on Redis Cluster a key lives on one shard, and
+// the workers' scripts may touch keys of one hash slot only. Bucket b holds
+// the rooms whose hash slot lies in the b-th sixteenth of the slot space,
+// and its own key hashes into that same sixteenth, so with slots split
+// evenly between masters (what redis-cli --cluster create does) a room's
+// bucket usually lives on the room's own shard. 16 keeps the sweeper's
+// per-tick reads small (16 ZRANGEBYSCOREs) while spreading the index over
+// up to 16 shards.
+const SweepBuckets = 16
+
+// clusterSlots is the number of Redis Cluster hash slots (Redis Cluster
+// specification, "Key distribution model").
+const clusterSlots = 16384
+
+// sweepTags are the hash tags of the sweep buckets: sweepTags[b] is the
+// first "s<k>" (k = 0, 1, ...) whose slot is in [b*1024, (b+1)*1024). It is
+// computed once and never written after.
+var sweepTags = func() [SweepBuckets]string {
+	var tags [SweepBuckets]string
+	found := 0
+	for k := 0; found < SweepBuckets; k++ {
+		tag := "s" + strconv.Itoa(k)
+		b := Slot(tag) * SweepBuckets / clusterSlots
+		if tags[b] == "" {
+			tags[b] = tag
+			found++
+		}
+	}
+	return tags
+}()
+
+// Slot is the Redis Cluster hash slot of key, 0..16383: CRC16 (XMODEM) of
+// the key's hash tag (the bytes between the first '{' and the next '}',
+// when not empty) or of the whole key, mod 16384 (Redis Cluster
+// specification, "Hash tags").
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % clusterSlots
+}
+
+// SweepBucket is the sweep bucket of room, 0..SweepBuckets-1: the sixteenth
+// of the slot space its keys hash into.
+func SweepBucket(room string) int {
+	return Slot(RoomTag(room)) * SweepBuckets / clusterSlots
+}
+
+// SweepKey is sweep bucket b of the index, "typing:sweep:{s<k>}" (see
+// SweepBuckets): member enc(room), score = unix ms at which the room may
+// next hold an expired entry, or a claim (a score ending in .5) while a
+// worker sweeps it. b must be in 0..SweepBuckets-1.
+func (n Names) SweepKey(b int) string { return n.keyPrefix + "typing:sweep:{" + sweepTags[b] + "}" }
+
+// SweepKeys is every sweep bucket key, index b = bucket b.
+func (n Names) SweepKeys() []string {
+	keys := make([]string, SweepBuckets)
+	for b := range keys {
+		keys[b] = n.SweepKey(b)
+	}
+	return keys
+}
 
 // TypistKey is seed pattern 1's key for one typist:
 // "typing:{enc(room)}:enc(user)".

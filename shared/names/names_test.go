@@ -217,3 +217,42 @@ func FuzzNames(f *testing.F) {
 		}
 	})
 }
+
+func TestSlotMatchesRedisClusterSpec(t *testing.T) {
+	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	for key, want := range map[string]int{
+		"123456789":            12739, // the spec's CRC16 check value 0x31C3
+		"foo":                  12182,
+		"{user1000}.following": Slot("user1000"),
+		"foo{}{bar}":           Slot("foo{}{bar}"),
+		"":                     0,
+	} {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if Slot("{user1000}.following") != Slot("{user1000}.followers") {
+		t.Error("hash tags ignored")
+	}
+}
+
+func TestSweepBucketsCoLocateWithRooms(t *testing.T) {
+	n := New("p:", "")
+	seen := map[string]bool{}
+	for b := 0; b < SweepBuckets; b++ {
+		k := n.SweepKey(b)
+		if seen[k] {
+			t.Fatalf("bucket key %s twice", k)
+		}
+		seen[k] = true
+		if got := Slot(k) * SweepBuckets / clusterSlots; got != b {
+			t.Fatalf("bucket %d key %s hashes into sixteenth %d", b, k, got)
+		}
+	}
+	for _, room := range []string{"a", "room:42", "general", "x{y}z"} {
+		b := SweepBucket(room)
+		if lo, hi := b*clusterSlots/SweepBuckets, (b+1)*clusterSlots/SweepBuckets; Slot(n.RoomKey(room)) < lo || Slot(n.RoomKey(room)) >= hi {
+			t.Fatalf("room %q in bucket %d outside its slot range", room, b)
+		}
+	}
+}

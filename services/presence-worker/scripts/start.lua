@@ -5,12 +5,15 @@
 -- KEYS[3] seq string        typing:seq:{R}:enc(conn)
 -- KEYS[4] throttle string   throttle:typing:{R}:enc(user)   value = end of window (unix ms)
 -- KEYS[5] room channel      chat:room:{R}        (a key for cluster routing)
--- KEYS[6] sweep index       typing:sweep         member enc(room), score = next due (unix ms)
 -- ARGV[1] member  ARGV[2] enc(user)  ARGV[3] display name ('' = none)
 -- ARGV[4] seq (decimal, '0' = unordered)  ARGV[5] ttl ms  ARGV[6] throttle ms
--- ARGV[7] key grace ms  ARGV[8] enc(room)  ARGV[9] typing_start event JSON up to "ts_ms":
+-- ARGV[7] key grace ms  ARGV[8] (unused)  ARGV[9] typing_start event JSON up to "ts_ms":
 --
--- Returns {outcome, now_ms}; outcome is
+-- The sweep index is not touched here: it lives in other hash slots (see
+-- index.lua); the worker adds the room there around this call.
+--
+-- Returns {outcome, now_ms, expiry_ms} (expiry_ms: the entry's new expiry,
+-- 0 when stale); outcome is
 --   stale      seq not above the connection's last applied seq: nothing changed
 --   started    the user was not visible: entry added, typing_start published
 --   refreshed  visible already, throttle window over: entry extended, typing_start published
@@ -46,8 +49,6 @@ if name ~= '' then
   redis.call('HSET', KEYS[2], euser, name)
   redis.call('PEXPIRE', KEYS[2], itoa(ttl + grace))
 end
--- Keep the earliest due time of the room (LT also adds when absent).
-redis.call('ZADD', KEYS[6], 'LT', itoa(expiry), ARGV[8])
 
 -- The throttle holds the end of its window and is checked against TIME, so
 -- it behaves as SET NX PX on Redis and does not depend on key-expiry clocks
@@ -59,10 +60,10 @@ if not visible then
 else
   local until_ms = tonumber(redis.call('GET', KEYS[4]) or '')
   if until_ms and until_ms > now then
-    return {'throttled', now}
+    return {'throttled', now, expiry}
   end
   outcome = 'refreshed'
 end
 redis.call('SET', KEYS[4], itoa(window_end), 'PX', itoa(throttle))
-redis.call('PUBLISH', KEYS[5], ARGV[9] .. itoa(now) .. '}')
-return {outcome, now}
+redis.call(PUBLISH, KEYS[5], ARGV[9] .. itoa(now) .. '}')
+return {outcome, now, expiry}

@@ -9,12 +9,12 @@
 -- KEYS[3] seq string        typing:seq:{R}:enc(conn)
 -- KEYS[4] throttle string   throttle:typing:{R}:enc(user)   value = end of window (unix ms)
 -- KEYS[5] room channel      chat:room:{R}          (a key for cluster routing)
--- KEYS[6] sweep index       typing:sweep           member enc(room), score = next due (unix ms)
 -- ARGV[1] conn  ARGV[2] enc(user)  ARGV[3] display name ('' = none)
 -- ARGV[4] seq (decimal, '0' = unordered)  ARGV[5] ttl ms  ARGV[6] throttle ms
--- ARGV[7] key grace ms  ARGV[8] enc(room)  ARGV[9] typing_start event JSON up to "ts_ms":
+-- ARGV[7] key grace ms  ARGV[8] (unused)  ARGV[9] typing_start event JSON up to "ts_ms":
 --
--- Returns {outcome, now_ms}: stale, started, refreshed or throttled (see start.lua).
+-- Returns {outcome, now_ms, expiry_ms}: stale, started, refreshed or
+-- throttled (see start.lua).
 local conn, euser, name, seq = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ttl, throttle, grace = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 
@@ -62,7 +62,6 @@ else
   redis.call('HSETNX', KEYS[2], euser, '')
 end
 redis.call('PEXPIRE', KEYS[2], itoa(ttl + grace))
-redis.call('ZADD', KEYS[6], 'LT', itoa(expiry), ARGV[8])
 
 local window_end = now + throttle
 local outcome
@@ -71,10 +70,10 @@ if not visible then
 else
   local until_ms = tonumber(redis.call('GET', KEYS[4]) or '')
   if until_ms and until_ms > now then
-    return {'throttled', now}
+    return {'throttled', now, expiry}
   end
   outcome = 'refreshed'
 end
 redis.call('SET', KEYS[4], itoa(window_end), 'PX', itoa(throttle))
-redis.call('PUBLISH', KEYS[5], ARGV[9] .. itoa(now) .. '}')
-return {outcome, now}
+redis.call(PUBLISH, KEYS[5], ARGV[9] .. itoa(now) .. '}')
+return {outcome, now, expiry}

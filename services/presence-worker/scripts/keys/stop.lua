@@ -50,5 +50,5 @@ redis.call('DEL', KEYS[4])
 if not shown then
   return {'noop', now}
 end
-redis.call('PUBLISH', KEYS[5], ARGV[5] .. itoa(now) .. '}')
+redis.call(PUBLISH, KEYS[5], ARGV[5] .. itoa(now) .. '}')
 return {'stopped', now}
