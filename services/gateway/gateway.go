@@ -45,6 +45,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
 // Options configure a [Server].
@@ -95,7 +96,7 @@ type Server struct {
 	authn     auth.Authenticator
 	sec       *security // connection limits, security metrics (security.go)
 	origins   *origin.Checker
-	redisOpt  *redis.Options
+	redisOpt  *redisconn.Options
 	upgrader  websocket.Upgrader
 	warn      *rate.Sometimes // shared by connections for repetitive warnings
 	connLog   *zap.Logger     // "conn", shared by connections
@@ -109,7 +110,7 @@ type Server struct {
 	connsWG sync.WaitGroup // one per registered connection
 
 	// Set by Start, read-only afterwards.
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	pres     *presence.Client
 	hub      *hub.Hub
 	authz    authz.Authorizer
@@ -136,15 +137,15 @@ func New(opts Options) (*Server, error) {
 	if err := check.Validate(); err != nil {
 		return nil, fmt.Errorf("gateway: config: %w", err)
 	}
-	redisOpt, err := redis.ParseURL(cfg.RedisURL)
+	redisOpt, err := redisconn.Parse(cfg.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: ELLIPSIS_REDIS_URL: %w", err)
 	}
-	// The client only hosts the hub's Pub/Sub connection (which reconnects
-	// by itself) and the /readyz PING: no go-redis retries, so readiness
+	// The client only hosts the hub's Pub/Sub connections (which reconnect
+	// by themselves) and the /readyz PING: no go-redis retries, so readiness
 	// answers at once with the real cause (connection refused) instead of
 	// timing out through retry backoffs while Redis is down.
-	redisOpt.MaxRetries = -1
+	redisOpt.Tune(redisconn.Tuning{MaxRetries: -1})
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -248,7 +249,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("gateway: %w", err)
 	}
-	s.rdb = redis.NewClient(s.redisOpt)
+	s.rdb = s.redisOpt.NewClient()
 	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
 		s.log.Warn("redis not reachable at start; serving anyway, joins answer unavailable until it is", zap.Error(err))
@@ -260,6 +261,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.pres = pres
 	s.hub = hub.New(hub.Options{
 		Redis:        s.rdb,
+		Sharded:      s.cfg.RedisPubSubMode() == redisconn.PubSubSharded,
 		Names:        s.names,
 		Snapshot:     pres.Snapshot,
 		ReadyTimeout: s.cfg.SnapshotTimeout,

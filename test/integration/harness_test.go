@@ -289,6 +289,27 @@ func (c *client) next(pred func(frame) bool, within time.Duration, what string) 
 	}
 }
 
+// tryNext is next without failing on a timeout: false when no frame
+// matching pred arrived within d.
+func (c *client) tryNext(pred func(frame) bool, d time.Duration) (frame, bool) {
+	c.t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		select {
+		case f := <-c.frames:
+			if pred(f) {
+				return f, true
+			}
+			if f.Type == "error" {
+				c.t.Fatalf("%s: error frame: %v", c.name, f)
+			}
+		case <-deadline.C:
+			return frame{}, false
+		}
+	}
+}
+
 // quiet asserts that no frame matching pred arrives within d.
 func (c *client) quiet(pred func(frame) bool, d time.Duration, what string) {
 	c.t.Helper()

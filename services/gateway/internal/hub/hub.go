@@ -4,9 +4,13 @@
 //
 // # Subscriptions
 //
-// All rooms share one go-redis PubSub connection. The first local member of
-// a room subscribes names.RoomChannel(room); the last one leaving
-// unsubscribes. Subscription changes are reconciled under one mutex against
+// Room events arrive by classic Pub/Sub (SUBSCRIBE) or sharded Pub/Sub
+// (SSUBSCRIBE, Options.Sharded). All rooms share one go-redis PubSub
+// connection, except with sharded Pub/Sub on Redis Cluster, where a shard
+// channel can only be subscribed on the master that serves its hash slot:
+// there the hub keeps one PubSub per master ("link") and subscribes each
+// room's channel on its master's link. The first local member of a room
+// subscribes names.RoomChannel(room); the last one leaving unsubscribes. Subscription changes are reconciled under one mutex against
 // the current membership, so concurrent joins and leaves of a room always
 // end in the right state. A join waits until Redis has confirmed the
 // subscription (a PING with a token sent after SUBSCRIBE comes back) before
@@ -24,6 +28,17 @@
 // a start for a user already shown is a refresh). If the buffer overflows
 // (more than the pending limit of events while held) the events are dropped
 // and Release reports it, and the caller pushes one more snapshot.
+//
+// # Redis Cluster slot moves
+//
+// When a slot moves to another master (resharding, or a failover that
+// promotes a replica), Redis 7 ends the shard-channel subscriptions of
+// that slot with a server-sent "sunsubscribe". The hub then asks go-redis
+// to reload the slot map, subscribes the channel again on its new master
+// (waiting up to moveWait for the map to show the move) and resyncs, since
+// events may have been lost meanwhile. Every rebalanceInterval it also
+// checks every channel against the slot map, which catches a master that
+// changed while its link was down.
 //
 // # Redis reconnects
 //
@@ -83,9 +98,13 @@ type Snapshotter func(ctx context.Context, room string) ([]protocol.Typist, erro
 
 // Options configure a [Hub].
 type Options struct {
-	// Redis is the client whose connection pool hosts the hub's PubSub; the
-	// caller owns and closes it.
-	Redis *redis.Client
+	// Redis is the client whose connection pool hosts the hub's PubSub
+	// connections: *redis.Client (standalone or Sentinel) or
+	// *redis.ClusterClient. The caller owns and closes it.
+	Redis redis.UniversalClient
+	// Sharded selects sharded Pub/Sub (SSUBSCRIBE, Redis 7+) instead of
+	// SUBSCRIBE; it must match the workers' ELLIPSIS_REDIS_PUBSUB.
+	Sharded bool
 	// Names builds room channels (key prefix).
 	Names names.Names
 	// Snapshot is used by resyncs.
@@ -122,21 +141,40 @@ type Hold struct {
 	ms   *membership
 }
 
+// link is one Pub/Sub connection and the channels subscribed on it.
+type link struct {
+	ps *redis.PubSub
+	// addr is the master a per-master link (sharded Pub/Sub on Cluster)
+	// subscribes on; "" for the hub's one shared link.
+	addr string
+	// channels subscribed on ps, as go-redis sees them; under Hub.subMu.
+	channels map[string]bool
+	// unsubPending counts our own SUNSUBSCRIBEs per channel whose
+	// confirmation has not come back yet, to tell them from a master's
+	// (a slot move); under Hub.subMu, reset when the connection is lost.
+	unsubPending map[string]int
+}
+
 // Hub is the room registry and Redis fan-out of one gateway. Its methods
 // are safe for concurrent use.
 type Hub struct {
 	opts Options
 	log  *zap.Logger
 	met  *metrics.Metrics
-	ps   *redis.PubSub
+	// cluster is set for sharded Pub/Sub on Redis Cluster: one link per
+	// master, found by the channel's hash slot.
+	cluster *redis.ClusterClient
 
 	mu     sync.Mutex
 	rooms  map[string]map[Member]*membership
 	pongs  map[string]chan struct{} // PING token -> closed when its PONG arrives
 	closed bool
 
-	subMu      sync.Mutex      // serialises SUBSCRIBE/UNSUBSCRIBE; taken before mu
-	subscribed map[string]bool // channel -> subscribed on ps (as go-redis sees it)
+	subMu       sync.Mutex        // serialises (un)subscribes and link changes; taken before mu
+	links       map[string]*link  // by link.addr; under subMu (and mu for reads by Close)
+	subscribed  map[string]*link  // channel -> the link it is subscribed on; under subMu
+	orphans     map[string]string // channel -> the master that dropped it (slot moved); under subMu
+	rebalanceCh chan struct{}     // asks rebalanceLoop for a round now (coalesced)
 
 	pingSeq atomic.Uint64
 	// resyncCh has room for one request: a resync asked while one is
@@ -165,25 +203,40 @@ func New(opts Options) *Hub {
 		log = zap.NewNop()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hub{
-		opts:       opts,
-		log:        log,
-		met:        opts.Metrics,
-		ps:         opts.Redis.Subscribe(ctx), // no channels: no I/O yet
-		rooms:      map[string]map[Member]*membership{},
-		pongs:      map[string]chan struct{}{},
-		subscribed: map[string]bool{},
-		resyncCh:   make(chan struct{}, 1),
-		ctx:        ctx,
-		cancel:     cancel,
-		badEvent:   rate.Sometimes{First: 3, Interval: time.Minute},
-		resyncWarn: rate.Sometimes{First: 1, Interval: time.Minute},
+	h := &Hub{
+		opts:        opts,
+		log:         log,
+		met:         opts.Metrics,
+		rooms:       map[string]map[Member]*membership{},
+		pongs:       map[string]chan struct{}{},
+		links:       map[string]*link{},
+		subscribed:  map[string]*link{},
+		orphans:     map[string]string{},
+		rebalanceCh: make(chan struct{}, 1),
+		resyncCh:    make(chan struct{}, 1),
+		ctx:         ctx,
+		cancel:      cancel,
+		badEvent:    rate.Sometimes{First: 3, Interval: time.Minute},
+		resyncWarn:  rate.Sometimes{First: 1, Interval: time.Minute},
 	}
+	if cc, ok := opts.Redis.(*redis.ClusterClient); ok && opts.Sharded {
+		h.cluster = cc
+		return h
+	}
+	// One shared link; no channels: no I/O yet.
+	ps := opts.Redis.Subscribe(ctx)
+	if opts.Sharded {
+		ps = opts.Redis.SSubscribe(ctx)
+	}
+	h.links[""] = &link{ps: ps, channels: map[string]bool{}, unsubPending: map[string]int{}}
+	return h
 }
 
 // Start starts the Redis reader and the resync goroutine; [Hub.Close] stops
 // them.
 func (h *Hub) Start() {
+	h.subMu.Lock() // h.links
+	defer h.subMu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.started || h.closed {
@@ -191,8 +244,12 @@ func (h *Hub) Start() {
 	}
 	h.started = true
 	h.wg.Add(2)
-	go h.readLoop()
+	for _, l := range h.links {
+		h.wg.Add(1)
+		go h.readLoop(l)
+	}
 	go h.resyncLoop()
+	go h.rebalanceLoop()
 }
 
 // Close closes the PubSub connection and waits for the hub's goroutines.
@@ -207,7 +264,11 @@ func (h *Hub) Close() {
 	h.closed = true
 	h.mu.Unlock()
 	h.cancel()
-	_ = h.ps.Close()
+	h.subMu.Lock()
+	for _, l := range h.links {
+		_ = l.ps.Close()
+	}
+	h.subMu.Unlock()
 	h.wg.Wait()
 }
 
@@ -365,7 +426,16 @@ func (h *Hub) ensureSubscribed(ctx context.Context, room string) error {
 		delete(h.pongs, token)
 		h.mu.Unlock()
 	}()
-	if err := h.ps.Ping(ctx, token); err != nil {
+	h.subMu.Lock()
+	l := h.subscribed[h.opts.Names.RoomChannel(room)]
+	h.subMu.Unlock()
+	if l == nil {
+		// The last member left meanwhile; the caller's membership is gone.
+		// The room's last member left meanwhile, or its slot is moving
+		// to another master (the rebalance loop resubscribes it).
+		return fmt.Errorf("%w: room channel not subscribed (left, or its slot is moving)", ErrUnavailable)
+	}
+	if err := l.ps.Ping(ctx, token); err != nil {
 		return fmt.Errorf("%w: ping: %v", ErrUnavailable, err)
 	}
 	select {
@@ -381,7 +451,8 @@ func (h *Hub) ensureSubscribed(ctx context.Context, room string) error {
 // reconcile makes the subscriptions of rooms' channels match whether the
 // rooms have local members now. Calls are serialised, and each one reads
 // the membership afresh, so the last call always leaves the right state.
-// Changes go out as one SUBSCRIBE and one UNSUBSCRIBE command at most.
+// Changes go out as one SUBSCRIBE and one UNSUBSCRIBE per link (per hash
+// slot with sharded Pub/Sub: SSUBSCRIBE takes channels of one slot only).
 func (h *Hub) reconcile(ctx context.Context, rooms ...string) error {
 	h.subMu.Lock()
 	defer h.subMu.Unlock()
@@ -390,7 +461,8 @@ func (h *Hub) reconcile(ctx context.Context, rooms ...string) error {
 	for _, room := range rooms {
 		want := len(h.rooms[room]) > 0
 		channel := h.opts.Names.RoomChannel(room)
-		switch have := h.subscribed[channel]; {
+		_, orphan := h.orphans[channel]
+		switch have := h.subscribed[channel] != nil || orphan; {
 		case want && !have:
 			sub = append(sub, channel)
 		case !want && have:
@@ -399,27 +471,262 @@ func (h *Hub) reconcile(ctx context.Context, rooms ...string) error {
 	}
 	h.mu.Unlock()
 	var errs []error
-	if len(sub) > 0 {
-		// go-redis records the channels even when the write fails, and
-		// subscribes them again on its next connection.
-		for _, c := range sub {
-			h.subscribed[c] = true
-		}
-		h.met.RedisSubscriptions.Add(float64(len(sub)))
-		errs = append(errs, h.ps.Subscribe(ctx, sub...))
+	for _, c := range unsub {
+		delete(h.orphans, c)
 	}
-	if len(unsub) > 0 {
-		for _, c := range unsub {
-			delete(h.subscribed, c)
+	errs = append(errs, h.unsubscribeLocked(ctx, unsub))
+	errs = append(errs, h.subscribeLocked(ctx, sub))
+	return errors.Join(errs...)
+}
+
+// subscribeLocked subscribes channels, each on its link; h.subMu is held.
+// go-redis records the channels even when the write fails, and subscribes
+// them again on its next connection, so they count as subscribed.
+func (h *Hub) subscribeLocked(ctx context.Context, channels []string) error {
+	var errs []error
+	for _, g := range h.groups(channels) {
+		l, err := h.linkFor(ctx, g[0])
+		if err != nil {
+			// No slot map (Cluster unreachable): the channels stay
+			// orphans and the rebalance loop subscribes them later.
+			for _, c := range g {
+				h.orphans[c] = ""
+			}
+			h.askRebalance()
+			errs = append(errs, err)
+			continue
 		}
-		h.met.RedisSubscriptions.Sub(float64(len(unsub)))
-		errs = append(errs, h.ps.Unsubscribe(ctx, unsub...))
+		for _, c := range g {
+			h.subscribed[c] = l
+			l.channels[c] = true
+			delete(h.orphans, c)
+		}
+		h.met.RedisSubscriptions.Add(float64(len(g)))
+		if h.opts.Sharded {
+			errs = append(errs, l.ps.SSubscribe(ctx, g...))
+		} else {
+			errs = append(errs, l.ps.Subscribe(ctx, g...))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// readLoop owns ps.Receive until Close.
-func (h *Hub) readLoop() {
+// unsubscribeLocked unsubscribes channels from their links; h.subMu is held.
+func (h *Hub) unsubscribeLocked(ctx context.Context, channels []string) error {
+	var errs []error
+	for _, g := range h.groups(channels) {
+		byLink := map[*link][]string{}
+		for _, c := range g {
+			if l := h.subscribed[c]; l != nil {
+				byLink[l] = append(byLink[l], c)
+				delete(h.subscribed, c)
+				delete(l.channels, c)
+			}
+		}
+		for l, cs := range byLink {
+			h.met.RedisSubscriptions.Sub(float64(len(cs)))
+			if h.opts.Sharded {
+				for _, c := range cs {
+					l.unsubPending[c]++
+				}
+				errs = append(errs, l.ps.SUnsubscribe(ctx, cs...))
+			} else {
+				errs = append(errs, l.ps.Unsubscribe(ctx, cs...))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// groups splits channels into the groups one (UN)SUBSCRIBE may carry: all
+// of them for classic Pub/Sub, one group per hash slot for sharded (Redis
+// answers CROSSSLOT to SSUBSCRIBE across slots).
+func (h *Hub) groups(channels []string) [][]string {
+	if len(channels) == 0 {
+		return nil
+	}
+	if !h.opts.Sharded {
+		return [][]string{channels}
+	}
+	bySlot := map[int][]string{}
+	var order []int
+	for _, c := range channels {
+		slot := names.Slot(c)
+		if bySlot[slot] == nil {
+			order = append(order, slot)
+		}
+		bySlot[slot] = append(bySlot[slot], c)
+	}
+	out := make([][]string, 0, len(order))
+	for _, slot := range order {
+		out = append(out, bySlot[slot])
+	}
+	return out
+}
+
+// linkFor returns the link to subscribe channel on: the shared one, or
+// with sharded Pub/Sub on Cluster the link of the master serving the
+// channel's slot in go-redis's slot map, started if new. h.subMu is held.
+func (h *Hub) linkFor(ctx context.Context, channel string) (*link, error) {
+	if h.cluster == nil {
+		return h.links[""], nil
+	}
+	node, err := h.cluster.MasterForKey(ctx, channel)
+	if err != nil {
+		return nil, fmt.Errorf("%w: slot map: %v", ErrUnavailable, err)
+	}
+	addr := node.Options().Addr
+	if l := h.links[addr]; l != nil {
+		return l, nil
+	}
+	l := &link{ps: node.SSubscribe(h.ctx), addr: addr, channels: map[string]bool{}, unsubPending: map[string]int{}}
+	h.links[addr] = l
+	h.mu.Lock()
+	start := h.started && !h.closed
+	h.mu.Unlock()
+	if start {
+		h.wg.Add(1)
+		go h.readLoop(l)
+	}
+	h.log.Info("redis cluster pubsub link opened", zap.String("master", addr))
+	return l, nil
+}
+
+// Rebalancing (sharded Pub/Sub on Cluster).
+const (
+	// rebalanceInterval is how often every channel is checked against the
+	// slot map.
+	rebalanceInterval = 2 * time.Second
+	// moveWait bounds how long a channel dropped by its master waits for
+	// go-redis's slot map to name the new master before it is subscribed
+	// wherever the map says (rebalance retries every moveRetry meanwhile).
+	moveWait  = 3 * time.Second
+	moveRetry = 100 * time.Millisecond
+)
+
+// askRebalance asks for a rebalance round now; it never blocks.
+func (h *Hub) askRebalance() {
+	select {
+	case h.rebalanceCh <- struct{}{}:
+	default:
+	}
+}
+
+// rebalanceLoop moves channels to the link of their slot's master: at
+// once when a master dropped some (slot moved), and every
+// rebalanceInterval. A round that moved channels resyncs the rooms.
+func (h *Hub) rebalanceLoop() {
+	defer h.wg.Done()
+	if h.cluster == nil {
+		return
+	}
+	t := time.NewTicker(rebalanceInterval)
+	defer t.Stop()
+	var waitingSince time.Time
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-h.rebalanceCh:
+		case <-t.C:
+		}
+		moved, pending := h.rebalance(!waitingSince.IsZero() && time.Since(waitingSince) > moveWait)
+		if moved > 0 {
+			h.log.Info("room channels moved to their slots' new masters; resyncing", zap.Int("channels", moved))
+			h.Resync()
+		}
+		if pending == 0 {
+			waitingSince = time.Time{}
+			continue
+		}
+		if waitingSince.IsZero() {
+			waitingSince = time.Now()
+		}
+		h.cluster.ReloadState(h.ctx)
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-time.After(moveRetry):
+			h.askRebalance()
+		}
+	}
+}
+
+// rebalance moves every channel whose slot map master differs from its
+// link's, and subscribes the orphans (channels a master dropped) on their
+// master once the slot map names another one than the master that dropped
+// them, or on whatever it names when force is set. It returns how many
+// channels it moved and how many orphans still wait.
+func (h *Hub) rebalance(force bool) (moved, pending int) {
+	ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReadyTimeout)
+	defer cancel()
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	var move []string
+	for c, l := range h.subscribed {
+		node, err := h.cluster.MasterForKey(ctx, c)
+		if err == nil && node.Options().Addr != l.addr {
+			move = append(move, c)
+		}
+	}
+	for c, from := range h.orphans {
+		node, err := h.cluster.MasterForKey(ctx, c)
+		if err != nil || (node.Options().Addr == from && !force) {
+			pending++
+			continue
+		}
+		move = append(move, c)
+	}
+	if len(move) == 0 {
+		return 0, pending
+	}
+	if err := h.unsubscribeLocked(ctx, move); err != nil {
+		h.log.Debug("unsubscribing moved channels from their old master failed", zap.Error(err))
+	}
+	if err := h.subscribeLocked(ctx, move); err != nil {
+		h.log.Warn("subscribing moved channels on their new master failed; retrying", zap.Error(err))
+		h.askRebalance()
+	}
+	return len(move), pending
+}
+
+// dropped handles a server-sent sunsubscribe of channel on l (its slot
+// moved away from l's master): the channel becomes an orphan until the
+// rebalance loop subscribes it on the new master.
+func (h *Hub) dropped(l *link, channel string) {
+	h.subMu.Lock()
+	if n := l.unsubPending[channel]; n > 0 {
+		// The confirmation of our own SUNSUBSCRIBE.
+		if n == 1 {
+			delete(l.unsubPending, channel)
+		} else {
+			l.unsubPending[channel] = n - 1
+		}
+		h.subMu.Unlock()
+		return
+	}
+	if h.subscribed[channel] != l || h.cluster == nil {
+		h.subMu.Unlock()
+		return // already moved, or no slots to move (not Cluster)
+	}
+	delete(h.subscribed, channel)
+	delete(l.channels, channel)
+	h.orphans[channel] = l.addr
+	h.met.RedisSubscriptions.Dec()
+	// Drop it from go-redis's list too, or a reconnect of l would
+	// subscribe it on the wrong master (answered with MOVED).
+	l.unsubPending[channel]++
+	h.subMu.Unlock()
+	ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReadyTimeout)
+	_ = l.ps.SUnsubscribe(ctx, channel)
+	cancel()
+	h.log.Info("redis master dropped a room channel (slot moved); resubscribing on the new master", zap.String("channel", channel), zap.String("master", l.addr))
+	h.cluster.ReloadState(h.ctx)
+	h.askRebalance()
+}
+
+// readLoop owns l.ps.Receive until Close.
+func (h *Hub) readLoop(l *link) {
 	defer h.wg.Done()
 	// While Redis is down every Receive is one dial: cheap, so the backoff
 	// stays short and rooms are resubscribed (and resynced) within about
@@ -428,13 +735,13 @@ func (h *Hub) readLoop() {
 	backoff := minBackoff
 	lost := false
 	for {
-		msg, err := h.ps.Receive(h.ctx)
+		msg, err := l.ps.Receive(h.ctx)
 		if err != nil {
 			if h.ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 				return
 			}
 			if !lost {
-				h.log.Warn("redis pubsub connection lost; go-redis reconnects and resubscribes", zap.Error(err))
+				h.log.Warn("redis pubsub connection lost; go-redis reconnects and resubscribes", zap.String("master", l.addr), zap.Error(err))
 			}
 			lost = true
 			select {
@@ -450,8 +757,14 @@ func (h *Hub) readLoop() {
 			// The first reply on the new connection: go-redis wrote the
 			// resubscription before anything else, so it is in effect.
 			lost = false
-			h.log.Info("redis pubsub connection restored; resyncing rooms")
+			h.subMu.Lock()
+			clear(l.unsubPending) // their confirmations went with the old connection
+			h.subMu.Unlock()
+			h.log.Info("redis pubsub connection restored; resyncing rooms", zap.String("master", l.addr))
 			h.Resync()
+			if h.cluster != nil {
+				h.askRebalance() // the master may have lost slots meanwhile
+			}
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
@@ -464,7 +777,11 @@ func (h *Hub) readLoop() {
 			}
 			h.mu.Unlock()
 		case *redis.Subscription:
-			// Confirmations; readiness uses PING tokens instead.
+			// Confirmations; readiness uses PING tokens instead. A
+			// sunsubscribe we did not ask for is a slot move.
+			if m.Kind == "sunsubscribe" {
+				h.dropped(l, m.Channel)
+			}
 		}
 	}
 }
