@@ -23,10 +23,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 	"github.com/ellipsis-chat/ellipsis/tools/embedded"
 )
 
@@ -190,18 +190,24 @@ func checkNATS(urls string, timeout time.Duration) error {
 	return nil
 }
 
+// pingRedis sends one PING through a client for rawURL's topology
+// (standalone, Sentinel or Cluster: see package redisconn).
 func pingRedis(ctx context.Context, rawURL string, timeout time.Duration) error {
-	opt, err := redis.ParseURL(rawURL)
+	o, err := redisconn.Parse(rawURL)
 	if err != nil {
 		return fmt.Errorf("the URL cannot be parsed: %w", err)
 	}
-	opt.DialTimeout = timeout
-	opt.ReadTimeout = timeout
-	opt.WriteTimeout = timeout
-	opt.MaxRetries = -1 // one attempt: this is a probe
-	opt.DialerRetries = 1
-	opt.PoolSize = 1
-	c := redis.NewClient(opt)
+	o.Tune(redisconn.Tuning{MaxRetries: -1, DialerRetries: 1}) // one attempt: this is a probe
+	switch {
+	case o.Standalone != nil:
+		o.Standalone.DialTimeout, o.Standalone.ReadTimeout, o.Standalone.WriteTimeout = timeout, timeout, timeout
+		o.Standalone.PoolSize = 1
+	case o.Failover != nil:
+		o.Failover.DialTimeout, o.Failover.ReadTimeout, o.Failover.WriteTimeout = timeout, timeout, timeout
+	case o.Cluster != nil:
+		o.Cluster.DialTimeout, o.Cluster.ReadTimeout, o.Cluster.WriteTimeout = timeout, timeout, timeout
+	}
+	c := o.NewClient()
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -250,14 +256,9 @@ func probeRedis(ctx context.Context, rawURL string, timeout time.Duration) error
 }
 
 // Redact hides the password of a URL for logs and messages:
-// redis://:secret@host:6379 gives redis://:xxxxx@host:6379.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
+// redis://:secret@host:6379 gives redis://:xxxxx@host:6379 (a Sentinel
+// URL's password= option too).
+func Redact(raw string) string { return redisconn.Redact(raw) }
 
 func redactList(raw string) string {
 	parts := strings.Split(raw, ",")
