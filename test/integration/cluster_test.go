@@ -140,8 +140,13 @@ func TestClusterTypingScenarios(t *testing.T) {
 			}
 		}
 		t.Logf("events flow from the new master %v after the move began", time.Since(moved))
-		if got := gatewayLogLines(ps, "room channels moved"); got == 0 {
-			t.Errorf("no gateway logged the resubscription")
+		for _, g := range []*proc{g0, g1} {
+			if n := metric(t, g.adminAddr, "ellipsis_gateway_redis_channel_moves_total"); n < 1 {
+				t.Errorf("%s: redis_channel_moves_total = %v, want ≥ 1", g.name, n)
+			}
+			if n := metric(t, g.adminAddr, "ellipsis_gateway_redis_pubsub_links"); n != 3 {
+				t.Errorf("%s: redis_pubsub_links = %v, want 3 (one per master)", g.name, n)
+			}
 		}
 	})
 
@@ -189,13 +194,4 @@ func roomsOnEveryMaster(t *testing.T, rc *clusterenv.RedisCluster, prefix, suffi
 		t.Fatalf("rooms per master %v", count)
 	}
 	return rooms
-}
-
-// gatewayLogLines counts the lines of every gateway's output containing s.
-func gatewayLogLines(ps *procStack, s string) int {
-	n := 0
-	for _, g := range ps.gateways {
-		n += g.countLines(s)
-	}
-	return n
 }

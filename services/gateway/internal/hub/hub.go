@@ -229,6 +229,7 @@ func New(opts Options) *Hub {
 		ps = opts.Redis.SSubscribe(ctx)
 	}
 	h.links[""] = &link{ps: ps, channels: map[string]bool{}, unsubPending: map[string]int{}}
+	h.met.RedisLinks.Set(1)
 	return h
 }
 
@@ -581,6 +582,7 @@ func (h *Hub) linkFor(ctx context.Context, channel string) (*link, error) {
 	}
 	l := &link{ps: node.SSubscribe(h.ctx), addr: addr, channels: map[string]bool{}, unsubPending: map[string]int{}}
 	h.links[addr] = l
+	h.met.RedisLinks.Set(float64(len(h.links)))
 	h.mu.Lock()
 	start := h.started && !h.closed
 	h.mu.Unlock()
@@ -687,6 +689,7 @@ func (h *Hub) rebalance(force bool) (moved, pending int) {
 		h.log.Warn("subscribing moved channels on their new master failed; retrying", zap.Error(err))
 		h.askRebalance()
 	}
+	h.met.RedisChannelMoves.Add(float64(len(move)))
 	return len(move), pending
 }
 

@@ -40,7 +40,41 @@ func (m *member) frames() []string {
 	return append([]string(nil), m.got...)
 }
 
-func newHub(t *testing.T, pending int) (*Hub, *redis.Client, names.Names) {
+// testRedis publishes and lists channels in one Pub/Sub mode.
+type testRedis struct {
+	*redis.Client
+	sharded bool
+}
+
+// Publish is PUBLISH, or SPUBLISH when sharded.
+func (r testRedis) Publish(ctx context.Context, channel string, msg any) *redis.IntCmd {
+	if r.sharded {
+		return r.Client.SPublish(ctx, channel, msg)
+	}
+	return r.Client.Publish(ctx, channel, msg)
+}
+
+// PubSubChannels is PUBSUB CHANNELS, or PUBSUB SHARDCHANNELS when sharded.
+func (r testRedis) PubSubChannels(ctx context.Context, pattern string) *redis.StringSliceCmd {
+	if r.sharded {
+		return r.Client.PubSubShardChannels(ctx, pattern)
+	}
+	return r.Client.PubSubChannels(ctx, pattern)
+}
+
+// forEachMode runs f once with classic and once with sharded Pub/Sub
+// (Redis 7 has SPUBLISH/SSUBSCRIBE outside Cluster too).
+func forEachMode(t *testing.T, f func(t *testing.T, sharded bool)) {
+	for _, sharded := range []bool{false, true} {
+		name := "classic"
+		if sharded {
+			name = "sharded"
+		}
+		t.Run(name, func(t *testing.T) { f(t, sharded) })
+	}
+}
+
+func newHub(t *testing.T, pending int, sharded bool) (*Hub, testRedis, names.Names) {
 	t.Helper()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
@@ -51,11 +85,11 @@ func newHub(t *testing.T, pending int) (*Hub, *redis.Client, names.Names) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Options{Redis: rdb, Names: n, Metrics: met, PendingLimit: pending,
+	h := New(Options{Redis: rdb, Sharded: sharded, Names: n, Metrics: met, PendingLimit: pending,
 		Snapshot: func(context.Context, string) ([]protocol.Typist, error) { return nil, nil }})
 	h.Start()
 	t.Cleanup(h.Close)
-	return h, rdb, n
+	return h, testRedis{rdb, sharded}, n
 }
 
 func event(user string, i int) string {
@@ -72,8 +106,10 @@ func waitFor(t *testing.T, what string, f func() bool) {
 	t.Fatalf("timed out: %s", what)
 }
 
-func TestHoldBuffersAndOverflows(t *testing.T) {
-	h, rdb, n := newHub(t, 2)
+func TestHoldBuffersAndOverflows(t *testing.T) { forEachMode(t, testHoldBuffersAndOverflows) }
+
+func testHoldBuffersAndOverflows(t *testing.T, sharded bool) {
+	h, rdb, n := newHub(t, 2, sharded)
 	ctx := context.Background()
 	m := &member{user: "alice"}
 	hd, err := h.Join(ctx, "r", m)
@@ -114,7 +150,11 @@ func TestHoldBuffersAndOverflows(t *testing.T) {
 }
 
 func TestConcurrentJoinLeaveSubscriptions(t *testing.T) {
-	h, rdb, n := newHub(t, 0)
+	forEachMode(t, testConcurrentJoinLeaveSubscriptions)
+}
+
+func testConcurrentJoinLeaveSubscriptions(t *testing.T, sharded bool) {
+	h, rdb, n := newHub(t, 0, sharded)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := 0; i < 40; i++ {

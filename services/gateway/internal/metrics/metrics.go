@@ -26,6 +26,12 @@ type Metrics struct {
 	JoinedRooms prometheus.Gauge
 	// RedisSubscriptions is the number of room channels subscribed on Redis.
 	RedisSubscriptions prometheus.Gauge
+	// RedisLinks is the number of Redis Pub/Sub connections of the hub: 1,
+	// or one per Cluster master with sharded Pub/Sub.
+	RedisLinks prometheus.Gauge
+	// RedisChannelMoves counts room channels resubscribed on another
+	// Cluster master after their slot moved (resharding, failover).
+	RedisChannelMoves prometheus.Counter
 	// RateLimited counts inbound frames rejected by the per-connection token bucket.
 	RateLimited prometheus.Counter
 	// SlowConsumerCloses counts connections closed with 1013 because their
@@ -63,6 +69,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Connections:        prometheus.NewGauge(prometheus.GaugeOpts(opts("connections", "Open WebSocket connections."))),
 		JoinedRooms:        prometheus.NewGauge(prometheus.GaugeOpts(opts("joined_rooms", "Joined (connection, room) pairs."))),
 		RedisSubscriptions: prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_subscriptions", "Room channels subscribed on Redis Pub/Sub."))),
+		RedisLinks:         prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links", "Redis Pub/Sub connections: 1, or one per Cluster master with sharded Pub/Sub."))),
+		RedisChannelMoves:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_channel_moves_total", "Room channels resubscribed on another Redis Cluster master after their slot moved."))),
 		RateLimited:        prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
 		SlowConsumerCloses: prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because their outbound queue was full."))),
 		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Resync rounds after a Redis or NATS reconnect."))),
@@ -79,7 +87,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		commands:  prometheus.NewCounterVec(prometheus.CounterOpts(opts("commands_published_total", "Typing commands published on NATS by op.")), []string{"op"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RateLimited, m.SlowConsumerCloses,
+		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisChannelMoves, m.RateLimited, m.SlowConsumerCloses,
 		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands,
 	} {
 		if err := reg.Register(c); err != nil {
