@@ -728,6 +728,33 @@ func (h *Hub) dropped(l *link, channel string) {
 	h.askRebalance()
 }
 
+// linkClosed handles a link whose PubSub was closed under it while the hub
+// runs: go-redis closes a Cluster node's client when the node leaves the
+// slot map (a failover moved its slots to a new address). Its channels
+// become orphans, which the rebalance loop subscribes on their masters'
+// links (new ones where needed).
+func (h *Hub) linkClosed(l *link) {
+	if h.cluster == nil {
+		return // the shared link is closed only by Close
+	}
+	h.subMu.Lock()
+	n := len(l.channels)
+	if h.links[l.addr] == l {
+		delete(h.links, l.addr)
+		h.met.RedisLinks.Set(float64(len(h.links)))
+	}
+	for c := range l.channels {
+		if h.subscribed[c] == l {
+			delete(h.subscribed, c)
+			h.orphans[c] = ""
+			h.met.RedisSubscriptions.Dec()
+		}
+	}
+	h.subMu.Unlock()
+	h.log.Warn("redis cluster pubsub link closed (its master left the slot map); moving its channels", zap.String("master", l.addr), zap.Int("channels", n))
+	h.askRebalance()
+}
+
 // readLoop owns l.ps.Receive until Close.
 func (h *Hub) readLoop(l *link) {
 	defer h.wg.Done()
@@ -740,7 +767,11 @@ func (h *Hub) readLoop(l *link) {
 	for {
 		msg, err := l.ps.Receive(h.ctx)
 		if err != nil {
-			if h.ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+			if h.ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, redis.ErrClosed) {
+				h.linkClosed(l)
 				return
 			}
 			if !lost {
