@@ -75,6 +75,10 @@ const (
 	idleTimeout       = 120 * time.Second
 	// redisPingTimeout bounds the Redis PING of /readyz and of Start.
 	redisPingTimeout = time.Second
+	// sentinelPoll is how often the hub asks Sentinel which master is
+	// current (redisconn.Options.WatchMaster): a master switch reaches
+	// the Pub/Sub connection within this.
+	sentinelPoll = 500 * time.Millisecond
 )
 
 const (
@@ -262,6 +266,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.hub = hub.New(hub.Options{
 		Redis:        s.rdb,
 		Sharded:      s.cfg.RedisPubSubMode() == redisconn.PubSubSharded,
+		WatchMaster:  s.watchMaster(),
 		Names:        s.names,
 		Snapshot:     pres.Snapshot,
 		ReadyTimeout: s.cfg.SnapshotTimeout,
@@ -285,6 +290,17 @@ func (s *Server) Start(ctx context.Context) error {
 	s.log.Info("gateway serving", zap.String("http_addr", s.HTTPAddr()), zap.String("admin_addr", s.AdminAddr()),
 		zap.String("auth", s.cfg.Auth), zap.String("authz", s.cfg.Authz))
 	return nil
+}
+
+// watchMaster is the hub's master watch on Redis Sentinel (a poll every
+// sentinelPoll), nil on the other topologies.
+func (s *Server) watchMaster() func(ctx context.Context, changed func(addr string)) {
+	if s.redisOpt.Topology != redisconn.Sentinel {
+		return nil
+	}
+	return func(ctx context.Context, changed func(addr string)) {
+		s.redisOpt.WatchMaster(ctx, sentinelPoll, changed)
+	}
 }
 
 func newHTTPServer(h http.Handler, log *zap.Logger) *http.Server {

@@ -20,10 +20,14 @@
 package redisconn
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -181,4 +185,67 @@ func Redact(raw string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// WatchMaster follows the master that o's Sentinels name (Topology
+// Sentinel; for the other topologies it returns at once). Every interval it
+// asks the Sentinels, in order until one answers, for the address of
+// o.Failover.MasterName, and calls changed with it whenever it differs
+// from the previous answer (never for the first one). It returns when ctx
+// ends.
+//
+// Why: go-redis's failover client moves its command connections to a new
+// master at once, but leaves Pub/Sub connections on the old one until that
+// server drops them, which after a manual or partition failover (the old
+// master stays up, demoted) takes until a Sentinel reconfigures it, about
+// 10 s. A subscriber calls WatchMaster and reconnects on change.
+func (o *Options) WatchMaster(ctx context.Context, interval time.Duration, changed func(addr string)) {
+	f := o.Failover
+	if f == nil {
+		return
+	}
+	timeout := cmp.Or(f.DialTimeout, 2*time.Second)
+	sentinels := make([]*redis.SentinelClient, len(f.SentinelAddrs))
+	for i, addr := range f.SentinelAddrs {
+		sentinels[i] = redis.NewSentinelClient(&redis.Options{
+			Addr: addr, Username: f.SentinelUsername, Password: f.SentinelPassword,
+			TLSConfig: f.TLSConfig, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			MaxRetries: -1, DialerRetries: 1, PoolSize: 1,
+		})
+	}
+	defer func() {
+		for _, s := range sentinels {
+			_ = s.Close()
+		}
+	}()
+	ask := func() string {
+		for _, s := range sentinels {
+			actx, cancel := context.WithTimeout(ctx, timeout)
+			hp, err := s.GetMasterAddrByName(actx, f.MasterName).Result()
+			cancel()
+			if err == nil && len(hp) == 2 {
+				return net.JoinHostPort(hp[0], hp[1])
+			}
+		}
+		return "" // no Sentinel answered: keep the last known master
+	}
+	last := ask()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		addr := ask()
+		if addr == "" || addr == last {
+			continue
+		}
+		prev := last
+		last = addr
+		if prev != "" {
+			changed(addr)
+		}
+	}
 }

@@ -105,6 +105,11 @@ type Options struct {
 	// Sharded selects sharded Pub/Sub (SSUBSCRIBE, Redis 7+) instead of
 	// SUBSCRIBE; it must match the workers' ELLIPSIS_REDIS_PUBSUB.
 	Sharded bool
+	// WatchMaster, when set (Redis Sentinel), runs for the hub's life and
+	// calls changed whenever Sentinel names a new master; the hub then
+	// reconnects its Pub/Sub connection there and resyncs
+	// (redisconn.Options.WatchMaster says why go-redis alone is late).
+	WatchMaster func(ctx context.Context, changed func(addr string))
 	// Names builds room channels (key prefix).
 	Names names.Names
 	// Snapshot is used by resyncs.
@@ -251,6 +256,53 @@ func (h *Hub) Start() {
 	}
 	go h.resyncLoop()
 	go h.rebalanceLoop()
+	if h.opts.WatchMaster != nil {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.opts.WatchMaster(h.ctx, h.masterChanged)
+		}()
+	}
+}
+
+// masterChanged replaces the shared link with a new PubSub (go-redis's
+// failover client dials the current master) subscribed to the same
+// channels, closes the old one, and resyncs: events published on the new
+// master before the switch was noticed are lost, and the snapshots repair
+// the view.
+func (h *Hub) masterChanged(addr string) {
+	h.subMu.Lock()
+	old := h.links[""]
+	if old == nil {
+		h.subMu.Unlock()
+		return
+	}
+	ps := h.opts.Redis.Subscribe(h.ctx)
+	if h.opts.Sharded {
+		ps = h.opts.Redis.SSubscribe(h.ctx)
+	}
+	l := &link{ps: ps, channels: map[string]bool{}, unsubPending: map[string]int{}}
+	channels := make([]string, 0, len(old.channels))
+	for c := range old.channels {
+		channels = append(channels, c)
+		delete(h.subscribed, c)
+	}
+	h.met.RedisSubscriptions.Sub(float64(len(channels)))
+	h.links[""] = l
+	ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReadyTimeout)
+	err := h.subscribeLocked(ctx, channels)
+	cancel()
+	h.mu.Lock()
+	start := h.started && !h.closed
+	h.mu.Unlock()
+	if start {
+		h.wg.Add(1)
+		go h.readLoop(l)
+	}
+	h.subMu.Unlock()
+	_ = old.ps.Close()
+	h.log.Info("redis master changed (Sentinel); pubsub reconnected there, resyncing rooms", zap.String("master", addr), zap.Int("channels", len(channels)), zap.Error(err))
+	h.Resync()
 }
 
 // Close closes the PubSub connection and waits for the hub's goroutines.
