@@ -647,3 +647,70 @@ func TestContractEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// A start whose script ran but whose reply was lost is retried and answers
+// stale; the room must still be indexed, or its typist's expired stop would
+// never be pushed (the sweep index lives outside the room's slot, so the
+// worker indexes it after the script).
+func TestContractLostStartReplyStillIndexed(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		s := se.subscribe("r")
+		cmd := protocol.Command{V: 1, Op: protocol.OpStart, Room: "r", User: "u", Conn: "c", Seq: 1, Name: "N"}
+		var c scriptCall
+		switch st := se.st.(type) {
+		case *zsetStore:
+			c = st.startCall(cmd)
+		case *keysStore:
+			c = st.startCall(cmd)
+		default:
+			t.Fatalf("store %T", se.st)
+		}
+		// The first try runs on the server; its reply is lost.
+		if err := c.script.Run(ctx, se.rdb, c.keys, c.args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		// The retry is stale and changes nothing, but indexes the room.
+		if out, err := se.st.Start(ctx, cmd); err != nil || out != OutcomeStale {
+			t.Fatalf("retry: %q, %v; want stale", out, err)
+		}
+		se.advance(stTTL + stMargin)
+		if r := se.sweep(); r.Stops != 1 {
+			t.Fatalf("sweep after the expiry: %+v, want one stop", r)
+		}
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+	})
+}
+
+// Rooms that older workers put in the one-key sweep index are moved into
+// the buckets and swept there (a rolling upgrade loses no expiry push).
+func TestContractLegacySweepIndexMigrated(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		s := se.subscribe("r")
+		se.start("r", "u", "c", 1, OutcomeStarted)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		// As an older worker left it: the room only in typing:sweep, plus
+		// a malformed member.
+		bucket := se.names.SweepKey(names.SweepBucket("r"))
+		due := se.rdb.ZScore(ctx, bucket, "r").Val()
+		se.rdb.ZRem(ctx, bucket, "r")
+		se.rdb.ZAdd(ctx, se.names.LegacySweepKey(), redis.Z{Score: due, Member: "r"}, redis.Z{Score: due, Member: "%zz"})
+		n, err := se.st.(legacyMigrator).migrateLegacySweep(ctx)
+		if err != nil || n != 2 {
+			t.Fatalf("migrated %d, %v; want 2", n, err)
+		}
+		if c := se.rdb.Exists(ctx, se.names.LegacySweepKey()).Val(); c != 0 {
+			t.Fatal("legacy key left")
+		}
+		if got := se.rdb.ZScore(ctx, bucket, "r").Val(); got != due {
+			t.Fatalf("bucket score %v, want %v", got, due)
+		}
+		se.advance(stTTL + stMargin)
+		if r := se.sweep(); r.Stops != 1 {
+			t.Fatalf("sweep: %+v, want one stop", r)
+		}
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+	})
+}

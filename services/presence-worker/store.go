@@ -615,7 +615,8 @@ func (st *redisBase) start(ctx context.Context, cmd protocol.Command, startCall 
 // when each was its own call.
 //
 // Once the start scripts have returned, their rooms are added to their
-// sweep buckets, due at the expiry the scripts wrote (st.index). On Redis
+// sweep buckets, due at the expiry the scripts wrote (st.index), or due now
+// for a start that was stale or failed (it may have run on an earlier try). On Redis
 // Cluster a bucket lives in another hash slot than its rooms, so this
 // cannot be part of the start script; doing it after the script, not
 // before, is what keeps a concurrent sweep from dropping the room (see
@@ -651,10 +652,19 @@ func (st *redisBase) applyRun(ctx context.Context, cmds []protocol.Command, outs
 		switch cmd.Op {
 		case protocol.OpStart, protocol.OpStop, protocol.OpLeave:
 			outs[i], errs[i] = st.callOutcome(res[k], cerrs[k])
-			if cmd.Op == protocol.OpStart && errs[i] == nil {
-				if expiry, ok := startExpiry(res[k]); ok {
-					due.add(cmd.Room, expiry)
+			if cmd.Op == protocol.OpStart {
+				// Every start attempt is indexed, whatever its outcome: a
+				// start whose reply was lost ran, and its retry answers
+				// stale; a failed one may have run too. Without the
+				// expiry the script wrote, the room is due now: the next
+				// sweep finds nothing expired and reschedules it exactly.
+				// An extra entry costs one empty sweep; a missing one
+				// loses the typist's expired stop.
+				expiry, ok := startExpiry(res[k])
+				if !ok {
+					expiry = time.Now().UnixMilli()
 				}
+				due.add(cmd.Room, expiry)
 			}
 			k++
 		case protocol.OpDisconnect:
@@ -700,6 +710,35 @@ func (st *redisBase) index(ctx context.Context, x sweepIndex) {
 	if err != nil {
 		st.rl.Error("sweep-index", "adding rooms to the sweep index failed; their typists' stops will not be pushed", zap.Error(err))
 	}
+}
+
+// migrateLegacySweep moves the rooms that workers of Ellipsis before the
+// sweep buckets keep in their one-key index (names.LegacySweepKey) into
+// their buckets and removes exactly those from it, so a rolling upgrade
+// loses no expiry push. It returns how many rooms it moved. Malformed
+// members are dropped.
+func (st *redisBase) migrateLegacySweep(ctx context.Context) (int, error) {
+	key := st.names.LegacySweepKey()
+	var zs []redis.Z
+	err := st.call(ctx, "legacy-sweep", func(ctx context.Context) error {
+		var err error
+		zs, err = st.rdb.ZRangeWithScores(ctx, key, 0, 1023).Result()
+		return err
+	})
+	if err != nil || len(zs) == 0 {
+		return 0, err
+	}
+	x := sweepIndex{}
+	members := make([]any, 0, len(zs))
+	for _, z := range zs {
+		enc, _ := z.Member.(string)
+		members = append(members, enc)
+		if room, err := names.Dec(enc); err == nil && protocol.ValidateID("room", room) == nil {
+			x.add(room, int64(z.Score))
+		}
+	}
+	st.index(ctx, x)
+	return len(zs), st.rdb.ZRem(ctx, key, members...).Err()
 }
 
 // startExpiry reads expiry_ms from a start script reply {outcome, now,

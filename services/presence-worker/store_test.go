@@ -261,11 +261,9 @@ func TestScriptSweepIndexFollowsEarliestEntry(t *testing.T) {
 		}
 		se.start(room, "u", "c", 0, OutcomeStarted)
 		first := se.rdb.ZScore(ctx, se.names.RoomKey(room), member).Val()
-		// At or before the expiry: the worker indexes the room before the
-		// start script with its own clock's estimate, then with the expiry.
 		v0, ok := idx()
-		if !ok || v0 > first || v0 < first-float64(time.Second.Milliseconds()) && se.mr == nil {
-			t.Fatalf("index %v %v, want the entry's expiry %v or a little before", v0, ok, first)
+		if !ok || v0 != first {
+			t.Fatalf("index %v %v, want the entry's expiry %v", v0, ok, first)
 		}
 		se.advance(stTTL / 2)
 		se.start(room, "u", "c", 0, OutcomeRefreshed)

@@ -7,7 +7,7 @@
 //	typing:names:{enc(room)}                     hash enc(user) -> display name of a visible typist
 //	typing:seq:{enc(room)}:enc(conn)             string, last applied seq of a connection in the room
 //	throttle:typing:{enc(room)}:enc(user)        string, SET NX PX throttle (refresh fan-out window)
-//	typing:sweep                                 sorted set, member enc(room), score = when the room is next due for an expiry sweep
+//	typing:sweep:{s<k>}                          16 sorted sets (SweepBuckets), member enc(room), score = when the room is next due for an expiry sweep
 //	chat:room:{enc(room)}                        Pub/Sub channel of normalized room events
 //	typing:{enc(room)}:enc(user)                 seed pattern 1 (store "keys"): one TTL key per typist
 //
@@ -247,9 +247,14 @@ func SweepBucket(room string) int {
 
 // SweepKey is sweep bucket b of the index, "typing:sweep:{s<k>}" (see
 // SweepBuckets): member enc(room), score = unix ms at which the room may
-// next hold an expired entry, or a claim (a score ending in .5) while a
-// worker sweeps it. b must be in 0..SweepBuckets-1.
+// next hold an expired entry, or a sweeper's claim (10^13 + the claim's
+// end, above every due time) while a worker sweeps it. b must be in 0..SweepBuckets-1.
 func (n Names) SweepKey(b int) string { return n.keyPrefix + "typing:sweep:{" + sweepTags[b] + "}" }
+
+// LegacySweepKey is the one-key sweep index of Ellipsis before the buckets,
+// "typing:sweep": workers move what older workers still put there into the
+// buckets, so a rolling upgrade loses no expiry push.
+func (n Names) LegacySweepKey() string { return n.keyPrefix + "typing:sweep" }
 
 // SweepKeys is every sweep bucket key, index b = bucket b.
 func (n Names) SweepKeys() []string {

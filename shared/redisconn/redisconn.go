@@ -81,16 +81,21 @@ type Options struct {
 func Parse(raw string) (*Options, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, err
+		// Not err itself: url.Error quotes the whole URL, password too.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("not a URL: %v", err)
 	}
 	if u.Host == "" {
 		return nil, errors.New("no host")
 	}
-	base, suffix, _ := strings.Cut(u.Scheme, "+")
+	base, suffix, _ := strings.Cut(u.Scheme, "+") // url.Parse lowercases the scheme
 	if base != "redis" && base != "rediss" {
 		return nil, fmt.Errorf("%w, got %q", ErrScheme, u.Scheme)
 	}
-	plain := base + strings.TrimPrefix(raw, u.Scheme) // the go-redis form
+	plain := base + raw[strings.Index(raw, "://"):] // the go-redis form
 	switch suffix {
 	case "":
 		o, err := redis.ParseURL(plain)
@@ -190,9 +195,9 @@ func Redact(raw string) string {
 // WatchMaster follows the master that o's Sentinels name (Topology
 // Sentinel; for the other topologies it returns at once). Every interval it
 // asks the Sentinels, in order until one answers, for the address of
-// o.Failover.MasterName, and calls changed with it whenever it differs
-// from the previous answer (never for the first one). It returns when ctx
-// ends.
+// o.Failover.MasterName, and calls changed with it when a new address is
+// answered twice in a row (so a Sentinel with a stale view cannot make it
+// flap; never for the first answer). It returns when ctx ends.
 //
 // Why: go-redis's failover client moves its command connections to a new
 // master at once, but leaves Pub/Sub connections on the old one until that
@@ -230,6 +235,7 @@ func (o *Options) WatchMaster(ctx context.Context, interval time.Duration, chang
 		return "" // no Sentinel answered: keep the last known master
 	}
 	last := ask()
+	seen := "" // a new answer, seen once: it must come twice in a row
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -239,12 +245,15 @@ func (o *Options) WatchMaster(ctx context.Context, interval time.Duration, chang
 		case <-t.C:
 		}
 		addr := ask()
-		if addr == "" || addr == last {
-			continue
-		}
-		prev := last
-		last = addr
-		if prev != "" {
+		switch {
+		case addr == "" || addr == last:
+			seen = ""
+		case last == "":
+			last = addr // the first answer: nothing changed
+		case addr != seen:
+			seen = addr // one Sentinel with a stale view must not flap us
+		default:
+			last, seen = addr, ""
 			changed(addr)
 		}
 	}

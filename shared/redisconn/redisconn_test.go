@@ -108,3 +108,14 @@ func TestTuneAndDefaults(t *testing.T) {
 		t.Fatalf("Redact leaked: %s", r)
 	}
 }
+
+func TestParseKeepsPasswordsOutOfErrorsAndTakesAnyCase(t *testing.T) {
+	_, err := Parse("redis://u:s3cret@host:badport")
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error %v: want one without the password", err)
+	}
+	o, err := Parse("REDIS+CLUSTER://h:7000?addr=h2:7000")
+	if err != nil || o.Topology != Cluster || len(o.Cluster.Addrs) != 2 {
+		t.Fatalf("upper-case scheme: %+v, %v", o, err)
+	}
+}
