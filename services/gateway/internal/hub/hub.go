@@ -59,6 +59,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,9 @@ type link struct {
 	addr string
 	// channels subscribed on ps, as go-redis sees them; under Hub.subMu.
 	channels map[string]bool
+	// down is set while the connection is lost (readLoop); an empty link
+	// that is down is closed by the rebalance loop. Under Hub.subMu.
+	down bool
 	// unsubPending counts our own SUNSUBSCRIBEs per channel whose
 	// confirmation has not come back yet, to tell them from a master's
 	// (a slot move); under Hub.subMu, reset when the connection is lost.
@@ -479,16 +483,27 @@ func (h *Hub) ensureSubscribed(ctx context.Context, room string) error {
 		delete(h.pongs, token)
 		h.mu.Unlock()
 	}()
+	channel := h.opts.Names.RoomChannel(room)
 	h.subMu.Lock()
-	l := h.subscribed[h.opts.Names.RoomChannel(room)]
+	l := h.subscribed[channel]
+	_, moving := h.orphans[channel]
 	h.subMu.Unlock()
-	if l == nil {
-		// The last member left meanwhile; the caller's membership is gone.
-		// The room's last member left meanwhile, or its slot is moving
-		// to another master (the rebalance loop resubscribes it).
-		return fmt.Errorf("%w: room channel not subscribed (left, or its slot is moving)", ErrUnavailable)
+	if moving {
+		// Its slot is moving to another master: the rebalance loop
+		// subscribes it there and then resyncs the room, which gives the
+		// member every event it could have missed as a snapshot.
+		return nil
 	}
-	if err := l.ps.Ping(ctx, token); err != nil {
+	if l == nil {
+		return fmt.Errorf("%w: room left while subscribing", ErrUnavailable)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	// The write itself gets no deadline from ctx: a deadline already past
+	// would fail it as a timeout, and go-redis would drop the connection
+	// (and every subscription on it) as broken. ctx bounds the wait below.
+	if err := l.ps.Ping(context.WithoutCancel(ctx), token); err != nil {
 		return fmt.Errorf("%w: ping: %v", ErrUnavailable, err)
 	}
 	select {
@@ -527,16 +542,19 @@ func (h *Hub) reconcile(ctx context.Context, rooms ...string) error {
 	for _, c := range unsub {
 		delete(h.orphans, c)
 	}
-	errs = append(errs, h.unsubscribeLocked(ctx, unsub))
+	errs = append(errs, h.unsubscribeLocked(ctx, unsub, true))
 	errs = append(errs, h.subscribeLocked(ctx, sub))
 	return errors.Join(errs...)
 }
 
 // subscribeLocked subscribes channels, each on its link; h.subMu is held.
 // go-redis records the channels even when the write fails, and subscribes
-// them again on its next connection, so they count as subscribed.
+// them again on its next connection, so they count as subscribed. The
+// writes get no deadline from ctx (see ensureSubscribed); ctx only bounds
+// the slot map lookup.
 func (h *Hub) subscribeLocked(ctx context.Context, channels []string) error {
 	var errs []error
+	wctx := context.WithoutCancel(ctx)
 	for _, g := range h.groups(channels) {
 		l, err := h.linkFor(ctx, g[0])
 		if err != nil {
@@ -556,17 +574,21 @@ func (h *Hub) subscribeLocked(ctx context.Context, channels []string) error {
 		}
 		h.met.RedisSubscriptions.Add(float64(len(g)))
 		if h.opts.Sharded {
-			errs = append(errs, l.ps.SSubscribe(ctx, g...))
+			errs = append(errs, l.ps.SSubscribe(wctx, g...))
 		} else {
-			errs = append(errs, l.ps.Subscribe(ctx, g...))
+			errs = append(errs, l.ps.Subscribe(wctx, g...))
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // unsubscribeLocked unsubscribes channels from their links; h.subMu is held.
-func (h *Hub) unsubscribeLocked(ctx context.Context, channels []string) error {
+// With send false it only forgets them (a channel moving away from a master
+// that no longer serves its slot: the master already ended it, or answers
+// MOVED). The writes get no deadline from ctx (see ensureSubscribed).
+func (h *Hub) unsubscribeLocked(ctx context.Context, channels []string, send bool) error {
 	var errs []error
+	wctx := context.WithoutCancel(ctx)
 	for _, g := range h.groups(channels) {
 		byLink := map[*link][]string{}
 		for _, c := range g {
@@ -578,13 +600,15 @@ func (h *Hub) unsubscribeLocked(ctx context.Context, channels []string) error {
 		}
 		for l, cs := range byLink {
 			h.met.RedisSubscriptions.Sub(float64(len(cs)))
-			if h.opts.Sharded {
+			switch {
+			case !send:
+			case h.opts.Sharded:
 				for _, c := range cs {
 					l.unsubPending[c]++
 				}
-				errs = append(errs, l.ps.SUnsubscribe(ctx, cs...))
-			} else {
-				errs = append(errs, l.ps.Unsubscribe(ctx, cs...))
+				errs = append(errs, l.ps.SUnsubscribe(wctx, cs...))
+			default:
+				errs = append(errs, l.ps.Unsubscribe(wctx, cs...))
 			}
 		}
 	}
@@ -683,6 +707,9 @@ func (h *Hub) rebalanceLoop() {
 			return
 		case <-h.rebalanceCh:
 		case <-t.C:
+			// go-redis reloads the slot map only every minute on its own,
+			// or on MOVED replies, which a Pub/Sub-only client rarely gets.
+			h.cluster.ReloadState(h.ctx)
 		}
 		moved, pending := h.rebalance(!waitingSince.IsZero() && time.Since(waitingSince) > moveWait)
 		if moved > 0 {
@@ -732,17 +759,31 @@ func (h *Hub) rebalance(force bool) (moved, pending int) {
 		move = append(move, c)
 	}
 	if len(move) == 0 {
+		h.closeIdleLinksLocked()
 		return 0, pending
 	}
-	if err := h.unsubscribeLocked(ctx, move); err != nil {
-		h.log.Debug("unsubscribing moved channels from their old master failed", zap.Error(err))
-	}
+	_ = h.unsubscribeLocked(ctx, move, false)
 	if err := h.subscribeLocked(ctx, move); err != nil {
 		h.log.Warn("subscribing moved channels on their new master failed; retrying", zap.Error(err))
 		h.askRebalance()
 	}
 	h.met.RedisChannelMoves.Add(float64(len(move)))
+	h.closeIdleLinksLocked()
 	return len(move), pending
+}
+
+// closeIdleLinksLocked closes the Cluster links that are down and hold no
+// channel (their master died or left the cluster, and its channels moved);
+// h.subMu is held.
+func (h *Hub) closeIdleLinksLocked() {
+	for addr, l := range h.links {
+		if addr != "" && l.down && len(l.channels) == 0 {
+			delete(h.links, addr)
+			_ = l.ps.Close() // its readLoop sees ErrClosed; linkClosed finds nothing left
+			h.log.Info("redis cluster pubsub link closed (master down, no channels left)", zap.String("master", addr))
+		}
+	}
+	h.met.RedisLinks.Set(float64(len(h.links)))
 }
 
 // dropped handles a server-sent sunsubscribe of channel on l (its slot
@@ -768,13 +809,11 @@ func (h *Hub) dropped(l *link, channel string) {
 	delete(l.channels, channel)
 	h.orphans[channel] = l.addr
 	h.met.RedisSubscriptions.Dec()
-	// Drop it from go-redis's list too, or a reconnect of l would
-	// subscribe it on the wrong master (answered with MOVED).
-	l.unsubPending[channel]++
 	h.subMu.Unlock()
-	ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReadyTimeout)
-	_ = l.ps.SUnsubscribe(ctx, channel)
-	cancel()
+	// go-redis keeps it in l's list (it has no way to forget a channel
+	// without a SUNSUBSCRIBE, which this master would answer with MOVED):
+	// a reconnect of l subscribes it there again and gets MOVED or
+	// CROSSSLOT, which serverError handles.
 	h.log.Info("redis master dropped a room channel (slot moved); resubscribing on the new master", zap.String("channel", channel), zap.String("master", l.addr))
 	h.cluster.ReloadState(h.ctx)
 	h.askRebalance()
@@ -791,6 +830,10 @@ func (h *Hub) linkClosed(l *link) {
 	}
 	h.subMu.Lock()
 	n := len(l.channels)
+	if h.links[l.addr] != l && n == 0 {
+		h.subMu.Unlock()
+		return // closed by closeIdleLinksLocked
+	}
 	if h.links[l.addr] == l {
 		delete(h.links, l.addr)
 		h.met.RedisLinks.Set(float64(len(h.links)))
@@ -805,6 +848,59 @@ func (h *Hub) linkClosed(l *link) {
 	h.subMu.Unlock()
 	h.log.Warn("redis cluster pubsub link closed (its master left the slot map); moving its channels", zap.String("master", l.addr), zap.Int("channels", n))
 	h.askRebalance()
+}
+
+// serverError handles an error reply on a Cluster link (the connection is
+// fine):
+//
+//   - MOVED / ASK: a (S)SUBSCRIBE went to a master that no longer serves
+//     the slot (a stale slot map, or go-redis resubscribing after a
+//     reconnect): the link's channels of that slot become orphans, and the
+//     rebalance loop subscribes them on the new master and resyncs.
+//   - CROSSSLOT: go-redis resubscribed every channel of the link in one
+//     SSUBSCRIBE after a reconnect, which Redis refuses across slots: the
+//     hub subscribes them again one slot at a time and resyncs.
+func (h *Hub) serverError(l *link, reply string) {
+	switch f := strings.Fields(reply); {
+	case len(f) >= 2 && (f[0] == "MOVED" || f[0] == "ASK"):
+		slot, err := strconv.Atoi(f[1])
+		if err != nil {
+			break
+		}
+		h.subMu.Lock()
+		n := 0
+		for c := range l.channels {
+			if names.Slot(c) == slot && h.subscribed[c] == l {
+				delete(h.subscribed, c)
+				delete(l.channels, c)
+				h.orphans[c] = l.addr
+				h.met.RedisSubscriptions.Dec()
+				n++
+			}
+		}
+		h.subMu.Unlock()
+		if n > 0 {
+			h.log.Info("redis master does not serve a subscribed slot; resubscribing on its new master", zap.String("master", l.addr), zap.Int("slot", slot), zap.Int("channels", n))
+		}
+		h.cluster.ReloadState(h.ctx)
+		h.askRebalance()
+		return
+	case len(f) >= 1 && f[0] == "CROSSSLOT":
+		h.subMu.Lock()
+		channels := make([]string, 0, len(l.channels))
+		for c := range l.channels {
+			channels = append(channels, c)
+		}
+		var errs []error
+		for _, g := range h.groups(channels) {
+			errs = append(errs, l.ps.SSubscribe(h.ctx, g...))
+		}
+		h.subMu.Unlock()
+		h.log.Info("resubscribed a redis cluster link one slot at a time after its reconnect", zap.String("master", l.addr), zap.Int("channels", len(channels)), zap.Error(errors.Join(errs...)))
+		h.Resync()
+		return
+	}
+	h.log.Warn("redis pubsub error reply", zap.String("master", l.addr), zap.String("reply", reply))
 }
 
 // readLoop owns l.ps.Receive until Close.
@@ -826,10 +922,25 @@ func (h *Hub) readLoop(l *link) {
 				h.linkClosed(l)
 				return
 			}
+			var reply redis.Error
+			if h.cluster != nil && errors.As(err, &reply) {
+				// An error reply: the connection is fine.
+				h.serverError(l, reply.Error())
+				continue
+			}
 			if !lost {
 				h.log.Warn("redis pubsub connection lost; go-redis reconnects and resubscribes", zap.String("master", l.addr), zap.Error(err))
+				if h.cluster != nil {
+					// The master may be gone (failover): refresh the slot
+					// map, so the rebalance loop moves its channels.
+					h.cluster.ReloadState(h.ctx)
+					h.askRebalance()
+				}
 			}
 			lost = true
+			h.subMu.Lock()
+			l.down = true
+			h.subMu.Unlock()
 			select {
 			case <-h.ctx.Done():
 				return
@@ -845,6 +956,7 @@ func (h *Hub) readLoop(l *link) {
 			lost = false
 			h.subMu.Lock()
 			clear(l.unsubPending) // their confirmations went with the old connection
+			l.down = false
 			h.subMu.Unlock()
 			h.log.Info("redis pubsub connection restored; resyncing rooms", zap.String("master", l.addr))
 			h.Resync()
