@@ -305,10 +305,23 @@ func (st *redisBase) evalRetry(ctx context.Context, name string, calls []scriptC
 		}
 		st.rl.Warn("redis-retry", "redis call failed, retrying",
 			zap.String("script", name), zap.Int("attempt", attempt), zap.Int("calls", len(pending)), zap.Error(err))
+		st.reloadSlots()
 		if !sleepBackoff(ctx, backoff) {
 			return res, errs
 		}
 		backoff = min(2*backoff, redisBackoffMax)
+	}
+}
+
+// reloadSlots asks a Cluster client to reload its slot map (in the
+// background, before the retry's backoff ends). go-redis reloads it on
+// MOVED, ASK and READONLY replies and otherwise only every minute; a master
+// that died answers nothing, so without this a worker would keep sending
+// its rooms' scripts to the dead address for up to a minute after its
+// replica took over.
+func (st *redisBase) reloadSlots() {
+	if cc, ok := st.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
 	}
 }
 
@@ -387,6 +400,7 @@ func (st *redisBase) call(ctx context.Context, what string, fn func(ctx context.
 		}
 		st.rl.Warn("redis-retry", "redis call failed, retrying",
 			zap.String("script", what), zap.Int("attempt", attempt), zap.Error(err))
+		st.reloadSlots()
 		if !sleepBackoff(ctx, backoff) {
 			return err
 		}

@@ -1,7 +1,8 @@
 // Package clusterenv starts real clustered backends on this machine for
 // tests and benchmarks: a Redis Cluster of N masters (redis-server
-// processes, cluster formed in Go with go-redis) and a NATS cluster of N
-// routed nats-server processes.
+// processes, cluster formed in Go with go-redis), to which replicas can be
+// added for failover tests (AddReplica, WaitMaster), and a NATS cluster of
+// N routed nats-server processes.
 //
 // Every server listens on 127.0.0.1 only, on spare ports chosen at start
 // (never the machine's shared Redis on 6379 or NATS on 4222), runs in its

@@ -42,3 +42,28 @@ func TestParseInfoAndOwnsSlot(t *testing.T) {
 		}
 	}
 }
+
+func TestKnownReplica(t *testing.T) {
+	t.Parallel()
+	nodes := "mmm 127.0.0.1:1@10001 myself,master - 0 0 1 connected 0-16383\n" +
+		"rrr 127.0.0.1:2@10002 slave mmm 0 0 1 connected\n" +
+		"hhh 127.0.0.1:3@10003 handshake - 0 0 0 disconnected\n" +
+		"fff 127.0.0.1:4@10004 slave,fail mmm 0 0 1 disconnected\n" +
+		"ddd 127.0.0.1:5@10005 slave mmm 0 0 1 disconnected\n"
+	for _, c := range []struct {
+		id, master string
+		want       bool
+	}{
+		{"rrr", "mmm", true},
+		{"rrr", "xxx", false}, // another master
+		{"mmm", "-", false},   // a master
+		{"hhh", "-", false},   // handshake
+		{"fff", "mmm", false}, // failed
+		{"ddd", "mmm", false}, // link down
+		{"zzz", "mmm", false}, // unknown
+	} {
+		if got := knownReplica(nodes, c.id, c.master); got != c.want {
+			t.Errorf("knownReplica(_, %s, %s) = %v, want %v", c.id, c.master, got, c.want)
+		}
+	}
+}

@@ -24,26 +24,30 @@ const (
 	redisMigrateBatch   = 100              // keys per CLUSTER GETKEYSINSLOT / MIGRATE
 	redisMigrateTimeout = 5000             // MIGRATE timeout argument, milliseconds
 	redisCommandTimeout = 5 * time.Second  // one inspection command (INFO, CLUSTER INFO)
+	redisReplicaTimeout = 30 * time.Second // one AddReplica: start, meet, replicate, sync, gossip
 	pollInterval        = 20 * time.Millisecond
 )
 
-// RedisCluster is a running Redis Cluster of masters only (no replicas),
-// one redis-server process per master on 127.0.0.1. Node i owns the slot
-// range [i*16384/n, (i+1)*16384/n) until slots are moved with MoveSlot.
-// Create it with StartRedisCluster; everything is torn down by the test's
-// cleanup.
+// RedisCluster is a running Redis Cluster, one redis-server process per
+// node on 127.0.0.1. It starts with n masters and no replicas: node i
+// (0 <= i < n) owns the slot range [i*16384/n, (i+1)*16384/n) until slots
+// are moved with MoveSlot. AddReplica adds replica nodes, indexed n, n+1,
+// ... in the order they are added; a failover (Kill of a master, see
+// WaitMaster) changes roles but never indexes. Create it with
+// StartRedisCluster; everything is torn down by the test's cleanup.
 type RedisCluster struct {
-	tb     testing.TB
-	bin    string // redis-server path
-	dir    string // --dir and nodes-<port>.conf, logs
-	nodes  []*redisNode
-	client *redis.ClusterClient
+	tb      testing.TB
+	bin     string // redis-server path
+	dir     string // --dir and nodes-<port>.conf, logs
+	masters int    // nodes started as masters by StartRedisCluster: nodes[:masters]
+	nodes   []*redisNode
+	client  *redis.ClusterClient
 
-	mu sync.Mutex // guards redisNode.killed
+	mu sync.Mutex // guards redisNode.killed and appends to nodes
 }
 
-// redisNode is one master. Everything but killed is set at start and never
-// changes.
+// redisNode is one node (a master or, from AddReplica, a replica). Everything
+// but killed is set at start and never changes.
 type redisNode struct {
 	port   int
 	id     string // CLUSTER MYID, 40 hex characters
@@ -73,7 +77,7 @@ func StartRedisCluster(tb testing.TB, masters int) *RedisCluster {
 	if err != nil {
 		tb.Fatalf("StartRedisCluster: %v", err)
 	}
-	c := &RedisCluster{tb: tb, bin: bin, dir: tb.TempDir(), nodes: make([]*redisNode, masters)}
+	c := &RedisCluster{tb: tb, bin: bin, dir: tb.TempDir(), masters: masters, nodes: make([]*redisNode, masters)}
 	// Registered after TempDir, so it runs before the directory is removed.
 	tb.Cleanup(c.cleanup)
 
@@ -101,6 +105,8 @@ func StartRedisCluster(tb testing.TB, masters int) *RedisCluster {
 }
 
 // startProcess starts redis-server for node i on port (bus on port+10000).
+// Replication is diskless without the default 5 s wait for more replicas,
+// so AddReplica's initial sync takes milliseconds.
 func (c *RedisCluster) startProcess(i, port int) (*process, error) {
 	args := []string{
 		"--port", strconv.Itoa(port),
@@ -110,6 +116,7 @@ func (c *RedisCluster) startProcess(i, port int) (*process, error) {
 		"--cluster-node-timeout", "2000",
 		"--save", "",
 		"--appendonly", "no",
+		"--repl-diskless-sync-delay", "0",
 		"--dir", c.dir,
 		"--daemonize", "no",
 		"--loglevel", "warning",
@@ -292,8 +299,9 @@ func (c *RedisCluster) cleanup() {
 	}
 }
 
-// Addrs returns the "127.0.0.1:port" client address of every master; index
-// i is node i. The slice is a fresh copy.
+// Addrs returns the "127.0.0.1:port" client address of every node, killed
+// ones and replicas from AddReplica included; index i is node i. The slice
+// is a fresh copy.
 func (c *RedisCluster) Addrs() []string {
 	addrs := make([]string, len(c.nodes))
 	for i, node := range c.nodes {
@@ -305,9 +313,12 @@ func (c *RedisCluster) Addrs() []string {
 // URL returns the cluster as a URL the services accept:
 // "redis+cluster://127.0.0.1:p0?addr=127.0.0.1:p1&addr=127.0.0.1:p2", that
 // is "redis+cluster://" followed by go-redis ParseClusterURL syntax (first
-// node as host, the others as addr parameters).
+// node as host, the others as addr parameters). It lists the nodes started
+// as masters by StartRedisCluster only, whatever their role or state now
+// (replicas from AddReplica are not listed: a Cluster client learns them
+// from the slot map), so it is the same before and after AddReplica.
 func (c *RedisCluster) URL() string {
-	addrs := c.Addrs()
+	addrs := c.Addrs()[:c.masters]
 	u := "redis+cluster://" + addrs[0]
 	for i, a := range addrs[1:] {
 		if i == 0 {
@@ -320,12 +331,16 @@ func (c *RedisCluster) URL() string {
 	return u
 }
 
-// Client returns a cluster client over all masters, for test use (shared:
-// do not close it; it is closed in the test's cleanup).
+// Client returns a cluster client seeded with the initial masters, for test
+// use (shared: do not close it; it is closed in the test's cleanup). Like any
+// go-redis Cluster client it reloads its slot map only on MOVED, ASK or
+// READONLY replies, on ReloadState and every 60 s: after a failover, call
+// Client().ReloadState (and wait for the reload) before relying on it.
 func (c *RedisCluster) Client() *redis.ClusterClient { return c.client }
 
-// Node returns a direct (non-cluster) client to node i, 0 <= i < masters,
-// shared and closed in the test's cleanup. An index out of range is fatal.
+// Node returns a direct (non-cluster) client to node i (a master or a
+// replica from AddReplica), shared and closed in the test's cleanup. An
+// index out of range is fatal.
 func (c *RedisCluster) Node(i int) *redis.Client {
 	c.tb.Helper()
 	return c.node(c.tb, i).client
@@ -340,8 +355,11 @@ func (c *RedisCluster) NodeID(i int) string {
 
 func (c *RedisCluster) node(tb testing.TB, i int) *redisNode {
 	tb.Helper()
-	if i < 0 || i >= len(c.nodes) {
-		tb.Fatalf("redis node index %d out of range [0, %d)", i, len(c.nodes))
+	c.mu.Lock()
+	n := len(c.nodes)
+	c.mu.Unlock()
+	if i < 0 || i >= n {
+		tb.Fatalf("redis node index %d out of range [0, %d)", i, n)
 	}
 	return c.nodes[i]
 }
@@ -354,10 +372,14 @@ func (c *RedisCluster) isKilled(i int) bool {
 
 // Kill sends SIGKILL to node i's process group and waits (up to 10 s) until
 // the process has exited, so its ports no longer accept connections. The
-// rest of the cluster notices after the node timeout (2000 ms) and, with
-// the node's slots uncovered, goes to cluster_state:fail. Killing a killed
-// node is a no-op; an index out of range or a process that does not die is
-// fatal.
+// rest of the cluster notices after the node timeout (2000 ms). A killed
+// master without a replica leaves its slots uncovered: the cluster goes to
+// cluster_state:fail. A killed master with a replica (AddReplica) goes to
+// cluster_state:fail too until the replica wins the election, about 1-2 s
+// after the master is flagged FAIL, and takes over its slots (WaitMaster,
+// WaitClusterOK); writes the replica had not received yet are lost. Killing
+// a killed node is a no-op; an index out of range or a process that does
+// not die is fatal.
 func (c *RedisCluster) Kill(i int) {
 	c.tb.Helper()
 	node := c.node(c.tb, i)
@@ -421,8 +443,9 @@ func parseInfo(text string) map[string]string {
 
 // Owner returns the index of the node that serves slot (0 <= slot < 16384)
 // according to the live nodes themselves (the "myself" line of their
-// CLUSTER NODES). A slot no live node claims, or a failing command, is
-// fatal.
+// CLUSTER NODES; a replica's lists no slots). A slot no live node claims
+// (e.g. its master was killed and no replica took over yet), or a failing
+// command, is fatal.
 func (c *RedisCluster) Owner(tb testing.TB, slot int) int {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), redisCommandTimeout)
@@ -492,8 +515,10 @@ func ownsSlot(clusterNodes string, slot int) bool {
 //
 // When the slot moves away, Redis 7 sends shard-channel subscribers of that
 // slot on the source a server-initiated "sunsubscribe" for each channel.
-// Moving a slot to the node that already owns it is a no-op. A killed
-// target, an index or slot out of range, or a failing command is fatal.
+// Moving a slot to the node that already owns it is a no-op. Replicas
+// (AddReplica) are not told (Redis refuses SETSLOT on a replica): they
+// follow their masters. A killed target, a target that is a replica, an
+// index or slot out of range, or a failing command is fatal.
 func (c *RedisCluster) MoveSlot(tb testing.TB, slot int, to int) {
 	tb.Helper()
 	if slot < 0 || slot >= NumSlots {
@@ -542,7 +567,13 @@ func (c *RedisCluster) MoveSlot(tb testing.TB, slot int, to int) {
 	order := []int{to, from}
 	for i := range c.nodes {
 		if i != to && i != from && !c.isKilled(i) {
-			order = append(order, i)
+			role, err := c.role(ctx, i)
+			if err != nil {
+				fail("%v", err)
+			}
+			if role == "master" {
+				order = append(order, i)
+			}
 		}
 	}
 	for _, i := range order {

@@ -680,6 +680,9 @@ const (
 	// wherever the map says (rebalance retries every moveRetry meanwhile).
 	moveWait  = 3 * time.Second
 	moveRetry = 100 * time.Millisecond
+	// reloadSettle is how long a rebalance round waits after asking
+	// go-redis to reload the slot map (CLUSTER SLOTS, one round trip).
+	reloadSettle = 250 * time.Millisecond
 )
 
 // askRebalance asks for a rebalance round now; it never blocks.
@@ -709,7 +712,13 @@ func (h *Hub) rebalanceLoop() {
 		case <-t.C:
 			// go-redis reloads the slot map only every minute on its own,
 			// or on MOVED replies, which a Pub/Sub-only client rarely gets.
+			// The reload runs in the background: give it a moment.
 			h.cluster.ReloadState(h.ctx)
+			select {
+			case <-h.ctx.Done():
+				return
+			case <-time.After(reloadSettle):
+			}
 		}
 		moved, pending := h.rebalance(!waitingSince.IsZero() && time.Since(waitingSince) > moveWait)
 		if moved > 0 {
@@ -930,12 +939,13 @@ func (h *Hub) readLoop(l *link) {
 			}
 			if !lost {
 				h.log.Warn("redis pubsub connection lost; go-redis reconnects and resubscribes", zap.String("master", l.addr), zap.Error(err))
-				if h.cluster != nil {
-					// The master may be gone (failover): refresh the slot
-					// map, so the rebalance loop moves its channels.
-					h.cluster.ReloadState(h.ctx)
-					h.askRebalance()
-				}
+			}
+			if h.cluster != nil {
+				// The master may be gone (failover): refresh the slot map
+				// on every failed reconnect, so the rebalance loop moves
+				// its channels as soon as the map names the new master.
+				h.cluster.ReloadState(h.ctx)
+				h.askRebalance()
 			}
 			lost = true
 			h.subMu.Lock()
