@@ -10,7 +10,8 @@
 // channel can only be subscribed on the master that serves its hash slot:
 // there the hub keeps one PubSub per master ("link") and subscribes each
 // room's channel on its master's link. The first local member of a room
-// subscribes names.RoomChannel(room); the last one leaving unsubscribes. Subscription changes are reconciled under one mutex against
+// subscribes names.RoomChannel(room); the last one leaving unsubscribes.
+// Subscription changes are reconciled under one mutex against
 // the current membership, so concurrent joins and leaves of a room always
 // end in the right state. A join waits until Redis has confirmed the
 // subscription (a PING with a token sent after SUBSCRIBE comes back) before
@@ -37,8 +38,13 @@
 // to reload the slot map, subscribes the channel again on its new master
 // (waiting up to moveWait for the map to show the move) and resyncs, since
 // events may have been lost meanwhile. Every rebalanceInterval it also
-// checks every channel against the slot map, which catches a master that
-// changed while its link was down.
+// reloads the slot map and checks every channel against it, which catches
+// a master that died and whose replica took over. A MOVED reply counts as
+// a move of that slot; the CROSSSLOT reply to go-redis's one-command
+// resubscribe after a reconnect is repaired one slot at a time (see
+// serverError). Pub/Sub writes never carry the caller's deadline: a
+// deadline already past fails the write as a timeout, and go-redis then
+// drops the connection with every subscription on it.
 //
 // # Redis reconnects
 //
@@ -180,7 +186,7 @@ type Hub struct {
 	closed bool
 
 	subMu       sync.Mutex        // serialises (un)subscribes and link changes; taken before mu
-	links       map[string]*link  // by link.addr; under subMu (and mu for reads by Close)
+	links       map[string]*link  // by link.addr; under subMu
 	subscribed  map[string]*link  // channel -> the link it is subscribed on; under subMu
 	orphans     map[string]string // channel -> the master that dropped it (slot moved); under subMu
 	rebalanceCh chan struct{}     // asks rebalanceLoop for a round now (coalesced)
@@ -233,9 +239,11 @@ func New(opts Options) *Hub {
 		return h
 	}
 	// One shared link; no channels: no I/O yet.
-	ps := opts.Redis.Subscribe(ctx)
+	var ps *redis.PubSub
 	if opts.Sharded {
 		ps = opts.Redis.SSubscribe(ctx)
+	} else {
+		ps = opts.Redis.Subscribe(ctx)
 	}
 	h.links[""] = &link{ps: ps, channels: map[string]bool{}, unsubPending: map[string]int{}}
 	h.met.RedisLinks.Set(1)
@@ -281,9 +289,11 @@ func (h *Hub) masterChanged(addr string) {
 		h.subMu.Unlock()
 		return
 	}
-	ps := h.opts.Redis.Subscribe(h.ctx)
+	var ps *redis.PubSub
 	if h.opts.Sharded {
 		ps = h.opts.Redis.SSubscribe(h.ctx)
+	} else {
+		ps = h.opts.Redis.Subscribe(h.ctx)
 	}
 	l := &link{ps: ps, channels: map[string]bool{}, unsubPending: map[string]int{}}
 	channels := make([]string, 0, len(old.channels))
