@@ -148,6 +148,7 @@ func newStore(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl
 	base := redisBase{
 		rdb: rdb, names: n, m: m, log: log, rl: rl,
 		publish:    publishCommand(pubsub),
+		indexAfter: isCluster(rdb),
 		ttlMs:      ttl.Milliseconds(),
 		throttleMs: throttle.Milliseconds(),
 		graceMs:    DefaultKeyGrace.Milliseconds(),
@@ -178,6 +179,12 @@ func checkScripts() error {
 		}
 	}
 	return nil
+}
+
+// isCluster reports whether rdb is a Redis Cluster client.
+func isCluster(rdb redis.UniversalClient) bool {
+	_, ok := rdb.(*redis.ClusterClient)
+	return ok
 }
 
 // publishCommand is the Redis command that publishes room events in the
@@ -232,6 +239,11 @@ type redisBase struct {
 
 	// publish is the command the scripts publish with (publishCommand).
 	publish string
+	// indexAfter: the start scripts cannot add their room to its sweep
+	// bucket (Redis Cluster: another hash slot), so the worker does it
+	// after them (applyRun, index). Elsewhere the script does it in the
+	// same atomic step, which leaves no window for a crash in between.
+	indexAfter bool
 	// idx are the sweep index scripts both stores share.
 	idx struct{ due, reschedule *redis.Script }
 
@@ -628,13 +640,14 @@ func (st *redisBase) start(ctx context.Context, cmd protocol.Command, startCall 
 // trip, retries included), so the histogram counts commands as it did
 // when each was its own call.
 //
-// Once the start scripts have returned, their rooms are added to their
-// sweep buckets, due at the expiry the scripts wrote (st.index), or due now
-// for a start that was stale or failed (it may have run on an earlier try). On Redis
-// Cluster a bucket lives in another hash slot than its rooms, so this
-// cannot be part of the start script; doing it after the script, not
-// before, is what keeps a concurrent sweep from dropping the room (see
-// scripts/due.lua).
+// On Redis Cluster (st.indexAfter), once the start scripts have returned,
+// their rooms are added to their sweep buckets, due at the expiry the
+// scripts wrote (st.index), or due now for a start that was stale or failed
+// (it may have run on an earlier try). A bucket lives in another hash slot
+// than its rooms there, so this cannot be part of the start script; doing
+// it after the script, not before, is what keeps a concurrent sweep from
+// dropping the room (see scripts/due.lua). Elsewhere the start script adds
+// the room itself, in the same atomic step.
 func (st *redisBase) applyRun(ctx context.Context, cmds []protocol.Command, outs []string, errs []error, startCall func(protocol.Command) scriptCall, stopCall stopCallFunc) {
 	calls := make([]scriptCall, 0, len(cmds))
 	for _, cmd := range cmds {
@@ -660,13 +673,16 @@ func (st *redisBase) applyRun(ctx context.Context, cmds []protocol.Command, outs
 	}
 	began := time.Now()
 	res, cerrs := st.evalRetry(ctx, name, calls)
-	due := sweepIndex{}
+	var due sweepIndex // nil: the start scripts index their rooms
+	if st.indexAfter {
+		due = sweepIndex{}
+	}
 	k := 0
 	for i, cmd := range cmds {
 		switch cmd.Op {
 		case protocol.OpStart, protocol.OpStop, protocol.OpLeave:
 			outs[i], errs[i] = st.callOutcome(res[k], cerrs[k])
-			if cmd.Op == protocol.OpStart {
+			if due != nil && cmd.Op == protocol.OpStart {
 				// Every start attempt is indexed, whatever its outcome: a
 				// start whose reply was lost ran, and its retry answers
 				// stale; a failed one may have run too. Without the

@@ -49,6 +49,9 @@ func (st *zsetStore) Start(ctx context.Context, cmd protocol.Command) (string, e
 func (st *zsetStore) startCall(cmd protocol.Command) scriptCall {
 	n, room, user := st.names, cmd.Room, cmd.User
 	keys := []string{n.RoomKey(room), n.NamesKey(room), n.SeqKey(room, cmd.Conn), n.ThrottleKey(room, user), n.RoomChannel(room)}
+	if !st.indexAfter {
+		keys = append(keys, n.SweepKey(names.SweepBucket(room)))
+	}
 	args := []any{names.Member(user, cmd.Conn), names.Enc(user), cmd.Name, seqArg(cmd.Seq), st.ttlMs, st.throttleMs, st.graceMs, names.Enc(room), st.startEvent(cmd)}
 	return scriptCall{st.lua.start, keys, args}
 }

@@ -7,10 +7,12 @@
 -- KEYS[5] room channel      chat:room:{R}        (a key for cluster routing)
 -- ARGV[1] member  ARGV[2] enc(user)  ARGV[3] display name ('' = none)
 -- ARGV[4] seq (decimal, '0' = unordered)  ARGV[5] ttl ms  ARGV[6] throttle ms
--- ARGV[7] key grace ms  ARGV[8] (unused)  ARGV[9] typing_start event JSON up to "ts_ms":
+-- KEYS[6] sweep bucket      typing:sweep:{s<k>}  (standalone and Sentinel only)
+-- ARGV[7] key grace ms  ARGV[8] enc(room)  ARGV[9] typing_start event JSON up to "ts_ms":
 --
--- The sweep index is not touched here: it lives in other hash slots (see
--- index.lua); the worker adds the room there around this call.
+-- With KEYS[6] the room enters its sweep bucket in this same atomic step.
+-- On Redis Cluster the bucket is in another hash slot, so KEYS[6] is
+-- absent and the worker adds the room after the call (store.go, index).
 --
 -- Returns {outcome, now_ms, expiry_ms} (expiry_ms: the entry's new expiry,
 -- 0 when stale); outcome is
@@ -48,6 +50,10 @@ redis.call('PEXPIRE', KEYS[1], itoa(ttl + grace))
 if name ~= '' then
   redis.call('HSET', KEYS[2], euser, name)
   redis.call('PEXPIRE', KEYS[2], itoa(ttl + grace))
+end
+-- Earliest due time wins (LT also adds, and replaces a sweeper's claim).
+if KEYS[6] then
+  redis.call('ZADD', KEYS[6], 'LT', itoa(expiry), ARGV[8])
 end
 
 -- The throttle holds the end of its window and is checked against TIME, so

@@ -11,7 +11,8 @@
 -- KEYS[5] room channel      chat:room:{R}          (a key for cluster routing)
 -- ARGV[1] conn  ARGV[2] enc(user)  ARGV[3] display name ('' = none)
 -- ARGV[4] seq (decimal, '0' = unordered)  ARGV[5] ttl ms  ARGV[6] throttle ms
--- ARGV[7] key grace ms  ARGV[8] (unused)  ARGV[9] typing_start event JSON up to "ts_ms":
+-- KEYS[6] sweep bucket      typing:sweep:{s<k>}    (standalone and Sentinel only; see start.lua)
+-- ARGV[7] key grace ms  ARGV[8] enc(room)  ARGV[9] typing_start event JSON up to "ts_ms":
 --
 -- Returns {outcome, now_ms, expiry_ms}: stale, started, refreshed or
 -- throttled (see start.lua).
@@ -62,6 +63,9 @@ else
   redis.call('HSETNX', KEYS[2], euser, '')
 end
 redis.call('PEXPIRE', KEYS[2], itoa(ttl + grace))
+if KEYS[6] then
+  redis.call('ZADD', KEYS[6], 'LT', itoa(expiry), ARGV[8])
+end
 
 local window_end = now + throttle
 local outcome
