@@ -84,13 +84,12 @@ type privateRedis struct {
 
 // startPrivateRedis starts a redis-server on a free loopback port, without
 // persistence, with DEBUG allowed from loopback, and stops it (by its pid)
-// when the benchmark ends. It skips the benchmark when the binary is
-// missing.
+// when the benchmark ends. A missing binary fails the benchmark.
 func startPrivateRedis(b *testing.B) *privateRedis {
 	b.Helper()
 	bin := envOr("ELLIPSIS_BENCH_REDIS_SERVER", "/usr/bin/redis-server")
 	if _, err := os.Stat(bin); err != nil {
-		b.Skipf("no redis-server for a private server (%v); set ELLIPSIS_BENCH_REDIS_SERVER", err)
+		b.Fatalf("no redis-server for a private server (%v): install it (apt-get install redis-server; .ci/run does) or set ELLIPSIS_BENCH_REDIS_SERVER", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

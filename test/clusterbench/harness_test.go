@@ -52,6 +52,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/test/clusterenv"
+	"github.com/ellipsis-chat/ellipsis/test/inproc"
 )
 
 // Pub/Sub modes (config.Config.RedisPubSub).
@@ -114,8 +115,9 @@ type stack struct {
 	names    names.Names
 	gateways []*gateway.Server
 	workers  []*worker.Server
-	pids     []int // redis-server process id of each master
-	natsPID  int   // the nats-server's process id; 0 unknown
+	svc      *inproc.Services // nil until started
+	pids     []int            // redis-server process id of each master
+	natsPID  int              // the nats-server's process id; 0 unknown
 }
 
 // newStack starts a fresh cluster and the services. Everything stops in
@@ -151,31 +153,8 @@ func newStack(tb testing.TB, mode string, sh shape) *stack {
 
 	log := zaptest.NewLogger(tb, zaptest.Level(zap.WarnLevel), zaptest.WrapOptions(zap.WrapCore(
 		func(c zapcore.Core) zapcore.Core { return quietAuthOff{c} })))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i := range sh.Workers {
-		wcfg := cfg // each service its own copy
-		w, err := worker.New(worker.Options{Config: wcfg, Logger: log.Named(fmt.Sprintf("worker%d", i))})
-		if err != nil {
-			tb.Fatalf("worker.New: %v", err)
-		}
-		if err := w.Start(ctx); err != nil {
-			tb.Fatalf("worker.Start: %v", err)
-		}
-		s.workers = append(s.workers, w)
-	}
-	for i := range sh.Gateways {
-		gcfg := cfg
-		gcfg.GatewayID = fmt.Sprintf("gw%d-%s", i, tok)
-		g, err := gateway.New(gateway.Options{Config: gcfg, Logger: log.Named(fmt.Sprintf("gateway%d", i))})
-		if err != nil {
-			tb.Fatalf("gateway.New: %v", err)
-		}
-		if err := g.Start(ctx); err != nil {
-			tb.Fatalf("gateway.Start: %v", err)
-		}
-		s.gateways = append(s.gateways, g)
-	}
+	s.svc = inproc.Start(tb, cfg, sh.Workers, sh.Gateways, tok, log)
+	s.gateways, s.workers = s.svc.Gateways, s.svc.Workers
 	return s
 }
 
@@ -193,13 +172,8 @@ func (q quietAuthOff) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.
 }
 
 func (s *stack) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, g := range s.gateways {
-		_ = g.Shutdown(ctx)
-	}
-	for _, w := range s.workers {
-		_ = w.Shutdown(ctx)
+	if s.svc != nil {
+		s.svc.Shutdown(10 * time.Second)
 	}
 }
 

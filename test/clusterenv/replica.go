@@ -129,12 +129,8 @@ func (c *RedisCluster) replicaProblem(ctx context.Context, r, master int) string
 		if c.isKilled(i) {
 			continue
 		}
-		ci, err := node.client.ClusterInfo(ctx).Result()
-		if err != nil {
-			return fmt.Sprintf("CLUSTER INFO on %s: %v", node.proc.name, err)
-		}
-		if state := parseInfo(ci)["cluster_state"]; state != "ok" {
-			return fmt.Sprintf("%s: cluster_state:%s", node.proc.name, state)
+		if p := clusterStateProblem(ctx, node); p != "" {
+			return p
 		}
 		nodes, err := node.client.ClusterNodes(ctx).Result()
 		if err != nil {
@@ -273,12 +269,8 @@ func (c *RedisCluster) healthProblem(ctx context.Context) string {
 		if c.isKilled(i) {
 			continue
 		}
-		ci, err := node.client.ClusterInfo(ctx).Result()
-		if err != nil {
-			return fmt.Sprintf("CLUSTER INFO on %s: %v", node.proc.name, err)
-		}
-		if state := parseInfo(ci)["cluster_state"]; state != "ok" {
-			return fmt.Sprintf("%s: cluster_state:%s", node.proc.name, state)
+		if p := clusterStateProblem(ctx, node); p != "" {
+			return p
 		}
 		ranges, err := node.client.ClusterSlots(ctx).Result()
 		if err != nil {
@@ -297,6 +289,19 @@ func (c *RedisCluster) healthProblem(ctx context.Context) string {
 		if count != NumSlots {
 			return fmt.Sprintf("%s: CLUSTER SLOTS covers %d of %d slots", node.proc.name, count, NumSlots)
 		}
+	}
+	return ""
+}
+
+// clusterStateProblem says why node does not report cluster_state:ok, or
+// returns "".
+func clusterStateProblem(ctx context.Context, node *redisNode) string {
+	ci, err := node.client.ClusterInfo(ctx).Result()
+	if err != nil {
+		return fmt.Sprintf("CLUSTER INFO on %s: %v", node.proc.name, err)
+	}
+	if state := parseInfo(ci)["cluster_state"]; state != "ok" {
+		return fmt.Sprintf("%s: cluster_state:%s", node.proc.name, state)
 	}
 	return ""
 }

@@ -11,7 +11,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
 	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/test/inproc"
 )
 
 // Test timing: short, and obeying throttle < refresh < ttl like production.
@@ -84,6 +84,7 @@ type stack struct {
 	cfg      config.Config
 	gateways []*gateway.Server
 	workers  []*worker.Server
+	svc      *inproc.Services // nil until started
 	rdb      *redis.Client
 }
 
@@ -101,42 +102,17 @@ func newStack(t *testing.T, nGateways, nWorkers int, mutate ...func(*config.Conf
 	s := &stack{t: t, cfg: cfg, rdb: redis.NewClient(opt)}
 	t.Cleanup(s.cleanup)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	for i := 0; i < nWorkers; i++ {
-		w, err := worker.New(worker.Options{Config: cfg, Logger: log.Named(fmt.Sprintf("worker%d", i))})
-		if err != nil {
-			t.Fatalf("worker.New: %v", err)
-		}
-		if err := w.Start(ctx); err != nil {
-			t.Fatalf("worker.Start: %v", err)
-		}
-		s.workers = append(s.workers, w)
-	}
-	for i := 0; i < nGateways; i++ {
-		gcfg := cfg
-		gcfg.GatewayID = fmt.Sprintf("gw%d-%s", i, tok)
-		g, err := gateway.New(gateway.Options{Config: gcfg, Logger: log.Named(fmt.Sprintf("gateway%d", i))})
-		if err != nil {
-			t.Fatalf("gateway.New: %v", err)
-		}
-		if err := g.Start(ctx); err != nil {
-			t.Fatalf("gateway.Start: %v", err)
-		}
-		s.gateways = append(s.gateways, g)
-	}
+	s.svc = inproc.Start(t, cfg, nWorkers, nGateways, tok, log)
+	s.gateways, s.workers = s.svc.Gateways, s.svc.Workers
 	return s
 }
 
 func (s *stack) cleanup() {
+	if s.svc != nil {
+		s.svc.Shutdown(10 * time.Second)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, g := range s.gateways {
-		_ = g.Shutdown(ctx)
-	}
-	for _, w := range s.workers {
-		_ = w.Shutdown(ctx)
-	}
 	// Remove this test's keys only.
 	iter := s.rdb.Scan(ctx, 0, s.cfg.KeyPrefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {

@@ -57,7 +57,7 @@ func checkSane(t *testing.T, res *Result, conns int) {
 // A tiny bounded rate-mode run against an in-process stack.
 func TestRateAgainstStack(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a stack")
+		t.Skip("-short: this test starts an in-process stack on Redis and NATS; make test runs it (no -short)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -87,7 +87,7 @@ func TestRateAgainstStack(t *testing.T) {
 // A tiny bounded replay of the embedded keystroke sample.
 func TestReplayAgainstStack(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a stack")
+		t.Skip("-short: this test starts an in-process stack on Redis and NATS; make test runs it (no -short)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -107,7 +107,7 @@ func TestReplayAgainstStack(t *testing.T) {
 // An idle run reports the RSS of a process (here: this one).
 func TestIdleRSS(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a stack")
+		t.Skip("-short: this test starts an in-process stack on Redis and NATS; make test runs it (no -short)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -238,16 +238,36 @@ func New(opts Options) *Hub {
 		h.cluster = cc
 		return h
 	}
-	// One shared link; no channels: no I/O yet.
-	var ps *redis.PubSub
-	if opts.Sharded {
-		ps = opts.Redis.SSubscribe(ctx)
-	} else {
-		ps = opts.Redis.Subscribe(ctx)
-	}
-	h.links[""] = &link{ps: ps, channels: map[string]bool{}, unsubPending: map[string]int{}}
+	h.links[""] = newLink(h.sharedPubSub(), "")
 	h.met.RedisLinks.Set(1)
 	return h
+}
+
+// sharedPubSub returns a new PubSub of the shared link on opts.Redis, for
+// SSUBSCRIBE or SUBSCRIBE; no channels, so no I/O yet.
+func (h *Hub) sharedPubSub() *redis.PubSub {
+	if h.opts.Sharded {
+		return h.opts.Redis.SSubscribe(h.ctx)
+	}
+	return h.opts.Redis.Subscribe(h.ctx)
+}
+
+// newLink returns an empty link on ps for the master at addr ("" for the
+// shared link).
+func newLink(ps *redis.PubSub, addr string) *link {
+	return &link{ps: ps, addr: addr, channels: map[string]bool{}, unsubPending: map[string]int{}}
+}
+
+// startLinkLocked starts l's reader if the hub runs (links made before
+// Start are started by Start); h.subMu is held.
+func (h *Hub) startLinkLocked(l *link) {
+	h.mu.Lock()
+	start := h.started && !h.closed
+	h.mu.Unlock()
+	if start {
+		h.wg.Add(1)
+		go h.readLoop(l)
+	}
 }
 
 // Start starts the Redis reader and the resync goroutine; [Hub.Close] stops
@@ -289,13 +309,7 @@ func (h *Hub) masterChanged(addr string) {
 		h.subMu.Unlock()
 		return
 	}
-	var ps *redis.PubSub
-	if h.opts.Sharded {
-		ps = h.opts.Redis.SSubscribe(h.ctx)
-	} else {
-		ps = h.opts.Redis.Subscribe(h.ctx)
-	}
-	l := &link{ps: ps, channels: map[string]bool{}, unsubPending: map[string]int{}}
+	l := newLink(h.sharedPubSub(), "")
 	channels := make([]string, 0, len(old.channels))
 	for c := range old.channels {
 		channels = append(channels, c)
@@ -306,13 +320,7 @@ func (h *Hub) masterChanged(addr string) {
 	ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReadyTimeout)
 	err := h.subscribeLocked(ctx, channels)
 	cancel()
-	h.mu.Lock()
-	start := h.started && !h.closed
-	h.mu.Unlock()
-	if start {
-		h.wg.Add(1)
-		go h.readLoop(l)
-	}
+	h.startLinkLocked(l)
 	h.subMu.Unlock()
 	_ = old.ps.Close()
 	h.log.Info("redis master changed (Sentinel); pubsub reconnected there, resyncing rooms", zap.String("master", addr), zap.Int("channels", len(channels)), zap.Error(err))
@@ -666,16 +674,10 @@ func (h *Hub) linkFor(ctx context.Context, channel string) (*link, error) {
 	if l := h.links[addr]; l != nil {
 		return l, nil
 	}
-	l := &link{ps: node.SSubscribe(h.ctx), addr: addr, channels: map[string]bool{}, unsubPending: map[string]int{}}
+	l := newLink(node.SSubscribe(h.ctx), addr)
 	h.links[addr] = l
 	h.met.RedisLinks.Set(float64(len(h.links)))
-	h.mu.Lock()
-	start := h.started && !h.closed
-	h.mu.Unlock()
-	if start {
-		h.wg.Add(1)
-		go h.readLoop(l)
-	}
+	h.startLinkLocked(l)
 	h.log.Info("redis cluster pubsub link opened", zap.String("master", addr))
 	return l, nil
 }
