@@ -13,7 +13,6 @@ import (
 	webclient "github.com/ellipsis-chat/ellipsis/clients/js"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
-	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
@@ -34,6 +33,9 @@ type ClientConfig struct {
 type RoomTyping struct {
 	Room  string            `json:"room"`
 	Users []protocol.Typist `json:"users"`
+	// Total is the number of visible typists (self filtered); Users lists
+	// at most the snapshot cap of them.
+	Total int `json:"total"`
 }
 
 // apiError is the JSON body of every HTTP error:
@@ -230,7 +232,8 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
 		return
 	}
-	writeJSON(w, http.StatusOK, RoomTyping{Room: room, Users: hub.SelfFilter(users, ident.User)})
+	snap := users.WithoutUser(ident.User)
+	writeJSON(w, http.StatusOK, RoomTyping{Room: room, Users: snap.Users, Total: snap.Total})
 }
 
 // handleConfig serves GET /v1/config.

@@ -189,7 +189,7 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 			}
 			reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: code, Message: msg}}
 		} else {
-			reply = protocol.SnapshotReply{V: protocol.Version, Room: req.Room, Users: users}
+			reply = protocol.SnapshotReply{V: protocol.Version, Room: req.Room, Users: users, Total: len(users)}
 		}
 	}
 	outcome := "ok"

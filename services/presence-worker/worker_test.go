@@ -367,7 +367,7 @@ func TestSnapshot(t *testing.T) {
 			t.Fatalf("empty room: %v", got)
 		}
 		// Raw reply shape of an empty room: users present as [].
-		if raw := mustRequest(t, e, `{"v":1,"room":"empty"}`); string(raw) != `{"v":1,"room":"empty","users":[]}` {
+		if raw := mustRequest(t, e, `{"v":1,"room":"empty"}`); string(raw) != `{"v":1,"room":"empty","users":[],"total":0}` {
 			t.Fatalf("raw empty reply %s", raw)
 		}
 		for _, bad := range []string{`garbage`, `{"v":2,"room":"r"}`, `{"v":1}`, `{"v":1,"room":"` + strings.Repeat("x", 300) + `"}`} {

@@ -153,11 +153,14 @@ type Typist struct {
 }
 
 // Joined answers join with the snapshot of who is typing (self filtered).
-// Typing is always present, [] when nobody types.
+// Typing is always present, [] when nobody types, and lists at most the
+// snapshot cap of typists; Total is the number of visible typists, which
+// is larger than len(Typing) when the list was cut.
 type Joined struct {
 	Type   string   `json:"type"` // "joined"
 	Room   string   `json:"room"`
 	Typing []Typist `json:"typing"`
+	Total  int      `json:"total"`
 	ID     string   `json:"id,omitempty"`
 }
 
@@ -169,11 +172,13 @@ type Left struct {
 }
 
 // TypingSnapshot answers sync, and is pushed unasked after a resync. Users is
-// always present.
+// always present and lists at most the snapshot cap of typists; Total is
+// the number of visible typists (see [Joined]).
 type TypingSnapshot struct {
 	Type  string   `json:"type"` // "typing"
 	Room  string   `json:"room"`
 	Users []Typist `json:"users"`
+	Total int      `json:"total"`
 	ID    string   `json:"id,omitempty"`
 }
 
@@ -194,20 +199,22 @@ type ErrorFrame struct {
 
 // NewJoined, NewLeft, NewTypingSnapshot, NewPong and NewError fill Type.
 
-func NewJoined(room string, typing []Typist, id string) Joined {
+func NewJoined(room string, s Snapshot, id string) Joined {
+	typing := s.Users
 	if typing == nil {
 		typing = []Typist{}
 	}
-	return Joined{Type: TypeJoined, Room: room, Typing: typing, ID: id}
+	return Joined{Type: TypeJoined, Room: room, Typing: typing, Total: s.Total, ID: id}
 }
 
 func NewLeft(room, id string) Left { return Left{Type: TypeLeft, Room: room, ID: id} }
 
-func NewTypingSnapshot(room string, users []Typist, id string) TypingSnapshot {
+func NewTypingSnapshot(room string, s Snapshot, id string) TypingSnapshot {
+	users := s.Users
 	if users == nil {
 		users = []Typist{}
 	}
-	return TypingSnapshot{Type: TypeTyping, Room: room, Users: users, ID: id}
+	return TypingSnapshot{Type: TypeTyping, Room: room, Users: users, Total: s.Total, ID: id}
 }
 
 func NewPong(id string) Pong { return Pong{Type: TypePong, ID: id} }

@@ -121,7 +121,7 @@ func BenchmarkRoomEventPrefix(b *testing.B) {
 
 // BenchmarkEncodeJoined is a join answer with a snapshot of three typists.
 func BenchmarkEncodeJoined(b *testing.B) {
-	j := NewJoined("room-4711", []Typist{{User: "alice", Name: "Alice"}, {User: "bob", Name: "Bob"}, {User: "carol"}}, "c1")
+	j := NewJoined("room-4711", Snapshot{Users: []Typist{{User: "alice", Name: "Alice"}, {User: "bob", Name: "Bob"}, {User: "carol"}}, Total: 3}, "c1")
 	b.ReportAllocs()
 	for b.Loop() {
 		sinkBytes, sinkErr = Encode(j)

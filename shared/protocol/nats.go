@@ -151,13 +151,18 @@ type ReplyError struct {
 func (e *ReplyError) Error() string { return e.Code + ": " + e.Message }
 
 // SnapshotReply answers a [SnapshotRequest]: either Users (always present,
-// possibly empty) or Error.
+// possibly empty, at most the snapshot cap of typists) and Total (the
+// number of visible typists, see [Snapshot]), or Error.
 type SnapshotReply struct {
 	V     int         `json:"v"`
 	Room  string      `json:"room,omitempty"`
 	Users []Typist    `json:"users,omitempty"`
+	Total int         `json:"total,omitempty"`
 	Error *ReplyError `json:"error,omitempty"`
 }
+
+// Snapshot returns the reply's users and total.
+func (r SnapshotReply) Snapshot() Snapshot { return Snapshot{Users: r.Users, Total: r.Total} }
 
 // MarshalJSON keeps "users" present (as []) on a successful reply.
 func (r SnapshotReply) MarshalJSON() ([]byte, error) {
@@ -169,16 +174,18 @@ func (r SnapshotReply) MarshalJSON() ([]byte, error) {
 		V     int      `json:"v"`
 		Room  string   `json:"room"`
 		Users []Typist `json:"users"`
+		Total int      `json:"total"`
 	}
 	u := r.Users
 	if u == nil {
 		u = []Typist{}
 	}
-	return json.Marshal(ok{V: r.V, Room: r.Room, Users: u})
+	return json.Marshal(ok{V: r.V, Room: r.Room, Users: u, Total: r.Total})
 }
 
 // DecodeSnapshotReply parses a reply; a reply carrying an error is returned
-// as that *[ReplyError].
+// as that *[ReplyError]. A reply without "total" (a worker older than the
+// field) gets Total = len(Users); a negative total is an error.
 func DecodeSnapshotReply(data []byte) (SnapshotReply, error) {
 	var r SnapshotReply
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -189,6 +196,12 @@ func DecodeSnapshotReply(data []byte) (SnapshotReply, error) {
 	}
 	if r.V != Version {
 		return SnapshotReply{}, &FieldError{"v", fmt.Sprintf("must be %d, got %d", Version, r.V)}
+	}
+	if r.Total < 0 {
+		return SnapshotReply{}, &FieldError{"total", fmt.Sprintf("must be >= 0, got %d", r.Total)}
+	}
+	if r.Total < len(r.Users) {
+		r.Total = len(r.Users)
 	}
 	return r, nil
 }

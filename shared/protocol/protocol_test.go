@@ -81,11 +81,11 @@ func TestServerFramesMatchContract(t *testing.T) {
 		v    any
 		want string
 	}{
-		{NewJoined("42", []Typist{{User: "alice", Name: "Alice"}}, "c1"), `{"type":"joined","room":"42","typing":[{"user":"alice","name":"Alice"}],"id":"c1"}`},
-		{NewJoined("42", nil, ""), `{"type":"joined","room":"42","typing":[]}`},
+		{NewJoined("42", Snapshot{Users: []Typist{{User: "alice", Name: "Alice"}}, Total: 1}, "c1"), `{"type":"joined","room":"42","typing":[{"user":"alice","name":"Alice"}],"total":1,"id":"c1"}`},
+		{NewJoined("42", Snapshot{}, ""), `{"type":"joined","room":"42","typing":[],"total":0}`},
 		{NewLeft("42", "c2"), `{"type":"left","room":"42","id":"c2"}`},
-		{NewTypingSnapshot("42", []Typist{{User: "bob"}}, "c3"), `{"type":"typing","room":"42","users":[{"user":"bob"}],"id":"c3"}`},
-		{NewTypingSnapshot("42", nil, ""), `{"type":"typing","room":"42","users":[]}`},
+		{NewTypingSnapshot("42", Snapshot{Users: []Typist{{User: "bob"}}, Total: 1}, "c3"), `{"type":"typing","room":"42","users":[{"user":"bob"}],"total":1,"id":"c3"}`},
+		{NewTypingSnapshot("42", Snapshot{}, ""), `{"type":"typing","room":"42","users":[],"total":0}`},
 		{NewPong("c4"), `{"type":"pong","id":"c4"}`},
 		{NewError(CodeNotJoined, "join room 42 first", "42", "c3"), `{"type":"error","code":"not_joined","message":"join room 42 first","room":"42","id":"c3"}`},
 	}
@@ -173,7 +173,7 @@ func TestSnapshotMessages(t *testing.T) {
 		t.Fatal("empty room accepted")
 	}
 	b, _ := json.Marshal(SnapshotReply{V: 1, Room: "42"})
-	if string(b) != `{"v":1,"room":"42","users":[]}` {
+	if string(b) != `{"v":1,"room":"42","users":[],"total":0}` {
 		t.Fatalf("empty reply = %s", b)
 	}
 	b, _ = json.Marshal(SnapshotReply{V: 1, Error: &ReplyError{Code: "unavailable", Message: "redis down"}})

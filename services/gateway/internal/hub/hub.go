@@ -101,7 +101,7 @@ type Member interface {
 
 // Snapshotter returns who is typing in a room (the workers' snapshot over
 // NATS).
-type Snapshotter func(ctx context.Context, room string) ([]protocol.Typist, error)
+type Snapshotter func(ctx context.Context, room string) (protocol.Snapshot, error)
 
 // Options configure a [Hub].
 type Options struct {
@@ -1155,7 +1155,7 @@ func (h *Hub) resyncRoom(room string) bool {
 		if err == nil {
 			u := hd.m.User()
 			if f = frames[u]; f == nil {
-				f, _ = protocol.Encode(protocol.NewTypingSnapshot(room, SelfFilter(users, u), ""))
+				f, _ = protocol.Encode(protocol.NewTypingSnapshot(room, users.WithoutUser(u), ""))
 				frames[u] = f
 			}
 		}
@@ -1164,16 +1164,4 @@ func (h *Hub) resyncRoom(room string) bool {
 		}
 	}
 	return ok
-}
-
-// SelfFilter returns users without user's entries (PROTOCOL.md, "Self
-// filter"); it never returns nil.
-func SelfFilter(users []protocol.Typist, user string) []protocol.Typist {
-	out := make([]protocol.Typist, 0, len(users))
-	for _, t := range users {
-		if t.User != user {
-			out = append(out, t)
-		}
-	}
-	return out
 }

@@ -86,7 +86,7 @@ func newHub(t *testing.T, pending int, sharded bool) (*Hub, testRedis, names.Nam
 		t.Fatal(err)
 	}
 	h := New(Options{Redis: rdb, Sharded: sharded, Names: n, Metrics: met, PendingLimit: pending,
-		Snapshot: func(context.Context, string) ([]protocol.Typist, error) { return nil, nil }})
+		Snapshot: func(context.Context, string) (protocol.Snapshot, error) { return protocol.Snapshot{}, nil }})
 	h.Start()
 	t.Cleanup(h.Close)
 	return h, testRedis{rdb, sharded}, n
@@ -191,15 +191,5 @@ func testConcurrentJoinLeaveSubscriptions(t *testing.T, sharded bool) {
 	chs, _ := rdb.PubSubChannels(ctx, n.KeyPrefix()+"*").Result()
 	if len(chs) != 1 || chs[0] != n.RoomChannel("r") {
 		t.Fatalf("channels %v", chs)
-	}
-}
-
-func TestSelfFilter(t *testing.T) {
-	got := SelfFilter([]protocol.Typist{{User: "a"}, {User: "b"}, {User: "a"}}, "a")
-	if len(got) != 1 || got[0].User != "b" {
-		t.Fatalf("%v", got)
-	}
-	if got := SelfFilter(nil, "a"); got == nil {
-		t.Fatal("nil")
 	}
 }

@@ -236,7 +236,7 @@ func (c *Client) Publish(cmd *protocol.Command) error {
 // timeout and a second try, which the group routes to a live worker, gets
 // the rest: a worker crash costs a joining client half the timeout, not an
 // error. Snapshots are reads; asking twice is harmless.
-func (c *Client) Snapshot(ctx context.Context, room string) ([]protocol.Typist, error) {
+func (c *Client) Snapshot(ctx context.Context, room string) (protocol.Snapshot, error) {
 	req, _ := json.Marshal(protocol.SnapshotRequest{V: protocol.Version, Room: room})
 	subject := c.names.SnapshotSubject()
 	began := time.Now()
@@ -246,17 +246,17 @@ func (c *Client) Snapshot(ctx context.Context, room string) ([]protocol.Typist, 
 		data, err = c.request(ctx, subject, req, c.timeout-time.Since(began))
 	}
 	if err != nil {
-		return nil, c.requestError(fmt.Errorf("request %s: %w", subject, err))
+		return protocol.Snapshot{}, c.requestError(fmt.Errorf("request %s: %w", subject, err))
 	}
 	reply, err := protocol.DecodeSnapshotReply(data)
 	if err != nil {
 		var re *protocol.ReplyError
 		if errors.As(err, &re) {
-			return nil, unavailable("presence worker: "+re.Message, re)
+			return protocol.Snapshot{}, unavailable("presence worker: "+re.Message, re)
 		}
-		return nil, fmt.Errorf("presence: snapshot reply: %w", err)
+		return protocol.Snapshot{}, fmt.Errorf("presence: snapshot reply: %w", err)
 	}
-	return reply.Users, nil
+	return reply.Snapshot(), nil
 }
 
 // Request sends a request on subject and returns the reply payload, waiting

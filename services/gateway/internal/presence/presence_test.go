@@ -117,7 +117,7 @@ func TestSnapshotRetriesALostRequest(t *testing.T) {
 	began := time.Now()
 	users, err := c.Snapshot(context.Background(), "r")
 	took := time.Since(began)
-	if err != nil || len(users) != 1 || users[0].User != "alice" {
+	if err != nil || len(users.Users) != 1 || users.Users[0].User != "alice" || users.Total != 1 {
 		t.Fatalf("snapshot after a lost request: %v %v", users, err)
 	}
 	if took < 400*time.Millisecond || took > 900*time.Millisecond {

@@ -89,7 +89,7 @@ type Backend interface {
 	// Publish sends one command, or fails at once (never buffers it).
 	Publish(cmd *protocol.Command) error
 	// Snapshot returns who is typing in room.
-	Snapshot(ctx context.Context, room string) ([]protocol.Typist, error)
+	Snapshot(ctx context.Context, room string) (protocol.Snapshot, error)
 }
 
 // Deps are the gateway-wide collaborators of every connection.
@@ -611,7 +611,7 @@ func (c *Conn) join(f protocol.ClientFrame) {
 		c.unavailable(f, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
 		return
 	}
-	frame, _ := protocol.Encode(protocol.NewJoined(f.Room, hub.SelfFilter(users, c.ident.User), f.ID))
+	frame, _ := protocol.Encode(protocol.NewJoined(f.Room, users.WithoutUser(c.ident.User), f.ID))
 	c.mu.Lock()
 	gone = c.disconnected
 	if !gone {
@@ -638,7 +638,7 @@ func (c *Conn) pushSnapshot(room string) {
 	users, err := c.deps.Backend.Snapshot(c.ctx, room)
 	var frame []byte
 	if err == nil {
-		frame, _ = protocol.Encode(protocol.NewTypingSnapshot(room, hub.SelfFilter(users, c.ident.User), ""))
+		frame, _ = protocol.Encode(protocol.NewTypingSnapshot(room, users.WithoutUser(c.ident.User), ""))
 	} else {
 		c.logAt(zapcore.DebugLevel, "snapshot after overflow failed", zap.String("room", room), zap.Error(err))
 	}
@@ -730,7 +730,7 @@ func (c *Conn) sync(f protocol.ClientFrame) {
 		c.unavailable(f, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
 		return
 	}
-	frame, _ := protocol.Encode(protocol.NewTypingSnapshot(f.Room, hub.SelfFilter(users, c.ident.User), f.ID))
+	frame, _ := protocol.Encode(protocol.NewTypingSnapshot(f.Room, users.WithoutUser(c.ident.User), f.ID))
 	if c.deps.Hub.Release(hd, frame, protocol.TypeTyping) {
 		c.pushSnapshot(f.Room)
 	}
