@@ -3,7 +3,7 @@
 // sessions into chat-sized messages, so the demo and the load generator can
 // drive typing_start / typing_stop from real human rhythm.
 //
-// The CSV format is the one of /work/shared/data/keystrokes (header row,
+// The CSV format is the one of data/README.md (header row,
 // comma-separated, one row per key press):
 //
 //	session,subject,visit,seq,key,press_ms,release_ms,press_imputed

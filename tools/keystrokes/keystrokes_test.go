@@ -126,12 +126,11 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// TestLoadFull reads the full data set, which lives in shared/ beside the
-// project (../shared/data/keystrokes from the repository root).
+// TestLoadFull reads the full data set committed in data/.
 func TestLoadFull(t *testing.T) {
-	const full = "../../../shared/data/keystrokes/neuroqwerty_controls_keystrokes.csv"
+	const full = "data/neuroqwerty_controls_keystrokes.csv"
 	if _, err := os.Stat(full); err != nil {
-		t.Fatalf("the full keystroke data set must be beside the project: %v", err)
+		t.Fatalf("the full keystroke data set is part of the repository: %v", err)
 	}
 	ss, err := Load(full)
 	if err != nil {

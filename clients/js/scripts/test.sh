@@ -3,7 +3,7 @@
 #   1. npm ci (devDependencies only: playwright-core, typescript)
 #   2. types: tsc --strict on types/usage.ts against src/ellipsis.d.ts
 #   3. unit tests (node --test, fake timers) and the keystroke replay of
-#      ../shared/data/keystrokes (events per message vs keystrokes)
+#      tools/keystrokes/data (events per message vs keystrokes)
 #   4. end-to-end tests in headless Chromium against a real stack: builds
 #      the gateway and presence-worker into a temporary folder and runs them
 #      on free loopback ports with their own Redis key / NATS subject prefix.

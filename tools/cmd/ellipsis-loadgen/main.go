@@ -43,7 +43,7 @@ import (
 
 // defaultKeystrokes is the full data set, relative to the directory above
 // the repository root (the one holding go.work).
-var defaultKeystrokes = filepath.Join("..", "shared", "data", "keystrokes", "neuroqwerty_controls_keystrokes.csv")
+var defaultKeystrokes = filepath.Join("tools", "keystrokes", "data", "neuroqwerty_controls_keystrokes.csv")
 
 func main() { os.Exit(run(os.Args[1:])) }
 
@@ -59,7 +59,7 @@ func run(args []string) int {
 		duration    = fs.Duration("duration", loadgen.DefaultDuration, "how long typing is driven (idle: how long connections stay open)")
 		settle      = fs.Duration("settle", loadgen.DefaultSettle, "keep reading at least this long after the last send (then while deliveries are missing and frames still arrive)")
 		settleMax   = fs.Duration("settle-max", loadgen.DefaultSettleMax, "keep reading at most this long after the last send")
-		ksPath      = fs.String("keystrokes", "", "replay mode: keystroke CSV (default: ../shared/data/keystrokes/neuroqwerty_controls_keystrokes.csv next to the repository, else the embedded sample)")
+		ksPath      = fs.String("keystrokes", "", "replay mode: keystroke CSV (default: tools/keystrokes/data/neuroqwerty_controls_keystrokes.csv in the repository, else the embedded sample)")
 		speed       = fs.Float64("speed", 1, "replay mode: divide recorded keystroke times by this (client timers stay real time)")
 		spread      = fs.Duration("spread", loadgen.DefaultReplaySpread, "replay mode: clients start typing within this window")
 		seed        = fs.Uint64("seed", 1, "replay mode: random seed (first message, start offset)")
@@ -229,8 +229,8 @@ func checkLoopback(raw string) error {
 	return nil
 }
 
-// loadKeystrokes reads path, or else the full data set next to the
-// repository, or else the embedded sample; it says which.
+// loadKeystrokes reads path, or else the full data set in the repository
+// (when run inside a checkout), or else the embedded sample; it says which.
 func loadKeystrokes(path string) ([]keystrokes.Session, string, error) {
 	if path != "" {
 		s, err := keystrokes.Load(path)
@@ -253,7 +253,7 @@ func loadKeystrokes(path string) ([]keystrokes.Session, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	fmt.Fprintln(os.Stderr, "ellipsis-loadgen: the full keystroke data set was not found next to the repository; replaying the embedded sample (3 sessions)")
+	fmt.Fprintln(os.Stderr, "ellipsis-loadgen: the full keystroke data set was not found (run inside a checkout, or pass -keystrokes); replaying the embedded sample (3 sessions)")
 	return s, "embedded sample", nil
 }
 

@@ -1,5 +1,5 @@
 // Real human keystroke timings (neuroQWERTY MIT-CSXPD healthy controls; see
-// shared/data/keystrokes/README.md): reading the CSV, and which keys a
+// tools/keystrokes/data/README.md): reading the CSV, and which keys a
 // browser's input event would see. Mirrors tools/keystrokes (IsText, IsSend).
 
 import { existsSync, readFileSync } from "node:fs";
@@ -11,10 +11,10 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const repoRoot = resolve(here, "..", "..", "..", "..");
 
 /**
- * Where the keystroke CSV is: $ELLIPSIS_KEYSTROKES_CSV, else the full file in
- * shared/ beside the repository (../shared/data/keystrokes/), else the
- * committed sample (tools/keystrokes/data/sample.csv). Throws naming every
- * place looked at when none exists.
+ * Where the keystroke CSV is: $ELLIPSIS_KEYSTROKES_CSV, else the full file
+ * committed in tools/keystrokes/data/, else the committed sample
+ * (tools/keystrokes/data/sample.csv). Throws naming every place looked at
+ * when none exists.
  * @returns {{path: string, full: boolean}}
  */
 export function locateCSV() {
@@ -23,12 +23,12 @@ export function locateCSV() {
     if (!existsSync(env)) throw new Error(`ELLIPSIS_KEYSTROKES_CSV=${env}: no such file`);
     return { path: env, full: !env.endsWith("sample.csv") };
   }
-  const full = join(repoRoot, "..", "shared", "data", "keystrokes", "neuroqwerty_controls_keystrokes.csv");
+  const full = join(repoRoot, "tools", "keystrokes", "data", "neuroqwerty_controls_keystrokes.csv");
   if (existsSync(full)) return { path: full, full: true };
   const sample = join(repoRoot, "tools", "keystrokes", "data", "sample.csv");
   if (existsSync(sample)) return { path: sample, full: false };
   throw new Error(
-    `keystroke data not found: looked for ${full} (the full neuroQWERTY cut, shared/ beside the repository), ` +
+    `keystroke data not found: looked for ${full} (the full neuroQWERTY cut), ` +
       `${sample} (the committed sample), and $ELLIPSIS_KEYSTROKES_CSV`,
   );
 }
