@@ -9,6 +9,9 @@ MODULES := shared deploy services/gateway services/presence-worker clients/js to
 # fail a clean run with "context deadline exceeded" at the deadline on a
 # loaded machine (golang/go#75804, fixed in Go 1.27). 50000 inputs: 1-10 s each.
 FUZZTIME ?= 50000x
+# The version stamped into binaries by `make build`: the git tag, or the
+# commit, "-dirty" when the tree has changes.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: run demo build test vet unit fuzz-smoke js bench loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
 
@@ -36,10 +39,10 @@ bench:
 	cd services/gateway && $(GO) test -run '^$$' -bench 'FanOut|Written' -benchmem ./internal/hub ./internal/metrics
 	cd services/presence-worker && $(GO) test -run '^$$' -bench . -benchmem .
 
-## build: build every binary into bin/
+## build: build every binary into bin/, stamped with VERSION (-version, ellipsis_build_info)
 build:
 	mkdir -p bin
-	$(GO) build -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen
+	$(GO) build -ldflags "-X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=$(VERSION)" -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen
 
 ## test: vet, every module's tests with -race, a short run of each fuzz target, and the JS SDK's unit, replay and Chromium tests
 test: vet unit fuzz-smoke js

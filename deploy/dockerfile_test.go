@@ -262,7 +262,7 @@ func TestDockerfiles(t *testing.T) {
 				t.Fatalf("%s: no RUN go build", p)
 			}
 			b := strings.Join(buildRun.args, " ")
-			for _, want := range []string{"-trimpath", `-ldflags="-s -w"`, "./cmd/" + svc.name} {
+			for _, want := range []string{"-trimpath", `-ldflags="-s -w -X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=${VERSION}"`, "./cmd/" + svc.name} {
 				if !strings.Contains(b, want) {
 					t.Errorf("%s:%d: go build lacks %s", p, buildRun.line, want)
 				}

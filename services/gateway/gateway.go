@@ -43,6 +43,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/origin"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
+	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
@@ -161,6 +162,9 @@ func New(opts Options) (*Server, error) {
 	}
 	met, err := metrics.New(reg)
 	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	if err := reg.Register(buildinfo.Collector(config.ServiceGateway)); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	sec, err := newSecurity(cfg, reg, log.Named("gateway"))

@@ -37,6 +37,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -155,6 +156,9 @@ func New(opts Options) (*Server, error) {
 	}
 	m, err := newMetrics(reg, private)
 	if err != nil {
+		return nil, fmt.Errorf("worker: metrics: %w", err)
+	}
+	if err := reg.Register(buildinfo.Collector(config.ServiceWorker)); err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
 	if err := checkScripts(); err != nil {

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/tools/demo"
 	"github.com/ellipsis-chat/ellipsis/tools/keystrokes"
 )
@@ -29,6 +30,9 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	if buildinfo.HandleFlag("ellipsis-demo", os.Args[1:], os.Stdout) {
+		return 0
+	}
 	fs := flag.NewFlagSet("ellipsis-demo", flag.ContinueOnError)
 	var (
 		url      = fs.String("url", demo.DefaultURL, "the gateway's WebSocket endpoint")

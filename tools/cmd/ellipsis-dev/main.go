@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/logging"
 	"github.com/ellipsis-chat/ellipsis/tools/backends"
@@ -34,6 +35,9 @@ const shutdownTimeout = 30 * time.Second
 func main() { os.Exit(run()) }
 
 func run() int {
+	if buildinfo.HandleFlag("ellipsis-dev", os.Args[1:], os.Stdout) {
+		return 0
+	}
 	cfg, err := config.Load(flag.CommandLine, os.Args[1:], os.LookupEnv, config.Dev())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ellipsis-dev: configuration:\n%v\n", err)

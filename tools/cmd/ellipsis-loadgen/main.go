@@ -35,6 +35,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/logging"
 	"github.com/ellipsis-chat/ellipsis/tools/keystrokes"
@@ -48,6 +49,9 @@ var defaultKeystrokes = filepath.Join("tools", "keystrokes", "data", "neuroqwert
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
+	if buildinfo.HandleFlag("ellipsis-loadgen", args, os.Stdout) {
+		return 0
+	}
 	fs := flag.NewFlagSet("ellipsis-loadgen", flag.ContinueOnError)
 	var (
 		urls        = fs.String("url", loadgen.DefaultURL, "gateway WebSocket endpoints, comma-separated (ignored with -stack)")

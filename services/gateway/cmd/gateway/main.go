@@ -15,11 +15,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway"
+	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/logging"
 )
 
 func main() {
+	if buildinfo.HandleFlag("gateway", os.Args[1:], os.Stdout) {
+		return
+	}
 	base := config.Default()
 	base.Service = config.ServiceGateway
 	cfg, err := config.Load(flag.CommandLine, os.Args[1:], os.LookupEnv, base)

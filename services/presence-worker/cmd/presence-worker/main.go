@@ -12,6 +12,7 @@ import (
 	"time"
 
 	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
+	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/logging"
 )
@@ -19,6 +20,9 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	if buildinfo.HandleFlag("presence-worker", os.Args[1:], os.Stdout) {
+		return 0
+	}
 	base := config.Default()
 	base.Service = config.ServiceWorker // gateway-only settings (auth, origins) are not checked
 	cfg, err := config.Load(flag.CommandLine, os.Args[1:], os.LookupEnv, base)
