@@ -13,7 +13,7 @@ FUZZTIME ?= 50000x
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run demo build test vet unit fuzz-smoke js bench loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
+.PHONY: run demo build test test-all vet tidy-check unit fuzz-smoke js bench loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -44,12 +44,20 @@ build:
 	mkdir -p bin
 	$(GO) build -ldflags "-X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=$(VERSION)" -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen
 
-## test: vet, every module's tests with -race, a short run of each fuzz target, and the JS SDK's unit, replay and Chromium tests
-test: vet unit fuzz-smoke js
+## test: vet, go.mod tidiness, every module's tests with -race, a short run of each fuzz target, and the JS SDK's
+## unit, replay and Chromium tests, against a private Redis and NATS that scripts/testenv.sh starts on spare ports
+test:
+	scripts/testenv.sh $(MAKE) --no-print-directory test-all
+
+test-all: vet tidy-check unit fuzz-smoke js
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
 	@set -e; for m in shared services/gateway services/presence-worker tools; do (cd $$m && GOWORK=off $(GO) build ./...); done; echo "== every module builds alone (GOWORK=off)"
+
+## tidy-check: every module's go.mod and go.sum are as `go mod tidy` leaves them
+tidy-check:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m: go.mod/go.sum not tidy: run (cd $$m && go mod tidy)"; exit 1; }; done; echo "== every module is tidy"
 
 unit:
 	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...); done

@@ -27,14 +27,33 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Tests run against the machine's Redis and NATS. Every test gets its own
-// key prefix and subject prefix, so tests (and other suites) never see each
-// other's traffic; nothing is ever flushed.
-const (
-	testRedisURL = "redis://127.0.0.1:6379"
-	testNATSURL  = "nats://127.0.0.1:4222"
-	frameTimeout = 3 * time.Second
+// Tests run against the Redis and NATS named by ELLIPSIS_TEST_REDIS_URL and
+// ELLIPSIS_TEST_NATS_URL (`make test` starts private ones), else the
+// machine's on 6379 and 4222. Every test gets its own key prefix and subject
+// prefix, so tests (and other suites) never see each other's traffic;
+// nothing is ever flushed.
+var (
+	testRedisURL = envOr("ELLIPSIS_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+	testNATSURL  = envOr("ELLIPSIS_TEST_NATS_URL", "nats://127.0.0.1:4222")
 )
+
+const frameTimeout = 3 * time.Second
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// testRedisOptions are go-redis options for testRedisURL.
+func testRedisOptions() *redis.Options {
+	opt, err := redis.ParseURL(testRedisURL)
+	if err != nil {
+		panic("ELLIPSIS_TEST_REDIS_URL: " + err.Error())
+	}
+	return opt
+}
 
 func randHex(n int) string {
 	b := make([]byte, n)
@@ -85,7 +104,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	e := &env{t: t, cfg: cfg, names: names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
 		cmds: make(chan protocol.Command, 1000), snap: map[string][]protocol.Typist{}}
 
-	e.rdb = redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	e.rdb = redis.NewClient(testRedisOptions())
 	t.Cleanup(func() { e.rdb.Close() })
 
 	srv, err := gateway.New(gateway.Options{Config: cfg})

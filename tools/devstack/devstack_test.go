@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -223,16 +224,25 @@ func TestStackEmbeddedBackendsRunsDemo(t *testing.T) {
 	}
 }
 
-// TestStackLocalRedisRunsDemo uses the machine's Redis on 6379 (as `make
-// run` does when one answers), under a unique key prefix.
+// TestStackLocalRedisRunsDemo uses a real Redis found as the default (as
+// `make run` does with 127.0.0.1:6379 when it answers): the test Redis
+// (ELLIPSIS_TEST_REDIS_URL, which `make test` starts), under a unique key
+// prefix.
 func TestStackLocalRedisRunsDemo(t *testing.T) {
-	opt, _ := redis.ParseURL(config.DefaultRedisURL)
+	url := os.Getenv("ELLIPSIS_TEST_REDIS_URL")
+	if url == "" {
+		url = config.DefaultRedisURL
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	pctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
-		t.Fatalf("no Redis on 127.0.0.1:6379 (.ci/run starts one): %v", err)
+		t.Fatalf("no Redis at %s (make test starts one; or set ELLIPSIS_TEST_REDIS_URL): %v", url, err)
 	}
 	cfg, prefix := testConfig(t, nil)
 	t.Cleanup(func() {
@@ -242,7 +252,7 @@ func TestStackLocalRedisRunsDemo(t *testing.T) {
 			rdb.Del(ctx, iter.Val())
 		}
 	})
-	st := start(t, devstack.Options{Config: cfg})
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: url}})
 	if b := st.Backends(); b.RedisSource != backends.FromDefault {
 		t.Fatalf("Redis %s (%s), want the local one", b.RedisURL, b.RedisSource)
 	}

@@ -7,9 +7,9 @@
 #   4. end-to-end tests in headless Chromium against a real stack: builds
 #      the gateway and presence-worker into a temporary folder and runs them
 #      on free loopback ports with their own Redis key / NATS subject prefix.
-# Needs Node >= 20, Go, Redis on 127.0.0.1:6379 and NATS on 127.0.0.1:4222
-# (.ci/run starts them; override with ELLIPSIS_TEST_REDIS_URL /
-# ELLIPSIS_TEST_NATS_URL). Installs Debian's chromium when /usr/bin/chromium
+# Needs Node >= 20, Go, and the Redis and NATS named by
+# ELLIPSIS_TEST_REDIS_URL / ELLIPSIS_TEST_NATS_URL (`make test` starts
+# private ones; else 127.0.0.1:6379 and :4222). Installs Debian's chromium when /usr/bin/chromium
 # (or $CHROMIUM) is missing. Artifacts (screenshots, service logs, replay
 # figures): clients/js/test-artifacts/.
 #

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -79,7 +80,15 @@ func newHub(t *testing.T, pending int, sharded bool) (*Hub, testRedis, names.Nam
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	n := names.New("hubt"+hex.EncodeToString(b)+":", "")
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	url := os.Getenv("ELLIPSIS_TEST_REDIS_URL") // make test starts a private Redis
+	if url == "" {
+		url = "redis://127.0.0.1:6379"
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
