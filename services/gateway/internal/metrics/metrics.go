@@ -34,6 +34,10 @@ type Metrics struct {
 	RedisChannelMoves prometheus.Counter
 	// RateLimited counts inbound frames rejected by the per-connection token bucket.
 	RateLimited prometheus.Counter
+	// AbuseCloses counts connections closed with 1008 for sustained inbound
+	// abuse: more than ELLIPSIS_INBOUND_MAX_REJECTED rate-limited frames
+	// within the session's abuse window.
+	AbuseCloses prometheus.Counter
 	// SlowConsumerCloses counts connections closed with 1013 because their
 	// outbound queue was full.
 	SlowConsumerCloses prometheus.Counter
@@ -72,6 +76,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		RedisLinks:         prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links", "Redis Pub/Sub connections: 1, or one per Cluster master with sharded Pub/Sub."))),
 		RedisChannelMoves:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_channel_moves_total", "Room channels resubscribed on another Redis Cluster master after their slot moved."))),
 		RateLimited:        prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
+		AbuseCloses:        prometheus.NewCounter(prometheus.CounterOpts(opts("abuse_closes_total", "Connections closed with 1008 for sustained inbound abuse (too many rate-limited frames within 10 s)."))),
 		SlowConsumerCloses: prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because their outbound queue was full."))),
 		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Resync rounds after a Redis or NATS reconnect."))),
 		EventsDropped:      prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
@@ -87,7 +92,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		commands:  prometheus.NewCounterVec(prometheus.CounterOpts(opts("commands_published_total", "Typing commands published on NATS by op.")), []string{"op"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisChannelMoves, m.RateLimited, m.SlowConsumerCloses,
+		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisChannelMoves, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
 		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands,
 	} {
 		if err := reg.Register(c); err != nil {
