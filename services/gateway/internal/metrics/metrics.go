@@ -4,7 +4,6 @@
 package metrics
 
 import (
-	"strconv"
 	"sync"
 	"time"
 
@@ -111,13 +110,16 @@ func cached(cache *sync.Map, vec *prometheus.CounterVec, label string) prometheu
 	return c
 }
 
-// FrameIn counts one inbound frame of type t. Callers pass only known frame
-// types (or "invalid"), so the label set stays bounded.
-func (m *Metrics) FrameIn(t string) { cached(&m.framesInCache, m.framesIn, t).Inc() }
+// FrameIn counts one inbound frame of type t: a client frame type,
+// [FrameInvalid] or [FrameBinary]; anything else counts as [LabelOther].
+func (m *Metrics) FrameIn(t string) {
+	cached(&m.framesInCache, m.framesIn, bounded(frameInTypes, t)).Inc()
+}
 
-// FrameOut counts n outbound frames of type t (a server frame type).
+// FrameOut counts n outbound frames of type t (a server frame type; anything
+// else counts as [LabelOther]).
 func (m *Metrics) FrameOut(t string, n int) {
-	cached(&m.framesOutCache, m.framesOut, t).Add(float64(n))
+	cached(&m.framesOutCache, m.framesOut, bounded(frameOutTypes, t)).Add(float64(n))
 }
 
 // Written records that frame was written to a client socket: when it is a
@@ -160,11 +162,14 @@ func trailingTsMs(frame []byte) (int64, bool) {
 	return ts, true
 }
 
-// Error counts one error frame of code.
-func (m *Metrics) Error(code string) { m.errors.WithLabelValues(code).Inc() }
+// Error counts one error frame of code (a protocol error code; anything
+// else counts as [LabelOther]).
+func (m *Metrics) Error(code string) { m.errors.WithLabelValues(bounded(errorCodes, code)).Inc() }
 
-// Close counts one closed connection with its close code.
-func (m *Metrics) Close(code int) { m.closes.WithLabelValues(strconv.Itoa(code)).Inc() }
+// Close counts one closed connection with its close code, which may be the
+// client's own: see [CloseLabel].
+func (m *Metrics) Close(code int) { m.closes.WithLabelValues(CloseLabel(code)).Inc() }
 
-// Command counts one published command of op.
-func (m *Metrics) Command(op string) { m.commands.WithLabelValues(op).Inc() }
+// Command counts one published command of op (a command op; anything else
+// counts as [LabelOther]).
+func (m *Metrics) Command(op string) { m.commands.WithLabelValues(bounded(commandOps, op)).Inc() }

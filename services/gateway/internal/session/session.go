@@ -485,18 +485,18 @@ func (c *Conn) handle(mt int, data []byte) {
 		return
 	}
 	if mt != websocket.TextMessage {
-		c.met.FrameIn("binary")
+		c.met.FrameIn(metrics.FrameBinary)
 		c.Close(CloseUnsupported, "binary frames are not supported; send JSON text frames")
 		return
 	}
 	if !utf8.Valid(data) {
-		c.met.FrameIn("invalid")
+		c.met.FrameIn(metrics.FrameInvalid)
 		c.Close(CloseInvalidData, "invalid UTF-8 in text frame")
 		return
 	}
 	f, err := protocol.DecodeClientFrame(data)
 	if err != nil {
-		c.met.FrameIn("invalid")
+		c.met.FrameIn(metrics.FrameInvalid)
 		var fe *protocol.FrameError
 		if errors.As(err, &fe) {
 			c.sendError(fe.Code, fe.Message, fe.Room, fe.ID)
