@@ -174,7 +174,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		SnapshotTimeout:   s.cfg.SnapshotTimeout,
 		PongWait:          s.cfg.PongWait,
 		WriteWait:         s.cfg.WriteWait,
-		MaxRejectedInARow: s.cfg.InboundMaxRejected,
+		MaxRejectedWindow: s.cfg.InboundMaxRejected,
 	}, session.Deps{
 		Hub:        s.hub,
 		Backend:    s.pres,

@@ -117,7 +117,7 @@ func (s *Server) dispatch(cmd protocol.Command) {
 	select {
 	case s.shards[h%uint32(len(s.shards))] <- cmd:
 	case <-s.quit:
-		s.m.commands.WithLabelValues(cmd.Op, OutcomeError).Inc()
+		s.m.commands.WithLabelValues(opLabel(cmd.Op), OutcomeError).Inc()
 	}
 }
 
@@ -159,6 +159,6 @@ func (s *Server) applyBatch(ctx context.Context, cmds []protocol.Command) {
 				zap.String("op", cmd.Op), zap.String("room", cmd.Room), zap.Int("rooms", len(cmd.Rooms)),
 				zap.String("user_id", cmd.User), zap.String("conn_id", cmd.Conn), zap.Error(err))
 		}
-		s.m.commands.WithLabelValues(cmd.Op, outcome).Inc()
+		s.m.commands.WithLabelValues(opLabel(cmd.Op), outcome).Inc()
 	}
 }

@@ -2,9 +2,12 @@ package worker
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // Command outcomes, the "outcome" label of ellipsis_worker_commands_total.
@@ -41,7 +44,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	m := &metrics{
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "commands_total",
-			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown) and outcome (started, refreshed, throttled, stopped, noop, stale, invalid, error).",
+			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown; other) and outcome (started, refreshed, throttled, stopped, noop, stale, invalid, error).",
 		}, []string{"op", "outcome"}),
 		scriptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "script_duration_seconds",
@@ -67,7 +70,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 		}, []string{"kind"}),
 		invalidPayloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "invalid_payloads_total",
-			Help: "NATS payloads dropped by validation, by the first bad field (json, v, op, room, rooms, user, name, conn).",
+			Help: "NATS payloads dropped by validation, by the first bad field (json, v, op, room, rooms, user, name, conn, seq, ts_ms; other).",
 		}, []string{"field"}),
 		eventsPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "events_published_total",
@@ -75,7 +78,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 		}, []string{"type"}),
 		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "snapshots_total",
-			Help: "Snapshot requests answered, by outcome (ok, bad_request, unavailable, internal).",
+			Help: "Snapshot requests answered, by outcome (ok, bad_request, unavailable, internal; other).",
 		}, []string{"outcome"}),
 	}
 	var err error
@@ -112,3 +115,43 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	}
 	return m, nil
 }
+
+// Label values that come from a NATS payload (any service on the subjects
+// can publish one) are mapped to fixed sets, so no publisher can create new
+// time series: a value outside its set counts as labelOther (Prometheus
+// keeps every series for the life of the process). cmd.Op is checked by
+// protocol.DecodeCommand already; the mapping also guards callers that
+// pass an undecoded command.
+const labelOther = "other"
+
+var (
+	opLabels = map[string]bool{protocol.OpStart: true, protocol.OpStop: true, protocol.OpLeave: true,
+		protocol.OpDisconnect: true, "unknown": true}
+	fieldLabels = map[string]bool{"json": true, "v": true, "op": true, "room": true, "rooms": true,
+		"user": true, "name": true, "conn": true, "seq": true, "ts_ms": true}
+	snapshotLabels = map[string]bool{"ok": true, protocol.CodeBadRequest: true,
+		protocol.CodeUnavailable: true, protocol.CodeInternal: true}
+)
+
+// boundedLabel returns v when set holds it, labelOther otherwise.
+func boundedLabel(set map[string]bool, v string) string {
+	if set[v] {
+		return v
+	}
+	return labelOther
+}
+
+// opLabel is the op label of commands_total.
+func opLabel(op string) string { return boundedLabel(opLabels, op) }
+
+// fieldLabel is the field label of invalid_payloads_total: the first bad
+// field of a command, an index cut off (rooms[17] -> rooms).
+func fieldLabel(field string) string {
+	if i := strings.IndexByte(field, '['); i >= 0 {
+		field = field[:i]
+	}
+	return boundedLabel(fieldLabels, field)
+}
+
+// snapshotLabel is the outcome label of snapshots_total.
+func snapshotLabel(outcome string) string { return boundedLabel(snapshotLabels, outcome) }

@@ -153,10 +153,7 @@ func (s *Server) dropInvalid(msg *nats.Msg, err error) {
 	field := "json"
 	var fe *protocol.FieldError
 	if errors.As(err, &fe) {
-		field = fe.Field
-		if i := strings.IndexByte(field, '['); i >= 0 {
-			field = field[:i] // rooms[17] -> rooms: bounded label values
-		}
+		field = fieldLabel(fe.Field) // rooms[17] -> rooms; a fixed set
 	}
 	s.m.invalidPayloads.WithLabelValues(field).Inc()
 	s.m.commands.WithLabelValues("unknown", OutcomeInvalid).Inc()
@@ -196,7 +193,7 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 	if reply.Error != nil {
 		outcome = reply.Error.Code
 	}
-	s.m.snapshots.WithLabelValues(outcome).Inc()
+	s.m.snapshots.WithLabelValues(snapshotLabel(outcome)).Inc()
 	if msg.Reply == "" {
 		return // a publish, not a request: nobody to answer
 	}

@@ -185,9 +185,12 @@ type Config struct {
 	// OutboundQueue is the per-connection outbound queue, in frames; a full
 	// queue closes the connection with 1013. ELLIPSIS_OUTBOUND_QUEUE, 256.
 	OutboundQueue int
-	// InboundMaxRejected is how many rate-limited frames in a row close the
-	// connection with 1008 (sustained abuse). ELLIPSIS_INBOUND_MAX_REJECTED,
-	// default 50.
+	// InboundMaxRejected is how many rate-limited frames a connection may
+	// have within 10 s (the current second and the 10 whole seconds before
+	// it); one more closes it with 1008 (sustained abuse, RFC 6455 7.4.1).
+	// With the default bucket a client at 25 frames/s is closed after about
+	// 18 s, at 100/s after about 1 s, at 19/s never.
+	// ELLIPSIS_INBOUND_MAX_REJECTED, 1..100000, default 50.
 	InboundMaxRejected int
 	// MaxConns caps open WebSocket connections per gateway; beyond it the
 	// handshake gets HTTP 503. ELLIPSIS_MAX_CONNS, default 10000.
@@ -386,7 +389,7 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_INBOUND_RATE", "inbound frames per second per connection", func() (func(string) error, func() string) { return float(&c.InboundRate) })
 	add("ELLIPSIS_INBOUND_BURST", "inbound frame burst per connection", func() (func(string) error, func() string) { return integer(&c.InboundBurst) })
 	add("ELLIPSIS_OUTBOUND_QUEUE", "outbound queue per connection, frames", func() (func(string) error, func() string) { return integer(&c.OutboundQueue) })
-	add("ELLIPSIS_INBOUND_MAX_REJECTED", "rate-limited frames in a row that close a connection (1008)", func() (func(string) error, func() string) { return integer(&c.InboundMaxRejected) })
+	add("ELLIPSIS_INBOUND_MAX_REJECTED", "rate-limited frames tolerated within 10s; one more closes the connection (1008)", func() (func(string) error, func() string) { return integer(&c.InboundMaxRejected) })
 	add("ELLIPSIS_MAX_CONNS", "gateway: open connections (beyond: HTTP 503)", func() (func(string) error, func() string) { return integer(&c.MaxConns) })
 	add("ELLIPSIS_MAX_CONNS_PER_USER", "gateway: open connections per user (beyond: HTTP 429)", func() (func(string) error, func() string) { return integer(&c.MaxConnsPerUser) })
 	add("ELLIPSIS_PONG_WAIT", "gateway: silence before a connection is dropped (pings at 9/10)", func() (func(string) error, func() string) { return dur(&c.PongWait) })

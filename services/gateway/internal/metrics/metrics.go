@@ -4,7 +4,6 @@
 package metrics
 
 import (
-	"strconv"
 	"sync"
 	"time"
 
@@ -34,6 +33,10 @@ type Metrics struct {
 	RedisChannelMoves prometheus.Counter
 	// RateLimited counts inbound frames rejected by the per-connection token bucket.
 	RateLimited prometheus.Counter
+	// AbuseCloses counts connections closed with 1008 for sustained inbound
+	// abuse: more than ELLIPSIS_INBOUND_MAX_REJECTED rate-limited frames
+	// within the session's abuse window.
+	AbuseCloses prometheus.Counter
 	// SlowConsumerCloses counts connections closed with 1013 because their
 	// outbound queue was full.
 	SlowConsumerCloses prometheus.Counter
@@ -72,6 +75,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		RedisLinks:         prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links", "Redis Pub/Sub connections: 1, or one per Cluster master with sharded Pub/Sub."))),
 		RedisChannelMoves:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_channel_moves_total", "Room channels resubscribed on another Redis Cluster master after their slot moved."))),
 		RateLimited:        prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
+		AbuseCloses:        prometheus.NewCounter(prometheus.CounterOpts(opts("abuse_closes_total", "Connections closed with 1008 for sustained inbound abuse (too many rate-limited frames within 10 s)."))),
 		SlowConsumerCloses: prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because their outbound queue was full."))),
 		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Resync rounds after a Redis or NATS reconnect."))),
 		EventsDropped:      prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
@@ -87,7 +91,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		commands:  prometheus.NewCounterVec(prometheus.CounterOpts(opts("commands_published_total", "Typing commands published on NATS by op.")), []string{"op"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisChannelMoves, m.RateLimited, m.SlowConsumerCloses,
+		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisChannelMoves, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
 		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -106,13 +110,16 @@ func cached(cache *sync.Map, vec *prometheus.CounterVec, label string) prometheu
 	return c
 }
 
-// FrameIn counts one inbound frame of type t. Callers pass only known frame
-// types (or "invalid"), so the label set stays bounded.
-func (m *Metrics) FrameIn(t string) { cached(&m.framesInCache, m.framesIn, t).Inc() }
+// FrameIn counts one inbound frame of type t: a client frame type,
+// [FrameInvalid] or [FrameBinary]; anything else counts as [LabelOther].
+func (m *Metrics) FrameIn(t string) {
+	cached(&m.framesInCache, m.framesIn, bounded(frameInTypes, t)).Inc()
+}
 
-// FrameOut counts n outbound frames of type t (a server frame type).
+// FrameOut counts n outbound frames of type t (a server frame type; anything
+// else counts as [LabelOther]).
 func (m *Metrics) FrameOut(t string, n int) {
-	cached(&m.framesOutCache, m.framesOut, t).Add(float64(n))
+	cached(&m.framesOutCache, m.framesOut, bounded(frameOutTypes, t)).Add(float64(n))
 }
 
 // Written records that frame was written to a client socket: when it is a
@@ -155,11 +162,14 @@ func trailingTsMs(frame []byte) (int64, bool) {
 	return ts, true
 }
 
-// Error counts one error frame of code.
-func (m *Metrics) Error(code string) { m.errors.WithLabelValues(code).Inc() }
+// Error counts one error frame of code (a protocol error code; anything
+// else counts as [LabelOther]).
+func (m *Metrics) Error(code string) { m.errors.WithLabelValues(bounded(errorCodes, code)).Inc() }
 
-// Close counts one closed connection with its close code.
-func (m *Metrics) Close(code int) { m.closes.WithLabelValues(strconv.Itoa(code)).Inc() }
+// Close counts one closed connection with its close code, which may be the
+// client's own: see [CloseLabel].
+func (m *Metrics) Close(code int) { m.closes.WithLabelValues(CloseLabel(code)).Inc() }
 
-// Command counts one published command of op.
-func (m *Metrics) Command(op string) { m.commands.WithLabelValues(op).Inc() }
+// Command counts one published command of op (a command op; anything else
+// counts as [LabelOther]).
+func (m *Metrics) Command(op string) { m.commands.WithLabelValues(bounded(commandOps, op)).Inc() }

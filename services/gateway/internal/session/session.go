@@ -57,9 +57,10 @@ const (
 	DefaultPongWait = 60 * time.Second
 	// DefaultWriteWait bounds every write.
 	DefaultWriteWait = 10 * time.Second
-	// DefaultMaxRejectedInARow is how many rate-limited frames in a row
-	// close the connection with 1008 (sustained abuse).
-	DefaultMaxRejectedInARow = 50
+	// DefaultMaxRejected is how many rate-limited frames within the abuse
+	// window (inbound.go) are tolerated; one more closes the connection
+	// with 1008 (sustained abuse).
+	DefaultMaxRejected = 50
 	// closeGrace is how long the writer waits for the peer's close reply
 	// after sending a close frame before dropping the TCP connection, and
 	// bounds every write once a close was requested (the queued frames and
@@ -69,7 +70,9 @@ const (
 )
 
 // Config holds the per-connection limits; zero values take the defaults
-// above (config.Config's are validated upstream).
+// above (config.Config's are validated upstream). MaxRejectedWindow is how
+// many rate-limited frames are tolerated within the abuse window
+// (inbound.go); one more closes the connection with 1008.
 type Config struct {
 	MaxFrameBytes     int           // read limit; over it: close 1009
 	MaxRooms          int           // joined rooms; over it: room_limit
@@ -79,7 +82,7 @@ type Config struct {
 	SnapshotTimeout   time.Duration // authorisation and snapshot requests
 	PongWait          time.Duration
 	WriteWait         time.Duration
-	MaxRejectedInARow int
+	MaxRejectedWindow int
 }
 
 // Backend is the presence workers' side, over NATS.
@@ -134,8 +137,7 @@ type Conn struct {
 	ctx         context.Context // cancelled on close: aborts requests in flight
 	cancel      context.CancelFunc
 
-	limiter  *rate.Limiter
-	rejected int // rate-limited frames in a row; reader only
+	inbound inboundGuard // inbound token bucket and abuse count; reader only
 
 	mu           sync.Mutex
 	rooms        map[string]struct{} // joined rooms (joined frame queued)
@@ -154,8 +156,8 @@ func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps De
 	if cfg.WriteWait <= 0 {
 		cfg.WriteWait = DefaultWriteWait
 	}
-	if cfg.MaxRejectedInARow <= 0 {
-		cfg.MaxRejectedInARow = DefaultMaxRejectedInARow
+	if cfg.MaxRejectedWindow <= 0 {
+		cfg.MaxRejectedWindow = DefaultMaxRejected
 	}
 	if cfg.OutboundQueue <= 0 {
 		cfg.OutboundQueue = 256
@@ -174,7 +176,7 @@ func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps De
 		writerDone: make(chan struct{}),
 		ctx:        ctx,
 		cancel:     cancel,
-		limiter:    rate.NewLimiter(rate.Limit(cfg.InboundRate), cfg.InboundBurst),
+		inbound:    newInboundGuard(time.Now(), cfg.InboundRate, cfg.InboundBurst, cfg.MaxRejectedWindow),
 		rooms:      map[string]struct{}{},
 	}
 }
@@ -476,31 +478,25 @@ func (c *Conn) readLoop() {
 	}
 }
 
-// handle serves one client message.
+// handle serves one client message. The inbound limit comes first: a
+// rejected frame costs no UTF-8 check and no decoding.
 func (c *Conn) handle(mt int, data []byte) {
+	if !c.allowInbound() {
+		return
+	}
 	if mt != websocket.TextMessage {
-		c.met.FrameIn("binary")
+		c.met.FrameIn(metrics.FrameBinary)
 		c.Close(CloseUnsupported, "binary frames are not supported; send JSON text frames")
 		return
 	}
 	if !utf8.Valid(data) {
-		c.met.FrameIn("invalid")
+		c.met.FrameIn(metrics.FrameInvalid)
 		c.Close(CloseInvalidData, "invalid UTF-8 in text frame")
 		return
 	}
 	f, err := protocol.DecodeClientFrame(data)
 	if err != nil {
-		c.met.FrameIn("invalid")
-	} else {
-		c.met.FrameIn(f.Type)
-	}
-	if !c.allowInbound() {
-		if !c.closing() {
-			c.sendError(protocol.CodeRateLimited, fmt.Sprintf("too many frames: at most %g per second, burst %d", c.cfg.InboundRate, c.cfg.InboundBurst), f.Room, f.ID)
-		}
-		return
-	}
-	if err != nil {
+		c.met.FrameIn(metrics.FrameInvalid)
 		var fe *protocol.FrameError
 		if errors.As(err, &fe) {
 			c.sendError(fe.Code, fe.Message, fe.Room, fe.ID)
@@ -509,6 +505,7 @@ func (c *Conn) handle(mt int, data []byte) {
 		}
 		return
 	}
+	c.met.FrameIn(f.Type)
 	switch f.Type {
 	case protocol.TypePing:
 		c.reply(protocol.TypePong, protocol.NewPong(f.ID))
@@ -523,19 +520,27 @@ func (c *Conn) handle(mt int, data []byte) {
 	}
 }
 
-// allowInbound takes a token of the inbound bucket for one client frame.
-// Without one, the frame is counted as rate limited, and more than
-// MaxRejectedInARow such frames in a row close the connection with 1008
-// (sustained abuse). Reader only.
+// allowInbound takes a token of the inbound bucket for one client frame
+// or WebSocket ping (inbound.go). Without one the frame is dropped and
+// counted (rate_limited_total); the client gets one rate_limited error
+// frame (no room, no id: the frame is not decoded) at most once per
+// NoticeInterval, and more than MaxRejectedWindow rejections within the abuse
+// window close the connection with 1008. Reader only.
 func (c *Conn) allowInbound() bool {
-	if c.limiter.Allow() {
-		c.rejected = 0
+	v := c.inbound.admit(time.Now())
+	if v == admitted {
 		return true
 	}
 	c.met.RateLimited.Inc()
-	c.rejected++
-	if c.rejected > c.cfg.MaxRejectedInARow {
-		c.Close(ClosePolicy, "inbound rate limit exceeded repeatedly")
+	switch v {
+	case rejectedAbuse:
+		if c.closeWith(ClosePolicy, ClosePolicy, fmt.Sprintf("inbound rate limit: more than %d frames rejected within %s", c.cfg.MaxRejectedWindow, AbuseWindow)) {
+			c.met.AbuseCloses.Inc()
+		}
+	case rejectedNotice:
+		c.sendError(protocol.CodeRateLimited, fmt.Sprintf(
+			"too many frames: at most %g per second, burst %d; frames over it are dropped, reported at most once per second, and more than %d within %s close the connection (1008)",
+			c.cfg.InboundRate, c.cfg.InboundBurst, c.cfg.MaxRejectedWindow, AbuseWindow), "", "")
 	}
 	return false
 }

@@ -1,0 +1,129 @@
+package metrics
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Issue 12 item 9: whatever a client sends, the labelled metrics keep a
+// fixed set of series.
+func TestLabelsAreBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every value the gateway uses itself keeps its own label.
+	for _, v := range []string{"join", "leave", "typing_start", "typing_stop", "sync", "ping", FrameInvalid, FrameBinary} {
+		m.FrameIn(v)
+	}
+	for _, v := range []string{"joined", "left", "typing_start", "typing_stop", "typing", "pong", "error"} {
+		m.FrameOut(v, 1)
+	}
+	for _, v := range []string{"bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal"} {
+		m.Error(v)
+	}
+	for _, v := range []string{"start", "stop", "leave", "disconnect"} {
+		m.Command(v)
+	}
+	for c := 1000; c <= 1015; c++ {
+		m.Close(c)
+	}
+	// Then a hostile peer: 10000 distinct values for each.
+	for i := range 10000 {
+		s := "x" + strconv.Itoa(i)
+		m.FrameIn(s)
+		m.FrameOut(s, 1)
+		m.Error(s)
+		m.Command(s)
+		m.Close(3000 + i%2000)
+		m.Close(-i)
+		m.Close(1016 + i)
+	}
+
+	want := map[string]map[string]bool{
+		"ellipsis_gateway_frames_in_total":          set("join", "leave", "typing_start", "typing_stop", "sync", "ping", "invalid", "binary", "other"),
+		"ellipsis_gateway_frames_out_total":         set("joined", "left", "typing_start", "typing_stop", "typing", "pong", "error", "other"),
+		"ellipsis_gateway_errors_total":             set("bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "other"),
+		"ellipsis_gateway_commands_published_total": set("start", "stop", "leave", "disconnect", "other"),
+		"ellipsis_gateway_closes_total":             set("1000", "1001", "1002", "1003", "1005", "1006", "1007", "1008", "1009", "1010", "1011", "1012", "1013", "1014", "1015", "other"),
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]map[string]bool{}
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			if len(mt.GetLabel()) == 0 {
+				continue
+			}
+			if len(mt.GetLabel()) != 1 {
+				t.Errorf("%s: %d labels, want 1", f.GetName(), len(mt.GetLabel()))
+				continue
+			}
+			allowed, ok := want[f.GetName()]
+			if !ok {
+				t.Errorf("%s: a labelled metric the test does not know; add its fixed label set here", f.GetName())
+				continue
+			}
+			v := mt.GetLabel()[0].GetValue()
+			if !allowed[v] {
+				t.Errorf("%s: label value %q outside its fixed set", f.GetName(), v)
+			}
+			if seen[f.GetName()] == nil {
+				seen[f.GetName()] = map[string]bool{}
+			}
+			seen[f.GetName()][v] = true
+		}
+	}
+	for name, allowed := range want {
+		if len(seen[name]) != len(allowed) {
+			t.Errorf("%s: series %v, want exactly %v", name, seen[name], allowed)
+		}
+	}
+	if got := CloseLabel(1004); got != LabelOther {
+		t.Errorf("CloseLabel(1004) = %q, want other (reserved)", got)
+	}
+}
+
+// The security and NATS metrics take only the gateway's own constants.
+func TestSecurityAndNATSLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, err := NewSecurity(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := NewNATS(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{RejectShutdown, RejectOrigin, RejectUnauthorized, RejectBadIdentity, RejectMaxConns, RejectMaxConnsPerUser} {
+		s.HandshakeRejected(r)
+	}
+	for _, r := range []string{AuthzAllow, AuthzDeny, AuthzNoAnswer, AuthzError} {
+		s.Authz(r)
+	}
+	n.Error(NATSAsync)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, f := range families {
+		total += len(f.GetMetric())
+	}
+	if total != 6+4+3 {
+		t.Fatalf("%d series, want 13", total)
+	}
+}
+
+func set(vs ...string) map[string]bool {
+	m := map[string]bool{}
+	for _, v := range vs {
+		m[v] = true
+	}
+	return m
+}

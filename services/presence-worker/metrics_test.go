@@ -1,0 +1,52 @@
+package worker
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// Issue 12 item 9: labels taken from NATS payloads stay in fixed sets,
+// whatever a publisher sends.
+func TestLabelsAreBounded(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{protocol.OpStart, protocol.OpStop, protocol.OpLeave, protocol.OpDisconnect, "unknown"} {
+		if got := opLabel(op); got != op {
+			t.Errorf("opLabel(%q) = %q", op, got)
+		}
+	}
+	for _, f := range []string{"json", "v", "op", "room", "rooms", "user", "name", "conn", "seq", "ts_ms"} {
+		if got := fieldLabel(f); got != f {
+			t.Errorf("fieldLabel(%q) = %q", f, got)
+		}
+	}
+	if got := fieldLabel("rooms[17]"); got != "rooms" {
+		t.Errorf("fieldLabel(rooms[17]) = %q", got)
+	}
+	for _, o := range []string{"ok", protocol.CodeBadRequest, protocol.CodeUnavailable, protocol.CodeInternal} {
+		if got := snapshotLabel(o); got != o {
+			t.Errorf("snapshotLabel(%q) = %q", o, got)
+		}
+	}
+	for i := range 1000 {
+		s := "x" + strconv.Itoa(i)
+		m.commands.WithLabelValues(opLabel(s), OutcomeInvalid).Inc()
+		m.invalidPayloads.WithLabelValues(fieldLabel(s)).Inc()
+		m.invalidPayloads.WithLabelValues(fieldLabel(s + "[1]")).Inc()
+		m.snapshots.WithLabelValues(snapshotLabel(s)).Inc()
+	}
+	for name, vec := range map[string]*prometheus.CounterVec{"commands": m.commands, "invalid_payloads": m.invalidPayloads, "snapshots": m.snapshots} {
+		ch := make(chan prometheus.Metric, 2000)
+		vec.Collect(ch)
+		close(ch)
+		if n := len(ch); n != 1 {
+			t.Errorf("%s: %d series after 1000 hostile values, want 1 (other)", name, n)
+		}
+	}
+}
