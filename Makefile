@@ -13,7 +13,7 @@ FUZZTIME ?= 50000x
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run demo build test test-all vet tidy-check unit fuzz-smoke js bench loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
+.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js bench loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -67,6 +67,11 @@ fuzz-smoke:
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./protocol; done; \
 	  for t in FuzzEnc FuzzNames; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./names; done
+
+## readme-images: copy the two-tabs screenshot that the Chromium test made (make js) into docs/img for the README
+readme-images:
+	@test -f clients/js/test-artifacts/two-tabs.png || { echo "no clients/js/test-artifacts/two-tabs.png: run make js (or make test) first"; exit 1; }
+	cp clients/js/test-artifacts/two-tabs.png docs/img/two-tabs.png
 
 ## js: the browser SDK's tests (node --test, keystroke replay, headless Chromium end to end; installs Chromium when missing)
 js:

@@ -107,6 +107,57 @@ async function screenshot(user, file) {
   return path;
 }
 
+/**
+ * Screenshots the users' tabs and lays them side by side, each under a
+ * caption, in one PNG (the README's picture of the product working,
+ * docs/img/two-tabs.png; `make readme-images` copies it there).
+ */
+async function sideBySide(users, file) {
+  const shots = await Promise.all(users.map(async (u) => ({ caption: u.caption, png: (await u.page.screenshot()).toString("base64") })));
+  const context = await browser.newContext({ viewport: { width: 1480, height: 600 } });
+  try {
+    const page = await context.newPage();
+    const cells = shots
+      .map((s) => `<figure><figcaption>${s.caption}</figcaption><img src="data:image/png;base64,${s.png}"></figure>`)
+      .join("");
+    await page.setContent(
+      `<!doctype html><style>body{margin:0;padding:12px;display:flex;gap:16px;background:#e8eaed;font:600 15px system-ui,sans-serif}` +
+        `figure{margin:0}figcaption{padding:4px 2px 8px;color:#3c4043}img{display:block;border:1px solid #9aa0a6;border-radius:6px}</style>${cells}`,
+    );
+    const path = join(artifacts, file);
+    await page.screenshot({ path, fullPage: true });
+    return path;
+  } finally {
+    await context.close();
+  }
+}
+
+test("README picture: Alice types in one tab, Bob's tab shows it (two-tabs.png)", { timeout: 90_000 }, async (t) => {
+  const r = room();
+  const [bob, alice] = await Promise.all([openUser("bob", "Bob", r), openUser("alice", "Alice", r)]);
+  try {
+    // Alice keeps typing while the pictures are taken, so her indicator
+    // stays up however slow the screenshots are on a loaded machine.
+    const typing = typeSlowly(alice.page, "Hello Bob, how was the trip?", 250);
+    await lineBecomes(bob.page, "Alice is typing…", 5000);
+    await new Promise((res) => setTimeout(res, 1500));
+    const both = await sideBySide(
+      [
+        { caption: "Alice's tab: she types", page: alice.page },
+        { caption: "Bob's tab: he sees it", page: bob.page },
+      ],
+      "two-tabs.png",
+    );
+    t.diagnostic(`two tabs side by side: ${both}`);
+    assert.equal(await bob.page.locator("#typing").getAttribute("data-text"), "Alice is typing…", "the indicator went away while the picture was taken");
+    await typing;
+    assert.deepEqual([...alice.errors, ...bob.errors], []);
+  } finally {
+    await alice.close();
+    await bob.close();
+  }
+});
+
 test("Alice types → Bob's page shows \"Alice is typing…\" within 1 s; it disappears after the idle stop", { timeout: 30_000 }, async (t) => {
   const r = room();
   const [bob, alice] = await Promise.all([openUser("bob", "Bob", r), openUser("alice", "Alice", r)]);
@@ -123,6 +174,7 @@ test("Alice types → Bob's page shows \"Alice is typing…\" within 1 s; it dis
     assert.match(await line.innerText(), /^Alice is typing\.\.\.$/);
     const shot = await screenshot(bob, "e2e-bob-sees-alice-typing.png");
     t.diagnostic(`screenshot: ${shot}`);
+
     // Alice never sees herself.
     assert.equal(await alice.page.locator("#typing").getAttribute("data-text"), "");
 
