@@ -159,7 +159,7 @@ func TestEnvIsSettingsTheServicesRead(t *testing.T) {
 	for _, name := range config.EnvNames() {
 		settings[name] = true
 	}
-	if len(settings) < 20 || !settings["ELLIPSIS_NATS_URL"] || !settings["ELLIPSIS_SHUTDOWN_DRAIN"] {
+	if len(settings) < 20 || !settings["ELLIPSIS_NATS_URL"] || !settings["ELLIPSIS_SHUTDOWN_DRAIN"] || !settings["ELLIPSIS_LAME_DUCK"] {
 		t.Fatalf("config.EnvNames() looks wrong: %v", config.EnvNames())
 	}
 	forEachOverlay(t, func(t *testing.T, r *rendered) {
@@ -400,9 +400,12 @@ func parseGoMemLimit(s string) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
-// A gateway pod must outlive its preStop delay plus the drain window over
-// which it closes its clients, with room for clearing typing state and
-// draining NATS; nothing may need a shell (the images have none).
+// A gateway pod must outlive its preStop delay plus its lame duck (after
+// SIGTERM: /readyz 503, connections still served) plus the drain window
+// over which it closes its clients, with room for clearing typing state and
+// draining NATS; its lame duck must be on (a balancer polling /readyz must
+// see it fail before clients are closed); nothing may need a shell (the
+// images have none).
 func TestShutdownFitsTheGracePeriod(t *testing.T) {
 	const margin = 10 * time.Second // state clearing, NATS drain, exit
 	forEachOverlay(t, func(t *testing.T, r *rendered) {
@@ -434,10 +437,13 @@ func TestShutdownFitsTheGracePeriod(t *testing.T) {
 				if preStop < 3*time.Second {
 					t.Errorf("%s: preStop sleep %s; endpoints and load balancers need a few seconds to drop the pod before it stops accepting", where, preStop)
 				}
-				need += ec.cfg.ShutdownDrain
+				if ec.cfg.LameDuck < time.Second {
+					t.Errorf("%s: ELLIPSIS_LAME_DUCK %s; load balancers polling /readyz need at least a second to see the 503 before clients are closed", where, ec.cfg.LameDuck)
+				}
+				need += ec.cfg.LameDuck + ec.cfg.ShutdownDrain
 			}
 			if grace < need {
-				t.Errorf("%s: terminationGracePeriodSeconds %s < preStop %s + drain %s + %s margin", where, grace, preStop, ec.cfg.ShutdownDrain, margin)
+				t.Errorf("%s: terminationGracePeriodSeconds %s < preStop %s + lame duck %s + drain %s + %s margin", where, grace, preStop, ec.cfg.LameDuck, ec.cfg.ShutdownDrain, margin)
 			}
 		}
 	})

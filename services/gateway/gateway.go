@@ -107,7 +107,9 @@ type Server struct {
 	connLog   *zap.Logger     // "conn", shared by connections
 	connSeq   atomic.Uint64
 
-	shuttingDown atomic.Bool // readiness 503, no new connections
+	// shuttingDown is the lame-duck flag, set first by Shutdown: /readyz
+	// answers 503 at once and new upgrades are refused (503).
+	shuttingDown atomic.Bool
 
 	mu      sync.Mutex
 	state   int
@@ -367,14 +369,18 @@ func (s *Server) unregister(c *session.Conn) {
 // Shutdown stops the gateway gracefully (PROTOCOL.md, "Outages and
 // shutdown"), in this order:
 //
-//  1. /readyz turns 503 and new WebSocket upgrades are refused (503);
-//     the public listener stops accepting and in-flight HTTP requests end;
-//  2. every connection publishes its disconnect command at once, so
-//     receivers see typing_stop(disconnected) within a second;
+//  1. lame duck: at once, /readyz answers 503 and new WebSocket upgrades
+//     are refused (503 with a JSON error), while the open connections are
+//     served as before for cfg.LameDuck (at most half the time left
+//     before ctx's deadline), so load balancers polling /readyz stop
+//     sending clients before any is closed;
+//  2. the public listener stops accepting and in-flight HTTP requests end;
 //  3. connections are closed with 1001 spread over cfg.ShutdownDrain (at
-//     most half the time left before ctx's deadline), so clients do not all
-//     reconnect elsewhere at the same instant; when ctx ends the rest are
-//     closed at once;
+//     most half the time left before ctx's deadline), so their clients do
+//     not all reconnect elsewhere in the same instant; each publishes its
+//     disconnect command right before its close frame, so receivers see
+//     its typing_stop(disconnected) within a second of the close. When ctx
+//     ends the rest are closed at once;
 //  4. the hub's Redis subscription, NATS (drained) and Redis are closed, and
 //     finally the admin listener.
 //
@@ -390,48 +396,45 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	prev := s.state
 	s.state = stateStopped
-	s.shuttingDown.Store(true)
+	s.shuttingDown.Store(true) // under mu: register admits nothing after this
+	open := len(s.conns)
+	s.mu.Unlock()
+	if prev != stateStarted {
+		return nil
+	}
+	lameDuck := s.cfg.LameDuck
+	if dl, ok := ctx.Deadline(); ok {
+		lameDuck = min(lameDuck, time.Until(dl)/2)
+	}
+	s.log.Info("shutting down: lame duck, /readyz 503 and new connections refused",
+		zap.Int("connections", open), zap.Duration("lame_duck", lameDuck), zap.Duration("drain", s.cfg.ShutdownDrain))
+	sleepCtx(ctx, lameDuck)
+
+	var errs []error
+	httpDone := make(chan error, 1) // one result, read once below
+	go func() { httpDone <- s.httpSrv.Shutdown(ctx) }()
+
+	s.mu.Lock()
 	conns := make([]*session.Conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	if prev != stateStarted {
-		return nil
-	}
-	s.log.Info("shutting down", zap.Int("connections", len(conns)), zap.Duration("drain", s.cfg.ShutdownDrain))
-	var errs []error
-
-	httpDone := make(chan error, 1) // one result, read once below
-	go func() { httpDone <- s.httpSrv.Shutdown(ctx) }()
-
-	for _, c := range conns {
-		c.Disconnect()
-	}
-	if len(conns) > 0 {
-		if err := s.pres.Flush(time.Second); err != nil {
-			s.log.Warn("flushing disconnect commands failed", zap.Error(err))
-		}
-	}
-
 	window := s.cfg.ShutdownDrain
 	if dl, ok := ctx.Deadline(); ok {
 		window = min(window, time.Until(dl)/2)
 	}
-	var step time.Duration
-	if len(conns) > 1 && window > 0 {
-		step = window / time.Duration(len(conns))
-	}
+	s.log.Info("closing connections", zap.Int("connections", len(conns)), zap.Duration("window", window))
+	// Connection i is closed at window*i/n after the start: on schedule,
+	// so timer overshoots do not add up over thousands of connections (a
+	// late close is caught up at once).
+	began := time.Now()
 	for i, c := range conns {
-		c.Close(session.CloseGoingAway, "gateway shutting down")
-		if step > 0 && i < len(conns)-1 && ctx.Err() == nil {
-			t := time.NewTimer(step)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
+		if i > 0 && window > 0 {
+			sleepCtx(ctx, time.Until(began.Add(time.Duration(float64(window)*float64(i)/float64(len(conns))))))
 		}
+		c.Disconnect()
+		c.Close(session.CloseGoingAway, "gateway shutting down")
 	}
 	connsDone := make(chan struct{})
 	go func() { s.connsWG.Wait(); close(connsDone) }()
@@ -442,7 +445,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 
 	s.hub.Close()
-	if err := s.pres.Close(ctx); err != nil {
+	if err := s.pres.Close(ctx); err != nil { // drains: the last disconnect commands go out
 		errs = append(errs, err)
 	}
 	if err := s.rdb.Close(); err != nil {
@@ -459,4 +462,17 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.serveWG.Wait()
 	s.log.Info("shut down")
 	return errors.Join(errs...)
+}
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 || ctx.Err() != nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -94,6 +94,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	cfg.SubjectPrefix = "gwt" + id
 	cfg.GatewayID = "gw-test" + id[:4]
 	cfg.ShutdownDrain = 0
+	cfg.LameDuck = 0
 	cfg.SnapshotTimeout = time.Second
 	for _, o := range opts {
 		o(&cfg)

@@ -267,15 +267,18 @@ func (s *Server) adminHandler() http.Handler {
 
 // handleReady answers 200 only when NATS is connected, Redis answers PING
 // and the gateway is not shutting down; 503 otherwise, naming what is down.
+// Once Shutdown began (the lame duck) it answers 503 at once, without
+// asking the backends.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.shuttingDown.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, Readiness{Down: []string{"shutdown"}, Checks: map[string]string{"shutdown": "shutting down (lame duck)"}})
+		return
+	}
 	rd := Readiness{Ready: true, Checks: map[string]string{}}
 	fail := func(name, why string) {
 		rd.Ready = false
 		rd.Down = append(rd.Down, name)
 		rd.Checks[name] = why
-	}
-	if s.shuttingDown.Load() {
-		fail("shutdown", "shutting down")
 	}
 	if s.pres.Connected() {
 		rd.Checks["nats"] = "ok"

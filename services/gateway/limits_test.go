@@ -98,8 +98,11 @@ func TestInboundRateLimit(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		c.expect(protocol.TypePong)
 	}
-	for i := 0; i < 3; i++ { // over the bucket, but not over the limit
-		c.send(`{"type":"ping","id":"r"}`)
+	// Over the bucket, but not over the limit. The limit comes before
+	// decoding: malformed frames are rejected like the others, never
+	// answered bad_request or unknown_type.
+	for _, f := range []string{`{"type":"ping","id":"r"}`, `not json`, `{"type":"nope","id":"u"}`} {
+		c.send(f)
 	}
 	// One notice, naming no frame (rejected frames are not decoded); the
 	// other two rejections get no reply.
@@ -123,6 +126,9 @@ func TestInboundRateLimit(t *testing.T) {
 	}
 	if n := e.metric("ellipsis_gateway_abuse_closes_total"); n != 1 {
 		t.Errorf("abuse_closes_total = %v, want 1", n)
+	}
+	if n := e.metric(`ellipsis_gateway_frames_in_total{type="invalid"}`); n != 0 {
+		t.Errorf("frames_in_total{invalid} = %v: a rejected frame was decoded", n)
 	}
 
 	// WebSocket ping control frames take tokens too: the burst is answered,

@@ -31,6 +31,7 @@ const (
 	DefaultTypingRefresh   = 4 * time.Second
 	DefaultTypingIdleStop  = 3 * time.Second
 	DefaultShutdownDrain   = 5 * time.Second
+	DefaultLameDuck        = 3 * time.Second
 	DefaultSweepInterval   = 250 * time.Millisecond
 	DefaultSnapshotTimeout = 2 * time.Second
 	DefaultMaxFrameBytes   = 4096
@@ -51,6 +52,10 @@ const (
 	DefaultPongWait           = 60 * time.Second
 	DefaultWriteWait          = 10 * time.Second
 )
+
+// MaxLameDuck bounds ELLIPSIS_LAME_DUCK: a lame duck longer than a few
+// seconds only delays a rollout (load balancers poll every few seconds).
+const MaxLameDuck = 5 * time.Minute
 
 // Store layouts (Config.Store).
 const (
@@ -164,6 +169,12 @@ type Config struct {
 	// ShutdownDrain is the window over which the gateway closes its clients
 	// on SIGTERM. ELLIPSIS_SHUTDOWN_DRAIN, default 5s.
 	ShutdownDrain time.Duration
+	// LameDuck is how long the gateway keeps serving its open connections
+	// after SIGTERM while /readyz already answers 503 and new WebSocket
+	// upgrades are refused (503), so load balancers that poll /readyz stop
+	// sending clients before any is closed; then the ShutdownDrain starts.
+	// ELLIPSIS_LAME_DUCK, 0s..5m (0: none), default 3s.
+	LameDuck time.Duration
 	// SweepInterval is how often a worker looks for expired entries; expiry
 	// pushes reach receivers within TypingTTL + SweepInterval + latency.
 	// ELLIPSIS_SWEEP_INTERVAL, default 250ms.
@@ -248,6 +259,7 @@ func Default() Config {
 		TypingRefresh:   DefaultTypingRefresh,
 		TypingIdleStop:  DefaultTypingIdleStop,
 		ShutdownDrain:   DefaultShutdownDrain,
+		LameDuck:        DefaultLameDuck,
 		SweepInterval:   DefaultSweepInterval,
 		SnapshotTimeout: DefaultSnapshotTimeout,
 		MaxFrameBytes:   DefaultMaxFrameBytes,
@@ -273,12 +285,14 @@ func Default() Config {
 	}
 }
 
-// Dev returns the dev stack's defaults: [Default] with auth "none" and
-// console logs (PROTOCOL.md).
+// Dev returns the dev stack's defaults: [Default] with auth "none",
+// console logs (PROTOCOL.md) and no lame duck (one process on a developer's
+// machine, no load balancer to tell: Ctrl-C closes at once).
 func Dev() Config {
 	c := Default()
 	c.Auth = AuthNone
 	c.LogFormat = "console"
+	c.LameDuck = 0
 	return c
 }
 
@@ -382,6 +396,7 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_TYPING_REFRESH", "client refresh interval while typing (< ttl)", func() (func(string) error, func() string) { return dur(&c.TypingRefresh) })
 	add("ELLIPSIS_TYPING_IDLE_STOP", "client stop after this long without a keystroke", func() (func(string) error, func() string) { return dur(&c.TypingIdleStop) })
 	add("ELLIPSIS_SHUTDOWN_DRAIN", "gateway: window over which clients are closed on SIGTERM", func() (func(string) error, func() string) { return dur(&c.ShutdownDrain) })
+	add("ELLIPSIS_LAME_DUCK", "gateway: after SIGTERM, /readyz 503 and new upgrades refused while open connections are still served this long", func() (func(string) error, func() string) { return dur(&c.LameDuck) })
 	add("ELLIPSIS_SWEEP_INTERVAL", "worker: how often expired entries are swept", func() (func(string) error, func() string) { return dur(&c.SweepInterval) })
 	add("ELLIPSIS_SNAPSHOT_TIMEOUT", "gateway: snapshot request timeout", func() (func(string) error, func() string) { return dur(&c.SnapshotTimeout) })
 	add("ELLIPSIS_MAX_FRAME_BYTES", "largest inbound WebSocket message, bytes", func() (func(string) error, func() string) { return integer(&c.MaxFrameBytes) })
@@ -535,6 +550,9 @@ func (c *Config) Validate() error {
 	positive("ELLIPSIS_SNAPSHOT_TIMEOUT", c.SnapshotTimeout)
 	if c.ShutdownDrain < 0 {
 		bad("ELLIPSIS_SHUTDOWN_DRAIN: must not be negative, got %s", c.ShutdownDrain)
+	}
+	if c.LameDuck < 0 || c.LameDuck > MaxLameDuck {
+		bad("ELLIPSIS_LAME_DUCK: must be 0s..%s, got %s", MaxLameDuck, c.LameDuck)
 	}
 	if okTTL && c.TypingTTL%time.Millisecond != 0 {
 		bad("ELLIPSIS_TYPING_TTL: must be whole milliseconds, got %s", c.TypingTTL)

@@ -24,7 +24,7 @@ func TestDefaultsMatchProtocol(t *testing.T) {
 	if c.HTTPAddr != ":8080" || c.AdminAddr != ":9090" || c.NATSURL != "nats://127.0.0.1:4222" ||
 		c.RedisURL != "redis://127.0.0.1:6379" || c.SubjectPrefix != "ellipsis" || c.KeyPrefix != "" ||
 		c.Auth != "jwt" || c.Authz != "none" || c.TypingTTL != 5*time.Second || c.TypingThrottle != 2*time.Second ||
-		c.ShutdownDrain != 5*time.Second || c.LogLevel != "info" || c.LogFormat != "json" ||
+		c.ShutdownDrain != 5*time.Second || c.LameDuck != 3*time.Second || c.LogLevel != "info" || c.LogFormat != "json" ||
 		c.MaxFrameBytes != 4096 || c.MaxRoomsPerConn != 100 || c.InboundRate != 20 || c.InboundBurst != 40 || c.OutboundQueue != 256 {
 		t.Fatalf("defaults drifted from PROTOCOL.md: %+v", c)
 	}
@@ -64,6 +64,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		"ELLIPSIS_REDIS_URL":       "http://x",
 		"ELLIPSIS_LOG_FORMAT":      "xml",
 		"ELLIPSIS_MAX_FRAME_BYTES": "1",
+		"ELLIPSIS_LAME_DUCK":       "-1s",
 	})
 	if err == nil {
 		t.Fatal("no error")
@@ -77,9 +78,22 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		"ELLIPSIS_REDIS_URL",
 		"ELLIPSIS_LOG_FORMAT",
 		"ELLIPSIS_MAX_FRAME_BYTES: must be 256..1048576, got 1",
+		"ELLIPSIS_LAME_DUCK: must be 0s..5m0s, got -1s",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+}
+
+func TestLameDuck(t *testing.T) {
+	for v, ok := range map[string]bool{"0s": true, "3s": true, "5m": true, "5m1s": false, "-1ms": false} {
+		c, err := load(t, map[string]string{"ELLIPSIS_LAME_DUCK": v})
+		if ok != (err == nil) {
+			t.Errorf("ELLIPSIS_LAME_DUCK=%s: %v", v, err)
+		}
+		if d, _ := time.ParseDuration(v); ok && c.LameDuck != d {
+			t.Errorf("ELLIPSIS_LAME_DUCK=%s: LameDuck %s", v, c.LameDuck)
 		}
 	}
 }

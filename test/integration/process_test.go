@@ -112,6 +112,7 @@ func envFor(s *stack, extra map[string]string) []string {
 		"ELLIPSIS_TYPING_REFRESH=" + s.cfg.TypingRefresh.String(),
 		"ELLIPSIS_TYPING_IDLE_STOP=" + s.cfg.TypingIdleStop.String(),
 		"ELLIPSIS_SHUTDOWN_DRAIN=200ms",
+		"ELLIPSIS_LAME_DUCK=0s",
 		"ELLIPSIS_LOG_LEVEL=info",
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),

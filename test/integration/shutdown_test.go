@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -11,25 +12,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Issue #3 item 10, gateway. SIGTERM to a gateway with twelve clients:
-// /readyz is 503 before any client is closed, new upgrades are refused, the
-// typing state of its connections is cleared (receivers on another gateway
-// see typing_stop disconnected within 1 s), clients are closed with 1001
-// spread over ELLIPSIS_SHUTDOWN_DRAIN (1 s here), and the process exits 0
-// well inside 30 s.
+// Issue 12 item 8 (and issue #3 item 10), gateway. SIGTERM to a gateway
+// with twelve clients starts its lame duck: at once /readyz is 503 and new
+// upgrades are refused (503, JSON error), while its connections are served
+// as before for ELLIPSIS_LAME_DUCK (3 s, the default): a ping is answered
+// and a typing_start reaches a receiver on another gateway. Then the
+// clients are closed with 1001 spread over ELLIPSIS_SHUTDOWN_DRAIN (1 s
+// here), each typist's typing_stop disconnected reaches the receiver
+// within 1 s of its close, and the process exits 0.
 func TestGatewaySIGTERMDrains(t *testing.T) {
 	t.Parallel()
-	const drain = time.Second
+	const lameDuck, drain = 3 * time.Second, time.Second
 	ps := newProcStack(t, nil)
 	ps.startWorker(nil)
 	ps.startWorker(nil)
-	g0 := ps.startGateway(map[string]string{"ELLIPSIS_SHUTDOWN_DRAIN": drain.String()})
+	g0 := ps.startGateway(map[string]string{"ELLIPSIS_SHUTDOWN_DRAIN": drain.String(), "ELLIPSIS_LAME_DUCK": lameDuck.String()})
 	g1 := ps.startGateway(nil)
 	room := "shutdown"
 	bob := watch(dial(t, g1.wsURL("bob", ""), "bob"))
@@ -70,42 +74,70 @@ func TestGatewaySIGTERMDrains(t *testing.T) {
 	g0.kill(syscall.SIGTERM)
 	term := time.Now()
 
-	// Receivers elsewhere see every typist stop, as disconnected, within 1 s.
-	at := bob.waitShown(room, "", 2*time.Second)
-	for _, u := range typists {
-		stops := bob.frames(since, isStop(room, u, ""))
-		if len(stops) != 1 || stops[0].Reason != "disconnected" {
-			t.Fatalf("%s: stops %v, want one disconnected", u, stops)
+	// The lame duck. /readyz fails at once.
+	readyFailed := waitReadyz(t, g0.adminAddr, 503, lameDuck, "shutdown")
+	// New upgrades are refused with a JSON 503.
+	status, body := refusedUpgrade(t, g0.wsURL("late", ""))
+	if status != 503 || !strings.Contains(body, `"unavailable"`) || !strings.Contains(body, "shutting down") {
+		t.Fatalf("upgrade during the lame duck: HTTP %d %s, want 503 unavailable", status, body)
+	}
+	refused := time.Now()
+	// Open connections are still served: a ping is answered, and a new
+	// typist (c00) reaches bob on the other gateway.
+	clients[0].send(map[string]any{"type": "ping", "id": "lame"})
+	clients[0].next(func(f frame) bool { return f.Type == "pong" && f.ID == "lame" }, lameDuck, "pong during the lame duck")
+	stopC00 := keepTyping(clients[0], room, testRefresh)
+	defer stopC00()
+	typists = append(typists, "c00")
+	servedAt := bob.waitShown(room, sortedCSV(typists...), lameDuck)
+	for _, c := range clients {
+		select {
+		case <-c.done:
+			t.Fatalf("%s closed during the lame duck (%v after SIGTERM)", c.name, c.endedAt.Sub(term))
+		default:
 		}
 	}
-	if d := at.Sub(term); d > time.Second {
-		t.Fatalf("receivers saw the stops %v after SIGTERM, want ≤ 1s", d)
-	}
-	recordRecovery(t, "gateway SIGTERM: receivers see typing_stop disconnected", at.Sub(term))
+	t.Logf("lame duck: /readyz 503 %v, upgrade refused %v, a new typist shown elsewhere %v after SIGTERM",
+		readyFailed.Sub(term), refused.Sub(term), servedAt.Sub(term))
 
-	// New connections are refused while it drains.
-	if c, err := tryDial(t, g0.wsURL("late", ""), "late"); err == nil {
-		c.abort()
-		t.Fatal("a new WebSocket was accepted during shutdown")
-	} else {
-		t.Logf("upgrade during shutdown refused: %v", err)
-	}
-
-	// 1001 for everyone, spread over the drain window.
+	// 1001 for everyone, spread over the drain window, after the lame duck.
 	var times []time.Time
+	closedAt := map[string]time.Time{}
 	for _, c := range clients {
-		code, endedAt := c.closeCode(drain + 3*time.Second)
+		code, endedAt := c.closeCode(lameDuck + drain + 5*time.Second)
 		if code != 1001 {
 			t.Fatalf("%s closed with %d, want 1001 (going away)", c.name, code)
 		}
 		times = append(times, endedAt)
+		closedAt[c.name] = endedAt
 	}
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	if d := times[0].Sub(term); d < lameDuck {
+		t.Fatalf("first client closed %v after SIGTERM, inside the %v lame duck", d, lameDuck)
+	}
 	spread := times[len(times)-1].Sub(times[0])
 	t.Logf("closes from %v to %v after SIGTERM (spread %v over a %v drain)", times[0].Sub(term), times[len(times)-1].Sub(term), spread, drain)
 	if spread < drain/2 || spread > drain+500*time.Millisecond {
 		t.Fatalf("closes spread over %v, want about the drain window %v", spread, drain)
 	}
+
+	// Receivers elsewhere see every typist stop, as disconnected, within
+	// 1 s of that typist's close.
+	bob.waitShown(room, "", 2*time.Second)
+	var worst time.Duration
+	for _, u := range typists {
+		stops := bob.frames(since, isStop(room, u, ""))
+		if len(stops) != 1 || stops[0].Reason != "disconnected" {
+			t.Fatalf("%s: stops %v, want one disconnected", u, stops)
+		}
+		d := stops[0].at.Sub(closedAt[u])
+		if d > time.Second {
+			t.Fatalf("%s: typing_stop disconnected reached bob %v after its close, want ≤ 1s", u, d)
+		}
+		worst = max(worst, d)
+	}
+	recordRecovery(t, "gateway SIGTERM: typing_stop disconnected after its client's close (worst)", worst)
+
 	<-readyAtFirstClose.done
 	if readyAtFirstClose.code != 503 || !strings.Contains(readyAtFirstClose.body, "shutdown") {
 		t.Fatalf("/readyz when the first client was closed: %d %s, want 503 shutdown", readyAtFirstClose.code, readyAtFirstClose.body)
@@ -114,11 +146,29 @@ func TestGatewaySIGTERMDrains(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("gateway exited with %d after SIGTERM", code)
 	}
-	if d := exited.Sub(term); d > drain+5*time.Second {
-		t.Fatalf("gateway took %v to exit after SIGTERM with a %v drain", d, drain)
+	if d := exited.Sub(term); d > lameDuck+drain+5*time.Second {
+		t.Fatalf("gateway took %v to exit after SIGTERM with a %v lame duck and a %v drain", d, lameDuck, drain)
 	} else {
 		t.Logf("gateway exited %v after SIGTERM", d)
 	}
+}
+
+// refusedUpgrade tries a WebSocket upgrade that must be refused and
+// returns the HTTP status and body of the refusal.
+func refusedUpgrade(t *testing.T, rawURL string) (int, string) {
+	t.Helper()
+	d := websocket.Dialer{HandshakeTimeout: 3 * time.Second}
+	conn, resp, err := d.Dial(rawURL, nil)
+	if err == nil {
+		conn.Close()
+		t.Fatal("a new WebSocket was accepted during shutdown")
+	}
+	if resp == nil {
+		t.Fatalf("upgrade during shutdown: %v, want an HTTP refusal", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // Issue #3 item 10, worker. SIGTERM to one of two workers in the middle of

@@ -422,7 +422,15 @@ export class Client extends Emitter {
       return;
     }
     if (!f || typeof f !== "object") return;
-    if (f.type === "error") this.emit("error", f);
+    if (f.type === "error") {
+      this.emit("error", f);
+      // A frame over the gateway's inbound limit is dropped undecoded: its
+      // rate_limited error names no room and no id. A join in flight may
+      // be the dropped frame, so each is retried (joining twice is harmless).
+      if (f.code === "rate_limited" && typeof f.room !== "string") {
+        for (const room of this.rooms.values()) room._maybeDropped();
+      }
+    }
     if (f.type === "pong") return;
     const room = typeof f.room === "string" ? this.rooms.get(f.room) : undefined;
     if (room) room._receive(f);
@@ -695,6 +703,23 @@ export class Room extends Emitter {
     }
   }
 
+  // An id-less rate_limited error arrived: retry the join in flight, if
+  // any, with backoff, as after an answered rate_limited.
+  _maybeDropped() {
+    if (this.state !== "joining" || this._joinId === null || this._retry !== null) return;
+    this._joinId = null;
+    this._retryJoin();
+  }
+
+  _retryJoin() {
+    const c = this.client;
+    const delay = backoffDelay(this._joinAttempt++, c.reconnectMinMs, c.reconnectMaxMs);
+    this._retry = this._clock.setTimeout(() => {
+      this._retry = null;
+      if (c.state === "open") this._sendJoin();
+    }, delay);
+  }
+
   _error(f) {
     this.emit("error", f);
     const isJoinReply = f.id && f.id === this._joinId;
@@ -706,12 +731,7 @@ export class Room extends Emitter {
     if (!isJoinReply) return;
     this._joinId = null;
     if (RETRY_CODES.has(f.code)) {
-      const c = this.client;
-      const delay = backoffDelay(this._joinAttempt++, c.reconnectMinMs, c.reconnectMaxMs);
-      this._retry = this._clock.setTimeout(() => {
-        this._retry = null;
-        if (c.state === "open") this._sendJoin();
-      }, delay);
+      this._retryJoin();
       return;
     }
     // forbidden, room_limit, bad_request: joining again will not help.

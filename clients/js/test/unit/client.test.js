@@ -306,6 +306,25 @@ test("join errors: retry when unavailable, give up when forbidden; not_joined re
   client.close();
 });
 
+test("an id-less rate_limited error retries the joins in flight, not the joined rooms", async (t) => {
+  const { client, tick, errors } = await setup(t);
+  t.mock.method(Math, "random", () => 0);
+  const a = client.join("a");
+  const b = client.join("b");
+  const ws = await open(client);
+  ws.acceptJoin("b");
+  assert.equal(b.state, "joined");
+  // The gateway dropped a's join over its inbound limit, undecoded.
+  ws.receive({ type: "error", code: "rate_limited", message: "too many frames" });
+  assert.equal(errors.length, 1);
+  await tick(250);
+  assert.equal(ws.framesOf("join").filter((j) => j.room === "a").length, 2, "a's join retried");
+  assert.equal(ws.framesOf("join").filter((j) => j.room === "b").length, 1, "b is joined: not retried");
+  ws.acceptJoin("a");
+  assert.equal(a.state, "joined");
+  client.close();
+});
+
 test("page hidden or closed stops typing; online reconnects at once", async (t) => {
   const { client, tick, win, doc } = await setup(t);
   const room = client.join("42");

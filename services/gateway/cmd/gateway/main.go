@@ -49,9 +49,11 @@ func main() {
 	}
 	<-ctx.Done()
 	stop()
-	// The drain window plus time for NATS and listeners; Kubernetes' grace
-	// period must be longer.
-	sctx, cancel := context.WithTimeout(context.Background(), 2*cfg.ShutdownDrain+10*time.Second)
+	// An upper bound only: Shutdown takes the lame duck plus the drain
+	// window plus the NATS drain, and shortens the first two to half the
+	// time left each. Kubernetes' grace period must cover preStop + lame
+	// duck + drain + a margin (deploy/manifests_test.go checks it).
+	sctx, cancel := context.WithTimeout(context.Background(), 2*(cfg.LameDuck+cfg.ShutdownDrain)+10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Error("shutdown", zap.Error(err))

@@ -3,6 +3,8 @@ package session
 import (
 	"testing"
 	"time"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // The guard's clock is the now passed to admit: these tests drive it by
@@ -151,5 +153,31 @@ func TestInboundGuardLazyWindow(t *testing.T) {
 	}
 	if g.win != nil {
 		t.Fatal("window allocated without a rejection")
+	}
+}
+
+// The cost of a frame over the limit (admit's reject path, the window
+// allocated already) against decoding the same frame, which the gateway
+// did before the limit until issue 12. docs/BENCHMARKS.md has the numbers.
+func BenchmarkInboundReject(b *testing.B) {
+	g := newInboundGuard(origin, 1e-9, 1, 1<<30)
+	g.admit(origin)
+	now := origin
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Microsecond)
+		if g.admit(now) == admitted {
+			b.Fatal("admitted")
+		}
+	}
+}
+
+func BenchmarkInboundDecodeInstead(b *testing.B) {
+	frame := []byte(`{"type":"typing_start","room":"room:42","id":"c17"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := protocol.DecodeClientFrame(frame); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -524,8 +524,8 @@ func (c *Conn) handle(mt int, data []byte) {
 // or WebSocket ping (inbound.go). Without one the frame is dropped and
 // counted (rate_limited_total); the client gets one rate_limited error
 // frame (no room, no id: the frame is not decoded) at most once per
-// NoticeInterval, and more than MaxRejectedWindow rejections within the abuse
-// window close the connection with 1008. Reader only.
+// NoticeInterval, and more than MaxRejectedWindow rejections within the
+// abuse window close the connection with 1008. Reader only.
 func (c *Conn) allowInbound() bool {
 	v := c.inbound.admit(time.Now())
 	if v == admitted {
