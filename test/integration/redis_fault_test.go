@@ -36,22 +36,28 @@ func faultStack(t *testing.T) (*stack, *faultproxy.Proxy, *privateRedis) {
 	return s, px, r
 }
 
+// readyzTimed asks /readyz once (a new connection) and times the answer.
+func readyzTimed(addr string) (code int, took time.Duration, err error) {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	start := time.Now()
+	resp, err := c.Get("http://" + addr + "/readyz")
+	took = time.Since(start)
+	if err != nil {
+		return 0, took, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, took, nil
+}
+
 // timedReadyz asks /readyz once and fails the test if the answer takes
 // more than a second.
 func timedReadyz(t *testing.T, addr string) int {
 	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	start := time.Now()
-	resp, err := c.Get("http://" + addr + "/readyz")
-	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("/readyz: %v after %v", err, took)
+	code, took, err := readyzTimed(addr)
+	if err != nil || took > time.Second {
+		t.Fatalf("/readyz: %v after %v, want an answer within 1 s", err, took)
 	}
-	resp.Body.Close()
-	if took > time.Second {
-		t.Fatalf("/readyz answered after %v, want within 1 s", took)
-	}
-	return resp.StatusCode
+	return code
 }
 
 func isReply(id string) func(frame) bool { return func(f frame) bool { return f.ID == id } }
@@ -73,6 +79,24 @@ func TestRedisFrozen(t *testing.T) {
 
 	px.Freeze(true)
 	frozen := time.Now()
+	// /readyz is polled from the freeze on: every answer within a second,
+	// and the first 503 timed.
+	noticedCh := make(chan time.Duration, 1)
+	go func() {
+		for time.Since(frozen) < faultPingInterval+faultPingTimeout+3*time.Second {
+			code, took, err := readyzTimed(admin)
+			if err != nil || took > time.Second {
+				t.Errorf("/readyz with Redis frozen: %v after %v", err, took)
+				break
+			}
+			if code == 503 {
+				noticedCh <- time.Since(frozen)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		noticedCh <- -1
+	}()
 	carol := dial(t, s.wsURL(0, "carol", ""), "carol")
 	for i, room := range []string{"frozen:1", "frozen:new"} {
 		id := "j" + strconv.Itoa(i)
@@ -99,17 +123,12 @@ func TestRedisFrozen(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("closing a connection took %v with Redis frozen", took)
 	}
-	var noticed time.Duration
-	for {
-		code := timedReadyz(t, admin)
-		if code == 503 {
-			noticed = time.Since(frozen)
-			break
-		}
-		if time.Since(frozen) > faultPingInterval+faultPingTimeout+3*time.Second {
-			t.Fatalf("/readyz still %d %v after the freeze", code, time.Since(frozen))
-		}
-		time.Sleep(50 * time.Millisecond)
+	noticed := <-noticedCh
+	if noticed < 0 {
+		t.Fatalf("/readyz never 503 within ping interval + timeout + 3 s of the freeze")
+	}
+	if code := timedReadyz(t, admin); code != 503 {
+		t.Fatalf("/readyz %d while Redis is frozen", code)
 	}
 	t.Logf("silent Redis link noticed (/readyz 503) %v after the freeze (ping interval %v + timeout %v)", noticed, faultPingInterval, faultPingTimeout)
 	recordRecovery(t, "Redis frozen: silent Pub/Sub link noticed (/readyz 503)", noticed)
