@@ -80,6 +80,7 @@ func (r *Redis) rebalanceLoop() {
 			return
 		case <-r.rebalanceCh:
 		case <-t.C:
+			r.probeCluster()
 			// go-redis reloads the slot map only every minute on its own,
 			// or on MOVED replies, which a Pub/Sub-only client rarely gets.
 			r.cluster.ReloadState(r.ctx)
@@ -108,6 +109,21 @@ func (r *Redis) rebalanceLoop() {
 			r.askRebalance()
 		}
 	}
+}
+
+// probeCluster PINGs the Cluster (a node go-redis picks), bounded by
+// PingTimeout, and caches the outcome for Health: with no room joined
+// there is no link whose health would tell whether Redis is reachable.
+func (r *Redis) probeCluster() {
+	ctx, cancel := context.WithTimeout(r.ctx, r.opts.PingTimeout)
+	err := r.cluster.Ping(ctx).Err()
+	cancel()
+	r.mu.Lock()
+	r.probeErr = ""
+	if err != nil {
+		r.probeErr = err.Error()
+	}
+	r.mu.Unlock()
 }
 
 // rebalance moves every channel whose slot's master differs from its

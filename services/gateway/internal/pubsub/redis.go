@@ -106,6 +106,7 @@ type Redis struct {
 	started     bool
 	closed      bool
 	rebalanceCh chan struct{} // capacity 1: asks the rebalance loop for a round now
+	probeErr    string        // Cluster: the last probe's error ("" when it answered)
 }
 
 // channel is one subscribed (wanted) channel; under Redis.mu.
@@ -301,6 +302,10 @@ func (r *Redis) Health() Health {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h := Health{OK: true, Links: len(r.links)}
+	if r.probeErr != "" {
+		h.OK = false
+		h.Down = map[string]string{"cluster": r.probeErr}
+	}
 	for _, l := range r.links {
 		if l.down || (!l.up && l.everUp) {
 			if h.Down == nil {
