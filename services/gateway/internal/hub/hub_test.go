@@ -320,7 +320,10 @@ func TestFailingRoomNeverCausesFramesElsewhere(t *testing.T) {
 	f.snap.mu.Unlock()
 	f.h.Resync()
 	waitFor(t, "failing room retried", func() bool { return f.snap.count("bad") >= 4 })
-	time.Sleep(500 * time.Millisecond)
+	for i, m := range ms {
+		waitFor(t, "ok"+strconv.Itoa(i)+" resynced", func() bool { return len(m.frames()) >= 2 })
+	}
+	time.Sleep(500 * time.Millisecond) // room for frames that should not come
 	for i, m := range ms {
 		if n := len(m.frames()); n != 2 {
 			t.Fatalf("member of ok%d got %d frames (joined + one resync expected): %q", i, n, m.frames())

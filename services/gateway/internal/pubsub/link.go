@@ -192,6 +192,9 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 		case <-r.ctx.Done():
 			err = r.ctx.Err()
 		case err = <-done:
+			if err == nil {
+				err = errors.New("pubsub reader or writer ended")
+			}
 		case why := <-l.redialCh:
 			err, redialed = errors.New(why), true
 		case <-ping.C:
