@@ -177,3 +177,24 @@ func TestRedisResetThenHang(t *testing.T) {
 	v := watch(dial(t, s.wsURL(0, "late", ""), "late"))
 	v.join("hang:after")
 }
+
+// Reset: every Redis connection is reset (RST) and Redis answers again at
+// once. The link redials with jittered backoff, resubscribes, and the
+// joined room is resynced; /readyz is 200 again.
+func TestRedisReset(t *testing.T) {
+	t.Parallel()
+	s, px, _ := faultStack(t)
+	bob := watch(dial(t, s.wsURL(0, "bob", ""), "bob"))
+	bob.join("reset:1")
+	since := bob.mark()
+	px.Cut()
+	cut := time.Now()
+	f := bob.waitFrame(since, isPushedSnapshot("reset:1"), 10*time.Second, "resync of reset:1 after the reset")
+	t.Logf("reset:1 resynced %v after the reset", f.at.Sub(cut))
+	recordRecovery(t, "Redis connections reset: room resynced", f.at.Sub(cut))
+	waitReadyz(t, s.gateways[0].AdminAddr(), 200, 10*time.Second)
+	alice := dial(t, s.wsURL(0, "alice", ""), "alice")
+	alice.join("reset:1")
+	alice.start("reset:1")
+	bob.waitShown("reset:1", "alice", 5*time.Second)
+}
