@@ -146,10 +146,10 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: ELLIPSIS_REDIS_URL: %w", err)
 	}
-	// The client only hosts the hub's Pub/Sub connections (which reconnect
-	// by themselves) and the /readyz PING: no go-redis retries, so readiness
-	// answers at once with the real cause (connection refused) instead of
-	// timing out through retry backoffs while Redis is down.
+	// The client only hosts the Pub/Sub broker's connections (which redial
+	// with their own jittered backoff, internal/pubsub) and the start-up
+	// PING: no go-redis retries, so a failure is seen at once with its real
+	// cause (connection refused) instead of after retry backoffs.
 	redisOpt.Tune(redisconn.Tuning{MaxRetries: -1})
 	log := opts.Logger
 	if log == nil {
