@@ -49,8 +49,10 @@ type RedisOptions struct {
 	WatchMaster func(ctx context.Context, changed func(addr string))
 	// PingInterval is how often every link is PINGed; PingTimeout is how
 	// long a link may stay silent after a PING before it is closed and
-	// redialed (a silent partition: no reset, no data). Zero means
-	// DefaultPingInterval and DefaultPingTimeout.
+	// redialed (a silent partition: no reset, no data). A new connection
+	// must answer its first PING within PingInterval + PingTimeout,
+	// dial and handshake included. Zero means DefaultPingInterval and
+	// DefaultPingTimeout.
 	PingInterval, PingTimeout time.Duration
 	// Metrics must not be nil.
 	Metrics *metrics.Metrics

@@ -305,3 +305,42 @@ func TestIdleLinkNeverRedialed(t *testing.T) {
 		t.Fatalf("health %+v", h)
 	}
 }
+
+// A slow but live path (every chunk delayed 100 ms, well within the PING
+// timeout) is not mistaken for a dead one: subscriptions confirm, messages
+// flow, and the link is never redialed.
+func TestSlowLinkStaysUp(t *testing.T) {
+	addr := privateRedis(t)
+	px, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	px.Slow(100 * time.Millisecond)
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { direct.Close() })
+	b, rec := newBroker(t, rdb, false, time.Second, 800*time.Millisecond)
+	ctx := context.Background()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := b.Subscribe(cctx, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	before := totalConnections(t, direct)
+	for i := 0; i < 5; i++ { // 3 s: three health PINGs through the slow path
+		publish(ctx, direct, false, "slow", strconv.Itoa(i))
+		time.Sleep(600 * time.Millisecond)
+		if h := b.Health(); !h.OK {
+			t.Fatalf("slow link reported down: %+v", h)
+		}
+	}
+	waitFor(t, "messages through the slow path", 3*time.Second, func() bool {
+		msgs, _ := rec.snapshot()
+		return len(msgs) == 5
+	})
+	if after := totalConnections(t, direct); after != before {
+		t.Fatalf("the slow link was redialed: total_connections_received %d -> %d", before, after)
+	}
+}
