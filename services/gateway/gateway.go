@@ -42,6 +42,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/origin"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
@@ -74,7 +75,7 @@ const (
 	readTimeout       = 30 * time.Second
 	writeTimeout      = 30 * time.Second
 	idleTimeout       = 120 * time.Second
-	// redisPingTimeout bounds the Redis PING of /readyz and of Start.
+	// redisPingTimeout bounds the Redis PING of Start.
 	redisPingTimeout = time.Second
 	// sentinelPoll is how often the hub asks Sentinel which master is
 	// current (redisconn.Options.WatchMaster): a master switch reaches
@@ -148,10 +149,10 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: ELLIPSIS_REDIS_URL: %w", err)
 	}
-	// The client only hosts the hub's Pub/Sub connections (which reconnect
-	// by themselves) and the /readyz PING: no go-redis retries, so readiness
-	// answers at once with the real cause (connection refused) instead of
-	// timing out through retry backoffs while Redis is down.
+	// The client only hosts the Pub/Sub broker's connections (which redial
+	// with their own jittered backoff, internal/pubsub) and the start-up
+	// PING: no go-redis retries, so a failure is seen at once with its real
+	// cause (connection refused) instead of after retry backoffs.
 	redisOpt.Tune(redisconn.Tuning{MaxRetries: -1})
 	log := opts.Logger
 	if log == nil {
@@ -269,10 +270,17 @@ func (s *Server) Start(ctx context.Context) error {
 		s.log.Warn("nats not connected at start; retrying in the background", zap.Strings("urls", s.cfg.NATSServers()))
 	}
 	s.pres = pres
-	s.hub = hub.New(hub.Options{
-		Redis:        s.rdb,
+	broker := pubsub.NewRedis(pubsub.RedisOptions{
+		Client:       s.rdb,
 		Sharded:      s.cfg.RedisPubSubMode() == redisconn.PubSubSharded,
 		WatchMaster:  s.watchMaster(),
+		PingInterval: s.cfg.PubSubPingInterval,
+		PingTimeout:  s.cfg.PubSubPingTimeout,
+		Metrics:      s.met,
+		Logger:       s.log.Named("pubsub"),
+	})
+	s.hub = hub.New(hub.Options{
+		Broker:       broker,
 		Names:        s.names,
 		Snapshot:     pres.Snapshot,
 		ReadyTimeout: s.cfg.SnapshotTimeout,

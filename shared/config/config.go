@@ -34,12 +34,16 @@ const (
 	DefaultLameDuck        = 3 * time.Second
 	DefaultSweepInterval   = 250 * time.Millisecond
 	DefaultSnapshotTimeout = 2 * time.Second
-	DefaultMaxFrameBytes   = 4096
-	DefaultMaxRoomsPerConn = 100
-	DefaultInboundRate     = 20
-	DefaultInboundBurst    = 40
-	DefaultOutboundQueue   = 256
-	DefaultWorkerShards    = 16
+	// DefaultPubSubPingInterval and DefaultPubSubPingTimeout: a silent
+	// Pub/Sub link is noticed within their sum (7 s).
+	DefaultPubSubPingInterval = 5 * time.Second
+	DefaultPubSubPingTimeout  = 2 * time.Second
+	DefaultMaxFrameBytes      = 4096
+	DefaultMaxRoomsPerConn    = 100
+	DefaultInboundRate        = 20
+	DefaultInboundBurst       = 40
+	DefaultOutboundQueue      = 256
+	DefaultWorkerShards       = 16
 
 	// Security defaults (README "Security").
 	DefaultJWKSReload         = 10 * time.Second
@@ -182,6 +186,13 @@ type Config struct {
 	// SnapshotTimeout bounds a snapshot request from the gateway to the
 	// workers. ELLIPSIS_SNAPSHOT_TIMEOUT, default 2s.
 	SnapshotTimeout time.Duration
+	// PubSubPingInterval is how often the gateway PINGs each of its Redis
+	// Pub/Sub connections; one that does not answer within
+	// PubSubPingTimeout is closed and redialed, and /readyz is 503 until
+	// it is back. ELLIPSIS_PUBSUB_PING_INTERVAL, default 5s;
+	// ELLIPSIS_PUBSUB_PING_TIMEOUT, default 2s (below the interval).
+	PubSubPingInterval time.Duration
+	PubSubPingTimeout  time.Duration
 	// MaxFrameBytes is the largest inbound WebSocket message; larger closes
 	// with 1009. ELLIPSIS_MAX_FRAME_BYTES, default 4096.
 	MaxFrameBytes int
@@ -247,27 +258,29 @@ type Config struct {
 // Default returns the production defaults.
 func Default() Config {
 	return Config{
-		HTTPAddr:        DefaultHTTPAddr,
-		AdminAddr:       DefaultAdminAddr,
-		NATSURL:         DefaultNATSURL,
-		RedisURL:        DefaultRedisURL,
-		SubjectPrefix:   DefaultSubjectPrefix,
-		Auth:            AuthJWT,
-		Authz:           AuthzNone,
-		TypingTTL:       DefaultTypingTTL,
-		TypingThrottle:  DefaultTypingThrottle,
-		TypingRefresh:   DefaultTypingRefresh,
-		TypingIdleStop:  DefaultTypingIdleStop,
-		ShutdownDrain:   DefaultShutdownDrain,
-		LameDuck:        DefaultLameDuck,
-		SweepInterval:   DefaultSweepInterval,
-		SnapshotTimeout: DefaultSnapshotTimeout,
-		MaxFrameBytes:   DefaultMaxFrameBytes,
-		MaxRoomsPerConn: DefaultMaxRoomsPerConn,
-		InboundRate:     DefaultInboundRate,
-		InboundBurst:    DefaultInboundBurst,
-		OutboundQueue:   DefaultOutboundQueue,
-		WorkerShards:    DefaultWorkerShards,
+		HTTPAddr:           DefaultHTTPAddr,
+		AdminAddr:          DefaultAdminAddr,
+		NATSURL:            DefaultNATSURL,
+		RedisURL:           DefaultRedisURL,
+		SubjectPrefix:      DefaultSubjectPrefix,
+		Auth:               AuthJWT,
+		Authz:              AuthzNone,
+		TypingTTL:          DefaultTypingTTL,
+		TypingThrottle:     DefaultTypingThrottle,
+		TypingRefresh:      DefaultTypingRefresh,
+		TypingIdleStop:     DefaultTypingIdleStop,
+		ShutdownDrain:      DefaultShutdownDrain,
+		LameDuck:           DefaultLameDuck,
+		SweepInterval:      DefaultSweepInterval,
+		SnapshotTimeout:    DefaultSnapshotTimeout,
+		PubSubPingInterval: DefaultPubSubPingInterval,
+		PubSubPingTimeout:  DefaultPubSubPingTimeout,
+		MaxFrameBytes:      DefaultMaxFrameBytes,
+		MaxRoomsPerConn:    DefaultMaxRoomsPerConn,
+		InboundRate:        DefaultInboundRate,
+		InboundBurst:       DefaultInboundBurst,
+		OutboundQueue:      DefaultOutboundQueue,
+		WorkerShards:       DefaultWorkerShards,
 
 		JWKSReload:         DefaultJWKSReload,
 		AuthzTimeout:       DefaultAuthzTimeout,
@@ -399,6 +412,8 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_LAME_DUCK", "gateway: after SIGTERM, /readyz 503 and new upgrades refused while open connections are still served this long", func() (func(string) error, func() string) { return dur(&c.LameDuck) })
 	add("ELLIPSIS_SWEEP_INTERVAL", "worker: how often expired entries are swept", func() (func(string) error, func() string) { return dur(&c.SweepInterval) })
 	add("ELLIPSIS_SNAPSHOT_TIMEOUT", "gateway: snapshot request timeout", func() (func(string) error, func() string) { return dur(&c.SnapshotTimeout) })
+	add("ELLIPSIS_PUBSUB_PING_INTERVAL", "gateway: health PING interval of each Redis Pub/Sub connection", func() (func(string) error, func() string) { return dur(&c.PubSubPingInterval) })
+	add("ELLIPSIS_PUBSUB_PING_TIMEOUT", "gateway: a Pub/Sub connection silent this long after a PING is redialed (< interval)", func() (func(string) error, func() string) { return dur(&c.PubSubPingTimeout) })
 	add("ELLIPSIS_MAX_FRAME_BYTES", "largest inbound WebSocket message, bytes", func() (func(string) error, func() string) { return integer(&c.MaxFrameBytes) })
 	add("ELLIPSIS_MAX_ROOMS_PER_CONN", "joined rooms per connection", func() (func(string) error, func() string) { return integer(&c.MaxRoomsPerConn) })
 	add("ELLIPSIS_INBOUND_RATE", "inbound frames per second per connection", func() (func(string) error, func() string) { return float(&c.InboundRate) })
@@ -548,6 +563,11 @@ func (c *Config) Validate() error {
 	okIdle := positive("ELLIPSIS_TYPING_IDLE_STOP", c.TypingIdleStop)
 	positive("ELLIPSIS_SWEEP_INTERVAL", c.SweepInterval)
 	positive("ELLIPSIS_SNAPSHOT_TIMEOUT", c.SnapshotTimeout)
+	okPingI := positive("ELLIPSIS_PUBSUB_PING_INTERVAL", c.PubSubPingInterval)
+	okPingT := positive("ELLIPSIS_PUBSUB_PING_TIMEOUT", c.PubSubPingTimeout)
+	if okPingI && okPingT && c.PubSubPingTimeout >= c.PubSubPingInterval {
+		bad("ELLIPSIS_PUBSUB_PING_TIMEOUT (%s) must be below ELLIPSIS_PUBSUB_PING_INTERVAL (%s): one PING is outstanding at a time", c.PubSubPingTimeout, c.PubSubPingInterval)
+	}
 	if c.ShutdownDrain < 0 {
 		bad("ELLIPSIS_SHUTDOWN_DRAIN: must not be negative, got %s", c.ShutdownDrain)
 	}

@@ -105,6 +105,21 @@ func TestThrottleMustBeBelowRefresh(t *testing.T) {
 	}
 }
 
+func TestPubSubPingSettings(t *testing.T) {
+	c, err := load(t, map[string]string{"ELLIPSIS_PUBSUB_PING_INTERVAL": "1s", "ELLIPSIS_PUBSUB_PING_TIMEOUT": "300ms"})
+	if err != nil || c.PubSubPingInterval != time.Second || c.PubSubPingTimeout != 300*time.Millisecond {
+		t.Fatalf("got %v, %v, %v", c.PubSubPingInterval, c.PubSubPingTimeout, err)
+	}
+	_, err = load(t, map[string]string{"ELLIPSIS_PUBSUB_PING_INTERVAL": "1s", "ELLIPSIS_PUBSUB_PING_TIMEOUT": "1s"})
+	if err == nil || !strings.Contains(err.Error(), "ELLIPSIS_PUBSUB_PING_TIMEOUT (1s) must be below ELLIPSIS_PUBSUB_PING_INTERVAL (1s)") {
+		t.Fatalf("got %v", err)
+	}
+	_, err = load(t, map[string]string{"ELLIPSIS_PUBSUB_PING_INTERVAL": "0s"})
+	if err == nil || !strings.Contains(err.Error(), "ELLIPSIS_PUBSUB_PING_INTERVAL: must be positive") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 func TestUnparsableValuesNameTheVariable(t *testing.T) {
 	_, err := load(t, map[string]string{"ELLIPSIS_TYPING_TTL": "five", "ELLIPSIS_OUTBOUND_QUEUE": "lots"})
 	if err == nil || !strings.Contains(err.Error(), "ELLIPSIS_TYPING_TTL: not a duration") || !strings.Contains(err.Error(), "ELLIPSIS_OUTBOUND_QUEUE: not an integer") {

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -43,7 +43,7 @@ type countMember struct {
 
 func (m *countMember) User() string { return m.user }
 func (m *countMember) Send([]byte) bool {
-	m.n++ // the fan-out holds h.mu: no race
+	m.n++ // the fan-out holds the room's lock: no race
 	return true
 }
 
@@ -74,24 +74,24 @@ func (m *queueMember) drain(wg *sync.WaitGroup) {
 	}
 }
 
-// benchHub is a hub with room "r" holding members, never started (no I/O).
+// benchHub is a hub on the in-memory broker with room "r" holding
+// members, never started (no I/O).
 func benchHub(b *testing.B, members []Member) *Hub {
 	b.Helper()
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	b.Cleanup(func() { rdb.Close() })
-	h := New(Options{Redis: rdb, Names: names.New("bench:", "bench"), Metrics: met})
+	h := New(Options{Broker: pubsub.NewMemory(), Names: names.New("bench:", "bench"), Metrics: met})
 	b.Cleanup(h.Close)
-	h.mu.Lock()
-	room := map[Member]*membership{}
+	rm := &room{name: "r", members: map[Member]*membership{}}
 	for _, m := range members {
-		room[m] = &membership{}
+		rm.members[m] = &membership{joined: true}
 	}
-	h.rooms["r"] = room
-	h.mu.Unlock()
+	sh := h.shard("r")
+	sh.mu.Lock()
+	sh.rooms["r"] = rm
+	sh.mu.Unlock()
 	return h
 }
 
@@ -191,9 +191,12 @@ func (h *Hub) fanOutReencode(channel, payload string, once bool) {
 	if once {
 		shared, _ = json.Marshal(ce)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for m := range h.rooms[room] {
+	rm := h.lookup(room)
+	if rm == nil {
+		return
+	}
+	defer rm.mu.Unlock()
+	for m := range rm.members {
 		if m.User() == ev.User {
 			continue
 		}

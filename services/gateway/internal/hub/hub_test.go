@@ -2,21 +2,25 @@ package hub
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
+	"errors"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
+
+// Unit tests of the hub's logic on the in-memory broker (run with -race);
+// the Redis broker has its own tests against a real Redis in
+// internal/pubsub.
 
 type member struct {
 	user string
@@ -41,73 +45,78 @@ func (m *member) frames() []string {
 	return append([]string(nil), m.got...)
 }
 
-// testRedis publishes and lists channels in one Pub/Sub mode.
-type testRedis struct {
-	*redis.Client
-	sharded bool
+// snapshots is a fake Snapshotter: rooms listed in fail fail, others
+// answer an empty snapshot; calls are counted per room.
+type snapshots struct {
+	mu    sync.Mutex
+	fail  map[string]bool
+	calls map[string]int
+	block chan struct{} // when set, every call waits for it (or ctx)
 }
 
-// Publish is PUBLISH, or SPUBLISH when sharded.
-func (r testRedis) Publish(ctx context.Context, channel string, msg any) *redis.IntCmd {
-	if r.sharded {
-		return r.Client.SPublish(ctx, channel, msg)
-	}
-	return r.Client.Publish(ctx, channel, msg)
-}
-
-// PubSubChannels is PUBSUB CHANNELS, or PUBSUB SHARDCHANNELS when sharded.
-func (r testRedis) PubSubChannels(ctx context.Context, pattern string) *redis.StringSliceCmd {
-	if r.sharded {
-		return r.Client.PubSubShardChannels(ctx, pattern)
-	}
-	return r.Client.PubSubChannels(ctx, pattern)
-}
-
-// forEachMode runs f once with classic and once with sharded Pub/Sub
-// (Redis 7 has SPUBLISH/SSUBSCRIBE outside Cluster too).
-func forEachMode(t *testing.T, f func(t *testing.T, sharded bool)) {
-	for _, sharded := range []bool{false, true} {
-		name := "classic"
-		if sharded {
-			name = "sharded"
+func (s *snapshots) get(ctx context.Context, room string) (protocol.Snapshot, error) {
+	s.mu.Lock()
+	s.calls[room]++
+	fail, block := s.fail[room], s.block
+	s.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return protocol.Snapshot{}, ctx.Err()
 		}
-		t.Run(name, func(t *testing.T) { f(t, sharded) })
 	}
+	if fail {
+		return protocol.Snapshot{}, errors.New("snapshot failed (test)")
+	}
+	return protocol.Snapshot{Users: []protocol.Typist{{User: "zed"}}, Total: 1}, nil
 }
 
-func newHub(t *testing.T, pending int, sharded bool) (*Hub, testRedis, names.Names) {
+func (s *snapshots) count(room string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[room]
+}
+
+type fixture struct {
+	h    *Hub
+	b    *pubsub.Memory
+	n    names.Names
+	snap *snapshots
+}
+
+func newFixture(t *testing.T, pending int) *fixture {
 	t.Helper()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	n := names.New("hubt"+hex.EncodeToString(b)+":", "")
-	url := os.Getenv("ELLIPSIS_TEST_REDIS_URL") // make test starts a private Redis
-	if url == "" {
-		url = "redis://127.0.0.1:6379"
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { rdb.Close() })
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Options{Redis: rdb, Sharded: sharded, Names: n, Metrics: met, PendingLimit: pending,
-		Snapshot: func(context.Context, string) (protocol.Snapshot, error) { return protocol.Snapshot{}, nil }})
-	h.Start()
-	t.Cleanup(h.Close)
-	return h, testRedis{rdb, sharded}, n
+	f := &fixture{b: pubsub.NewMemory(), n: names.New("hubt:", ""), snap: &snapshots{fail: map[string]bool{}, calls: map[string]int{}}}
+	f.h = New(Options{Broker: f.b, Names: f.n, Metrics: met, PendingLimit: pending, ReadyTimeout: time.Second, Snapshot: f.snap.get})
+	f.h.Start()
+	t.Cleanup(f.h.Close)
+	return f
 }
 
-func event(user string, i int) string {
-	return string(protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "r", User: user, TTLMs: 5000})) + strconv.Itoa(i) + "}"
+func (f *fixture) publish(room, payload string) bool {
+	return f.b.Publish(f.n.RoomChannel(room), payload)
+}
+
+// join joins m to room through Sync, as the session does.
+func (f *fixture) join(t *testing.T, room string, m Member) {
+	t.Helper()
+	if err := f.h.Sync(context.Background(), SyncJoin, room, m, "j", nil); err != nil {
+		t.Fatalf("join %s: %v", room, err)
+	}
+}
+
+func event(room, user string, i int) string {
+	return string(protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: room, User: user, TTLMs: 5000})) + strconv.Itoa(i) + "}"
 }
 
 func waitFor(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		if f() {
 			return
 		}
@@ -115,90 +124,292 @@ func waitFor(t *testing.T, what string, f func() bool) {
 	t.Fatalf("timed out: %s", what)
 }
 
-func TestHoldBuffersAndOverflows(t *testing.T) { forEachMode(t, testHoldBuffersAndOverflows) }
-
-func testHoldBuffersAndOverflows(t *testing.T, sharded bool) {
-	h, rdb, n := newHub(t, 2, sharded)
-	ctx := context.Background()
+func TestHoldBuffersAndOverflows(t *testing.T) {
+	f := newFixture(t, 2)
 	m := &member{user: "alice"}
-	hd, err := h.Join(ctx, "r", m)
+	hd, _, err := f.h.Join(context.Background(), "r", m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 3; i++ {
-		rdb.Publish(ctx, n.RoomChannel("r"), event("bob", i))
+		f.publish("r", event("r", "bob", i))
 	}
-	rdb.Publish(ctx, n.RoomChannel("r"), event("alice", 9)) // self: never delivered
-	// Once a later member sees a later event, the events above have passed
-	// the fan-out.
-	s := &member{user: "sentinel"}
-	shd, _ := h.Join(ctx, "r", s)
-	h.Release(shd, nil, "")
-	rdb.Publish(ctx, n.RoomChannel("r"), event("bob", 4))
-	waitFor(t, "the sentinel's event", func() bool {
-		f := s.frames()
-		return len(f) > 0 && f[len(f)-1] == event("bob", 4)
-	})
-
-	if !h.Release(hd, []byte("snapshot"), protocol.TypeJoined) {
+	f.publish("r", event("r", "alice", 9)) // self: never delivered
+	if len(m.frames()) != 0 {
+		t.Fatalf("held member got %q", m.frames())
+	}
+	if !f.h.Release(hd, []byte("snapshot"), protocol.TypeJoined) {
 		t.Fatal("overflow not reported")
 	}
-	got := m.frames()
-	want := []string{"snapshot", event("bob", 1), event("bob", 2)}
-	if len(got) != len(want) {
+	want := []string{"snapshot", event("r", "bob", 1), event("r", "bob", 2)}
+	if got := m.frames(); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("got %q, want %q", got, want)
-		}
+	f.publish("r", event("r", "bob", 5))
+	if got := m.frames(); len(got) != 4 || got[3] != event("r", "bob", 5) {
+		t.Fatalf("after release: %q", got)
 	}
-	// Released: events flow directly again.
-	rdb.Publish(ctx, n.RoomChannel("r"), event("bob", 5))
-	waitFor(t, "a live event", func() bool { return len(m.frames()) == 4 })
 }
 
-func TestConcurrentJoinLeaveSubscriptions(t *testing.T) {
-	forEachMode(t, testConcurrentJoinLeaveSubscriptions)
+func TestSyncJoinsSelfFiltersAndPushesAfterOverflow(t *testing.T) {
+	f := newFixture(t, 1)
+	f.snap.block = make(chan struct{})
+	m := &member{user: "zed"} // the snapshot's typist: filtered out of its own frame
+	done := make(chan error, 1)
+	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, "7", nil) }()
+	waitFor(t, "member held", func() bool { return f.h.Members("r") == 1 && f.snap.count("r") == 1 })
+	f.publish("r", event("r", "bob", 1))
+	f.publish("r", event("r", "bob", 2)) // over PendingLimit 1: a push follows
+	close(f.snap.block)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := m.frames()
+	if len(got) != 3 || !strings.Contains(got[0], `"type":"joined"`) || !strings.Contains(got[0], `"id":"7"`) ||
+		strings.Contains(got[0], "zed") || got[1] != event("r", "bob", 1) || !strings.Contains(got[2], `"type":"typing"`) {
+		t.Fatalf("frames %q", got)
+	}
+	if f.snap.count("r") != 2 {
+		t.Fatalf("snapshots %d, want 2 (join, push after overflow)", f.snap.count("r"))
+	}
 }
 
-func testConcurrentJoinLeaveSubscriptions(t *testing.T, sharded bool) {
-	h, rdb, n := newHub(t, 0, sharded)
-	ctx := context.Background()
+func TestSyncErrorsUndoTheJoin(t *testing.T) {
+	f := newFixture(t, 0)
+	m := &member{user: "a"}
+	f.snap.fail["r"] = true
+	if err := f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("err %v, want ErrSnapshot", err)
+	}
+	if f.h.Members("r") != 0 || len(f.b.Subscribed()) != 0 {
+		t.Fatalf("failed join left members %d, channels %v", f.h.Members("r"), f.b.Subscribed())
+	}
+	delete(f.snap.fail, "r")
+	if err := f.h.Sync(context.Background(), SyncJoin, "r", m, "", func() bool { return false }); !errors.Is(err, ErrAborted) {
+		t.Fatalf("err %v, want ErrAborted", err)
+	}
+	if err := f.h.Sync(context.Background(), SyncAsked, "r", m, "", nil); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("err %v, want ErrNotMember", err)
+	}
+	f.b.SetDown(true)
+	if err := f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err %v, want ErrUnavailable", err)
+	}
+	if len(m.frames()) != 0 || f.h.Members("r") != 0 {
+		t.Fatalf("frames %q, members %d", m.frames(), f.h.Members("r"))
+	}
+}
+
+// A subscription that is never confirmed bounds the join by ReadyTimeout
+// (1 s here), and leaving never waits on the broker.
+func TestJoinBoundedWhenBrokerHangs(t *testing.T) {
+	f := newFixture(t, 0)
+	f.b.Hook = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
+	m := &member{user: "a"}
+	start := time.Now()
+	err := f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("join took %v with ReadyTimeout 1s", took)
+	}
+	if len(f.b.Subscribed()) != 0 {
+		t.Fatalf("channels left subscribed: %v", f.b.Subscribed())
+	}
+}
+
+func TestConcurrentJoinsLeavesFanOut(t *testing.T) {
+	f := newFixture(t, 0)
+	stop := make(chan struct{})
+	var published atomic.Int64
+	var pubWG sync.WaitGroup
+	pubWG.Add(1)
+	go func() {
+		defer pubWG.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			f.publish("r"+strconv.Itoa(i%4), event("r"+strconv.Itoa(i%4), "pub", i))
+			published.Add(1)
+		}
+	}()
 	var wg sync.WaitGroup
 	for i := 0; i < 40; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			m := &member{user: "u" + strconv.Itoa(i)}
-			for j := 0; j < 5; j++ {
-				hd, err := h.Join(ctx, "r", m)
-				if err != nil {
+			for j := 0; j < 20; j++ {
+				room := "r" + strconv.Itoa((i+j)%4)
+				if err := f.h.Sync(context.Background(), SyncJoin, room, m, "", nil); err != nil {
 					t.Error(err)
 					return
 				}
-				h.Release(hd, nil, "")
-				h.Leave("r", m)
+				if j%3 == 0 {
+					if err := f.h.Sync(context.Background(), SyncAsked, room, m, "", nil); err != nil {
+						t.Error(err)
+					}
+				}
+				f.h.Leave(room, m)
 			}
 		}()
 	}
 	wg.Wait()
-	if got := h.Members("r"); got != 0 {
-		t.Fatalf("members %d", got)
+	close(stop)
+	pubWG.Wait()
+	for i := 0; i < 4; i++ {
+		if n := f.h.Members("r" + strconv.Itoa(i)); n != 0 {
+			t.Fatalf("room r%d has %d members", i, n)
+		}
 	}
-	waitFor(t, "no subscription left", func() bool {
-		chs, _ := rdb.PubSubChannels(ctx, n.KeyPrefix()+"*").Result()
-		return len(chs) == 0
-	})
-	// And a final join subscribes again.
+	if chs := f.b.Subscribed(); len(chs) != 0 {
+		t.Fatalf("channels still subscribed: %v", chs)
+	}
+	if published.Load() == 0 {
+		t.Fatal("nothing published")
+	}
 	m := &member{user: "last"}
-	hd, err := h.Join(ctx, "r", m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Release(hd, nil, "")
-	chs, _ := rdb.PubSubChannels(ctx, n.KeyPrefix()+"*").Result()
-	if len(chs) != 1 || chs[0] != n.RoomChannel("r") {
+	f.join(t, "r0", m)
+	if chs := f.b.Subscribed(); len(chs) != 1 || chs[0] != f.n.RoomChannel("r0") {
 		t.Fatalf("channels %v", chs)
 	}
+}
+
+// Link loss: when the link comes back, every room on it is resynced once
+// (an unasked typing frame), and events flow again.
+func TestLinkRestoredResyncsItsRooms(t *testing.T) {
+	f := newFixture(t, 0)
+	a, b := &member{user: "a"}, &member{user: "b"}
+	f.join(t, "r1", a)
+	f.join(t, "r2", b)
+	f.b.SetDown(true)
+	if f.publish("r1", event("r1", "x", 1)) {
+		t.Fatal("published while down")
+	}
+	f.b.SetDown(false)
+	for _, m := range []*member{a, b} {
+		waitFor(t, m.user+" resynced", func() bool {
+			fr := m.frames()
+			return len(fr) == 2 && strings.Contains(fr[1], `"type":"typing"`)
+		})
+	}
+	f.publish("r1", event("r1", "x", 2))
+	if fr := a.frames(); len(fr) != 3 || fr[2] != event("r1", "x", 2) {
+		t.Fatalf("a %q", fr)
+	}
+}
+
+// Issue 12 item 6: one room whose snapshot always fails beside 50 healthy
+// rooms: the healthy rooms are resynced once and their members get no
+// other frame; only the failing room is retried, with backoff.
+func TestFailingRoomNeverCausesFramesElsewhere(t *testing.T) {
+	f := newFixture(t, 0)
+	ms := make([]*member, 50)
+	for i := range ms {
+		ms[i] = &member{user: "u" + strconv.Itoa(i)}
+		f.join(t, "ok"+strconv.Itoa(i), ms[i])
+	}
+	bad := &member{user: "bad"}
+	f.join(t, "bad", bad)
+	f.snap.mu.Lock()
+	f.snap.fail["bad"] = true
+	f.snap.mu.Unlock()
+	f.h.Resync()
+	waitFor(t, "failing room retried", func() bool { return f.snap.count("bad") >= 4 })
+	for i, m := range ms {
+		waitFor(t, "ok"+strconv.Itoa(i)+" resynced", func() bool { return len(m.frames()) >= 2 })
+	}
+	time.Sleep(500 * time.Millisecond) // room for frames that should not come
+	for i, m := range ms {
+		if n := len(m.frames()); n != 2 {
+			t.Fatalf("member of ok%d got %d frames (joined + one resync expected): %q", i, n, m.frames())
+		}
+		if c := f.snap.count("ok" + strconv.Itoa(i)); c != 2 {
+			t.Fatalf("ok%d: %d snapshots, want 2 (join, one resync)", i, c)
+		}
+	}
+	if n := len(bad.frames()); n != 1 {
+		t.Fatalf("failing room's member got %d frames, want only joined", n)
+	}
+	// Its retries back off: far fewer than one per 100 ms.
+	before := f.snap.count("bad")
+	time.Sleep(2 * time.Second)
+	if n := f.snap.count("bad") - before; n > 8 {
+		t.Fatalf("failing room retried %d times in 2 s: no backoff", n)
+	}
+}
+
+// No member gets a resync snapshot before its joined: a resync while the
+// join waits for its snapshot is postponed to after joined.
+func TestNoResyncBeforeJoined(t *testing.T) {
+	f := newFixture(t, 0)
+	old := &member{user: "old"}
+	f.join(t, "r", old)
+	f.snap.mu.Lock()
+	f.snap.block = make(chan struct{})
+	f.snap.mu.Unlock()
+	m := &member{user: "new"}
+	done := make(chan error, 1)
+	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil) }()
+	waitFor(t, "join waiting for its snapshot", func() bool { return f.snap.count("r") == 2 })
+	f.h.HandleRestored([]string{f.n.RoomChannel("r")})
+	waitFor(t, "resync asked", func() bool { return f.snap.count("r") == 3 })
+	f.snap.mu.Lock()
+	close(f.snap.block)
+	f.snap.block = nil
+	f.snap.mu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "old member resynced", func() bool { return len(old.frames()) == 2 })
+	fr := m.frames()
+	if len(fr) == 0 || !strings.Contains(fr[0], `"type":"joined"`) {
+		t.Fatalf("first frame of the joining member: %q", fr)
+	}
+	if len(fr) != 2 || !strings.Contains(fr[1], `"type":"typing"`) {
+		t.Fatalf("joining member: want joined then the postponed snapshot, got %q", fr)
+	}
+}
+
+// Fan-out into a big room never blocks a join in another room: the join
+// completes while the big room's fan-out is stuck in a member's Send.
+func TestFanOutDoesNotBlockOtherRooms(t *testing.T) {
+	f := newFixture(t, 0)
+	stuck := &blockingMember{user: "slow", release: make(chan struct{}), entered: make(chan struct{})}
+	f.join(t, "big", stuck)
+	go f.publish("big", event("big", "x", 1))
+	<-stuck.entered
+	defer close(stuck.release)
+	done := make(chan error, 1)
+	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "other", &member{user: "a"}, "", nil) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a join in another room waited for the fan-out of room big")
+	}
+}
+
+type blockingMember struct {
+	user     string
+	once     sync.Once
+	entered  chan struct{}
+	release  chan struct{}
+	sendings atomic.Int64
+}
+
+func (m *blockingMember) User() string { return m.user }
+func (m *blockingMember) Send([]byte) bool {
+	if m.sendings.Add(1) == 1 {
+		return true // the joined frame
+	}
+	m.once.Do(func() { close(m.entered) })
+	<-m.release
+	return true
 }

@@ -31,6 +31,9 @@ type Metrics struct {
 	// RedisChannelMoves counts room channels resubscribed on another
 	// Cluster master after their slot moved (resharding, failover).
 	RedisChannelMoves prometheus.Counter
+	// RedisLinkTimeouts counts Pub/Sub connections closed because they
+	// missed a health PING (ELLIPSIS_PUBSUB_PING_TIMEOUT).
+	RedisLinkTimeouts prometheus.Counter
 	// RateLimited counts inbound frames rejected by the per-connection token bucket.
 	RateLimited prometheus.Counter
 	// AbuseCloses counts connections closed with 1008 for sustained inbound
@@ -40,8 +43,9 @@ type Metrics struct {
 	// SlowConsumerCloses counts connections closed with 1013 because their
 	// outbound queue was full.
 	SlowConsumerCloses prometheus.Counter
-	// Resyncs counts resync rounds: snapshots pushed to every joined room
-	// after a Redis or NATS reconnect (one per round, not per room).
+	// Resyncs counts room resyncs: a typing snapshot pushed to a room's
+	// members after its channel was restored or NATS reconnected (one per
+	// room and attempt).
 	Resyncs prometheus.Counter
 	// EventsDropped counts room events not delivered to one member (queue full,
 	// or the member was already closing) and undecodable room events.
@@ -74,10 +78,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		RedisSubscriptions: prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_subscriptions", "Room channels subscribed on Redis Pub/Sub."))),
 		RedisLinks:         prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links", "Redis Pub/Sub connections: 1, or one per Cluster master with sharded Pub/Sub."))),
 		RedisChannelMoves:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_channel_moves_total", "Room channels resubscribed on another Redis Cluster master after their slot moved."))),
+		RedisLinkTimeouts:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_pubsub_ping_timeouts_total", "Redis Pub/Sub connections closed and redialed after missing a health PING."))),
 		RateLimited:        prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
 		AbuseCloses:        prometheus.NewCounter(prometheus.CounterOpts(opts("abuse_closes_total", "Connections closed with 1008 for sustained inbound abuse (too many rate-limited frames within 10 s)."))),
 		SlowConsumerCloses: prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because their outbound queue was full."))),
-		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Resync rounds after a Redis or NATS reconnect."))),
+		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Room resyncs (a snapshot pushed to the room's members) after a Redis link or NATS reconnect."))),
 		EventsDropped:      prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
 		DeliveryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Subsystem: Subsystem, Name: "delivery_delay_seconds",
@@ -91,7 +96,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		commands:  prometheus.NewCounterVec(prometheus.CounterOpts(opts("commands_published_total", "Typing commands published on NATS by op.")), []string{"op"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisChannelMoves, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
+		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisChannelMoves, m.RedisLinkTimeouts, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
 		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands,
 	} {
 		if err := reg.Register(c); err != nil {

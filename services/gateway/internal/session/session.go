@@ -95,9 +95,20 @@ type Backend interface {
 	Snapshot(ctx context.Context, room string) (protocol.Snapshot, error)
 }
 
+// Rooms is the hub as a connection sees it (*hub.Hub implements it).
+type Rooms interface {
+	// Sync does hold → snapshot → self filter → release for m in room,
+	// joining it first for hub.SyncJoin; see hub.Hub.Sync.
+	Sync(ctx context.Context, kind hub.SyncKind, room string, m hub.Member, id string, commit func() bool) error
+	// Leave removes m from room without waiting on the network.
+	Leave(room string, m hub.Member) bool
+	// LeaveAll removes m from rooms without waiting on the network.
+	LeaveAll(m hub.Member, rooms ...string) int
+}
+
 // Deps are the gateway-wide collaborators of every connection.
 type Deps struct {
-	Hub        *hub.Hub
+	Hub        Rooms
 	Backend    Backend
 	Authorizer authz.Authorizer
 	Metrics    *metrics.Metrics
@@ -601,53 +612,33 @@ func (c *Conn) join(f protocol.ClientFrame) {
 			return
 		}
 	}
-	hd, err := c.deps.Hub.Join(c.ctx, f.Room, c)
-	if err != nil {
-		c.unavailable(f, "room subscription unavailable (Redis); retry")
-		return
-	}
-	users, err := c.deps.Backend.Snapshot(c.ctx, f.Room)
-	if err != nil {
-		if already {
-			c.deps.Hub.Release(hd, nil, "")
-		} else {
-			c.deps.Hub.Leave(f.Room, c)
+	// The room is added to c.rooms only once the snapshot is in, and not
+	// after the disconnect command went out (shutdown).
+	commit := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.disconnected {
+			return false
 		}
-		c.unavailable(f, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
-		return
-	}
-	frame, _ := protocol.Encode(protocol.NewJoined(f.Room, users.WithoutUser(c.ident.User), f.ID))
-	c.mu.Lock()
-	gone = c.disconnected
-	if !gone {
 		c.rooms[f.Room] = struct{}{}
+		return true
 	}
-	c.mu.Unlock()
-	if gone {
-		c.deps.Hub.Leave(f.Room, c)
-		c.unavailable(f, "gateway shutting down; reconnect")
-		return
-	}
-	if c.deps.Hub.Release(hd, frame, protocol.TypeJoined) {
-		c.pushSnapshot(f.Room)
-	}
+	c.answerSync(f, c.deps.Hub.Sync(c.ctx, hub.SyncJoin, f.Room, c, f.ID, commit))
 }
 
-// pushSnapshot sends an unasked typing snapshot of a joined room, after
-// events for it had to be dropped while it was held.
-func (c *Conn) pushSnapshot(room string) {
-	hd := c.deps.Hub.Hold(room, c)
-	if hd == nil {
-		return
+// answerSync answers a join or sync that the hub could not serve.
+func (c *Conn) answerSync(f protocol.ClientFrame, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, hub.ErrNotMember):
+		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
+	case errors.Is(err, hub.ErrSnapshot):
+		c.unavailable(f, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
+	case errors.Is(err, hub.ErrAborted), errors.Is(err, hub.ErrClosed):
+		c.unavailable(f, "gateway shutting down; reconnect")
+	default:
+		c.unavailable(f, "room subscription unavailable (Redis); retry")
 	}
-	users, err := c.deps.Backend.Snapshot(c.ctx, room)
-	var frame []byte
-	if err == nil {
-		frame, _ = protocol.Encode(protocol.NewTypingSnapshot(room, users.WithoutUser(c.ident.User), ""))
-	} else {
-		c.logAt(zapcore.DebugLevel, "snapshot after overflow failed", zap.String("room", room), zap.Error(err))
-	}
-	c.deps.Hub.Release(hd, frame, protocol.TypeTyping)
 }
 
 func (c *Conn) leave(f protocol.ClientFrame) {
@@ -724,19 +715,5 @@ func (c *Conn) sync(f protocol.ClientFrame) {
 		c.unavailable(f, "presence backend unavailable (NATS); retry")
 		return
 	}
-	hd := c.deps.Hub.Hold(f.Room, c)
-	if hd == nil {
-		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
-		return
-	}
-	users, err := c.deps.Backend.Snapshot(c.ctx, f.Room)
-	if err != nil {
-		c.deps.Hub.Release(hd, nil, "")
-		c.unavailable(f, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
-		return
-	}
-	frame, _ := protocol.Encode(protocol.NewTypingSnapshot(f.Room, users.WithoutUser(c.ident.User), f.ID))
-	if c.deps.Hub.Release(hd, frame, protocol.TypeTyping) {
-		c.pushSnapshot(f.Room)
-	}
+	c.answerSync(f, c.deps.Hub.Sync(c.ctx, hub.SyncAsked, f.Room, c, f.ID, nil))
 }

@@ -1,0 +1,264 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// shardCount spreads rooms over this many map shards, so that joins and
+// leaves of different rooms rarely share even a map lock.
+const shardCount = 64
+
+// shardSeed is fixed for the process: room -> shard must be stable.
+var shardSeed = maphash.MakeSeed()
+
+// shard is one part of the room table; mu guards rooms only.
+type shard struct {
+	mu    sync.Mutex
+	rooms map[string]*room
+}
+
+// room is one room with local members; mu guards everything below it.
+type room struct {
+	name    string
+	mu      sync.Mutex
+	members map[Member]*membership
+	// dead: the last member left and the room was taken out of its shard;
+	// a later join makes a new room.
+	dead bool
+}
+
+type buffered struct {
+	frame []byte
+	typ   string
+}
+
+// membership is one member in one room; under room.mu.
+type membership struct {
+	holds    int        // > 0: events are buffered in buf
+	buf      []buffered // events received while held, at most PendingLimit
+	overflow bool       // buf overflowed (or a resync was skipped): push a snapshot
+	// joined: a snapshot frame (the joined answer) was released to the
+	// member; resyncs skip members before it.
+	joined bool
+}
+
+// Hold is an outstanding hold of one member in one room, to be ended with
+// [Hub.Release].
+type Hold struct {
+	rm *room
+	m  Member
+	ms *membership
+}
+
+func (h *Hub) shard(name string) *shard {
+	return &h.shards[maphash.String(shardSeed, name)%shardCount]
+}
+
+// lookup returns room name, locked and alive, or nil.
+func (h *Hub) lookup(name string) *room {
+	sh := h.shard(name)
+	for {
+		sh.mu.Lock()
+		rm := sh.rooms[name]
+		sh.mu.Unlock()
+		if rm == nil {
+			return nil
+		}
+		rm.mu.Lock()
+		if !rm.dead {
+			return rm
+		}
+		rm.mu.Unlock()
+	}
+}
+
+// Join adds m to room (if it is not a member yet) and holds it: room events
+// for m are buffered until [Hub.Release]. A new member counts one
+// subscriber of the room's channel and waits, bounded by ctx, until the
+// broker confirmed the subscription. existed reports whether m was a
+// member already. On error m is not added (an existing membership is kept
+// and its hold released) and the error wraps [ErrUnavailable] or is
+// [ErrClosed].
+func (h *Hub) Join(ctx context.Context, name string, m Member) (hd *Hold, existed bool, err error) {
+	if h.closed.Load() {
+		return nil, false, ErrClosed
+	}
+	sh := h.shard(name)
+	sh.mu.Lock()
+	rm := sh.rooms[name]
+	if rm == nil {
+		rm = &room{name: name, members: map[Member]*membership{}}
+		sh.rooms[name] = rm
+	}
+	rm.mu.Lock()
+	sh.mu.Unlock()
+	ms := rm.members[m]
+	existed = ms != nil
+	if !existed {
+		ms = &membership{}
+		rm.members[m] = ms
+		h.met.JoinedRooms.Inc()
+	}
+	ms.holds++
+	rm.mu.Unlock()
+	hd = &Hold{rm: rm, m: m, ms: ms}
+	if existed {
+		return hd, true, nil
+	}
+	if err := h.broker.Subscribe(ctx, h.opts.Names.RoomChannel(name)); err != nil {
+		h.Leave(name, m)
+		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return hd, false, nil
+}
+
+// Hold holds an existing member of room (for sync); nil when m is not a
+// member.
+func (h *Hub) Hold(name string, m Member) *Hold {
+	rm := h.lookup(name)
+	if rm == nil {
+		return nil
+	}
+	defer rm.mu.Unlock()
+	ms := rm.members[m]
+	if ms == nil {
+		return nil
+	}
+	ms.holds++
+	return &Hold{rm: rm, m: m, ms: ms}
+}
+
+// Release ends a hold. It queues frame (of server frame type typ; nil for
+// none) to the member and, if this was its last hold, the events buffered
+// meanwhile, all under the room's lock, so no event of the room
+// interleaves. It reports whether events were dropped while held (the
+// caller pushes a fresh snapshot). A hold whose member left the room
+// meanwhile is ignored. Release must be called once per hold.
+func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
+	rm := hd.rm
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	if rm.members[hd.m] != hd.ms {
+		return false
+	}
+	ms := hd.ms
+	if frame != nil {
+		h.deliver(hd.m, frame, typ)
+		ms.joined = true
+	}
+	ms.holds--
+	if ms.holds > 0 {
+		return false
+	}
+	for _, b := range ms.buf {
+		h.deliver(hd.m, b.frame, b.typ)
+	}
+	ms.buf = nil
+	overflowed, ms.overflow = ms.overflow, false
+	return overflowed
+}
+
+// deliver sends one frame to m; the room's lock is held.
+func (h *Hub) deliver(m Member, frame []byte, typ string) bool {
+	if m.Send(frame) {
+		h.met.FrameOut(typ, 1)
+		return true
+	}
+	h.met.EventsDropped.Inc()
+	return false
+}
+
+// Leave removes m from room; see [Hub.LeaveAll].
+func (h *Hub) Leave(name string, m Member) bool {
+	return h.LeaveAll(m, name) == 1
+}
+
+// LeaveAll removes m from rooms and drops its subscriber count of each
+// room's channel; the broker unsubscribes in the background, so this never
+// waits on the network. It returns how many of rooms m was a member of.
+func (h *Hub) LeaveAll(m Member, rooms ...string) int {
+	var left []string
+	for _, name := range rooms {
+		sh := h.shard(name)
+		sh.mu.Lock()
+		rm := sh.rooms[name]
+		if rm == nil {
+			sh.mu.Unlock()
+			continue
+		}
+		rm.mu.Lock()
+		if _, ok := rm.members[m]; ok {
+			delete(rm.members, m)
+			h.met.JoinedRooms.Dec()
+			left = append(left, name)
+			if len(rm.members) == 0 {
+				rm.dead = true
+				delete(sh.rooms, name)
+			}
+		}
+		rm.mu.Unlock()
+		sh.mu.Unlock()
+	}
+	for _, name := range left {
+		h.broker.Unsubscribe(h.opts.Names.RoomChannel(name))
+	}
+	return len(left)
+}
+
+// Members returns how many local members room has (for tests and metrics).
+func (h *Hub) Members(name string) int {
+	rm := h.lookup(name)
+	if rm == nil {
+		return 0
+	}
+	defer rm.mu.Unlock()
+	return len(rm.members)
+}
+
+// fanOut sends one room event, as received, to every local member of its
+// room except those of the event's own user (self filter). It holds that
+// room's lock only.
+func (h *Hub) fanOut(channel, payload string) {
+	name, ok := h.opts.Names.RoomFromChannel(channel)
+	if !ok {
+		return
+	}
+	ev, err := protocol.DecodeRoomEvent([]byte(payload))
+	if err == nil && ev.Room != name {
+		err = fmt.Errorf("room %q does not match channel %q", ev.Room, channel)
+	}
+	if err != nil {
+		h.met.EventsDropped.Inc()
+		h.badEvent.Do(func() {
+			h.log.Warn("dropping invalid room event", zap.String("channel", channel), zap.Error(err))
+		})
+		return
+	}
+	rm := h.lookup(name)
+	if rm == nil {
+		return
+	}
+	defer rm.mu.Unlock()
+	frame := []byte(payload) // shared, read-only, by every member's queue
+	for m, ms := range rm.members {
+		if m.User() == ev.User {
+			continue
+		}
+		if ms.holds > 0 {
+			if len(ms.buf) < h.opts.PendingLimit {
+				ms.buf = append(ms.buf, buffered{frame, ev.Type})
+			} else {
+				ms.overflow = true
+			}
+			continue
+		}
+		h.deliver(m, frame, ev.Type)
+	}
+}

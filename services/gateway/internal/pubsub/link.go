@@ -1,0 +1,387 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/backoff"
+)
+
+// link is one Pub/Sub connection at a time to one server, and the
+// channels assigned to it. Fields after r are under Redis.mu unless noted.
+type link struct {
+	r *Redis
+	// addr is the master of a Cluster link; "" for the shared link.
+	addr string
+	// node is the Cluster master's client (nil for the shared link).
+	node *redis.Client
+	// kick (capacity 1) wakes the writer: the channels changed.
+	kick chan struct{}
+	// redialCh (capacity 1) makes the supervisor abandon the connection.
+	redialCh chan string
+
+	chans map[string]*channel // assigned to this link
+	// sent: channels (S)SUBSCRIBEd on the current connection.
+	sent map[string]bool
+	// unsubPending counts our own SUNSUBSCRIBEs whose confirmation has not
+	// come back, to tell them from a master's (a slot move).
+	unsubPending map[string]int
+	// tokens: PING token -> the channels it confirms (nil slice: only
+	// liveness), for the current connection.
+	tokens  map[string][]*channel
+	gen     uint64 // connection generation; replies of older ones are ignored
+	up      bool   // the current connection answered its first PING
+	down    bool   // a connection was lost or failed, none is up yet
+	everUp  bool
+	lastErr string
+	removed bool // dropped from Redis.links (Cluster): the supervisor ends
+
+	lastReply atomic.Int64 // unix ns of the last reply read, any kind; no lock
+}
+
+func (r *Redis) newLinkLocked(addr string, node *redis.Client) *link {
+	return &link{
+		r: r, addr: addr, node: node,
+		kick: make(chan struct{}, 1), redialCh: make(chan string, 1),
+		chans: map[string]*channel{}, sent: map[string]bool{},
+		unsubPending: map[string]int{}, tokens: map[string][]*channel{},
+	}
+}
+
+func (r *Redis) startLinkLocked(l *link) {
+	r.met.RedisLinks.Set(float64(len(r.links)))
+	if !r.started || r.closed {
+		return
+	}
+	r.wg.Add(1)
+	go r.runLink(l)
+}
+
+// name is how health and logs call the link.
+func (l *link) name() string {
+	if l.addr == "" {
+		return "shared"
+	}
+	return l.addr
+}
+
+func (l *link) kickLocked() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (l *link) isDown() bool {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	return l.down
+}
+
+// redial asks the supervisor to abandon the current connection and dial
+// again at once; it never blocks.
+func (l *link) redial(why string) {
+	select {
+	case l.redialCh <- why:
+	default:
+	}
+}
+
+func (r *Redis) newPubSub(l *link) *redis.PubSub {
+	switch {
+	case l.node != nil:
+		return l.node.SSubscribe(r.ctx)
+	case r.opts.Sharded:
+		return r.opts.Client.SSubscribe(r.ctx)
+	default:
+		return r.opts.Client.Subscribe(r.ctx)
+	}
+}
+
+// errLinkRemoved ends a Cluster link's supervisor.
+var errLinkRemoved = errors.New("link removed")
+
+// runLink is the supervisor of l: one connection after another, with
+// jittered backoff between failed ones, until the broker closes or the
+// link is removed.
+func (r *Redis) runLink(l *link) {
+	defer r.wg.Done()
+	bo := backoff.New(reconnectMin, reconnectMax)
+	failing := false // logged the failure of this outage already
+	for r.ctx.Err() == nil {
+		err, wasUp, redialed := r.serveConn(l)
+		if r.ctx.Err() != nil || errors.Is(err, errLinkRemoved) {
+			return
+		}
+		if errors.Is(err, redis.ErrClosed) && l.node != nil {
+			r.linkClosed(l)
+			return
+		}
+		if wasUp || redialed {
+			bo.Reset()
+			failing = false
+		}
+		if wasUp && !redialed {
+			r.log.Warn("redis pubsub connection lost; reconnecting with backoff", zap.String("link", l.name()), zap.Error(err))
+			failing = true
+		} else if !failing && !redialed {
+			r.log.Warn("redis pubsub connection failed; retrying with backoff", zap.String("link", l.name()), zap.Error(err))
+			failing = true
+		}
+		if r.cluster != nil {
+			// The master may be gone (failover): refresh the slot map so
+			// the rebalance loop moves its channels once it names the new
+			// master.
+			r.cluster.ReloadState(r.ctx)
+			r.askRebalance()
+		}
+		if redialed {
+			continue
+		}
+		t := time.NewTimer(bo.Next())
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-l.redialCh:
+			t.Stop()
+		}
+	}
+}
+
+// serveConn runs one connection of l until it fails, misses a health
+// PING, or a redial is asked. It reports whether the connection was up
+// (answered its first PING) and whether it ended on a redial request. The
+// connection is closed in the background: go-redis may hold its PubSub
+// lock for a whole dial.
+func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
+	ps := r.newPubSub(l)
+	gctx, gcancel := context.WithCancel(r.ctx)
+	r.mu.Lock()
+	if l.removed {
+		r.mu.Unlock()
+		gcancel()
+		_ = ps.Close()
+		return errLinkRemoved, false, false
+	}
+	l.gen++
+	gen := l.gen
+	clear(l.sent)
+	clear(l.unsubPending)
+	clear(l.tokens)
+	r.mu.Unlock()
+
+	done := make(chan error, 2) // the reader's and the writer's end
+	r.wg.Add(2)
+	go func() { defer r.wg.Done(); done <- r.readConn(gctx, l, ps, gen) }()
+	go func() { defer r.wg.Done(); done <- r.writeConn(gctx, l, ps, gen) }()
+
+	ping := time.NewTicker(r.opts.PingInterval)
+	var deadline <-chan time.Time
+	var asked int64
+	for err == nil {
+		select {
+		case <-r.ctx.Done():
+			err = r.ctx.Err()
+		case err = <-done:
+			if err == nil {
+				err = errors.New("pubsub reader or writer ended")
+			}
+		case why := <-l.redialCh:
+			err, redialed = errors.New(why), true
+		case <-ping.C:
+			if deadline == nil {
+				asked = time.Now().UnixNano()
+				l.kickPing()
+				deadline = time.After(r.opts.PingTimeout)
+			}
+		case <-deadline:
+			deadline = nil
+			if l.lastReply.Load() < asked {
+				err = fmt.Errorf("no reply to PING within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT)", r.opts.PingTimeout)
+				r.met.RedisLinkTimeouts.Inc()
+			}
+		}
+	}
+	ping.Stop()
+	gcancel()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		_ = ps.Close()
+	}()
+	r.mu.Lock()
+	wasUp = l.up
+	if l.gen == gen {
+		l.up, l.down, l.lastErr = false, true, err.Error()
+		for _, c := range l.chans {
+			if c.confirmed {
+				c.confirmed, c.lost = false, true
+				c.ready = make(chan struct{})
+			}
+		}
+	}
+	r.mu.Unlock()
+	return err, wasUp, redialed
+}
+
+// kickPing asks the writer for a liveness PING (the "?" entry of tokens).
+func (l *link) kickPing() {
+	l.r.mu.Lock()
+	l.tokens["?"] = nil // marker: the writer sends a liveness PING
+	l.kickLocked()
+	l.r.mu.Unlock()
+}
+
+// writeConn is the writer of one connection: on every kick it sends the
+// difference between the channels assigned to the link and those sent on
+// this connection (one command per hash slot), then a PING whose token
+// confirms them. The first round (with no channels, a bare PING) dials.
+func (r *Redis) writeConn(ctx context.Context, l *link, ps *redis.PubSub, gen uint64) error {
+	first := true
+	for {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-l.kick:
+			}
+		}
+		r.mu.Lock()
+		if l.gen != gen {
+			r.mu.Unlock()
+			return nil
+		}
+		var sub, unsub []string
+		var confirm []*channel
+		for name, c := range l.chans {
+			if !l.sent[name] {
+				sub = append(sub, name)
+				l.sent[name] = true
+			}
+			if !c.confirmed {
+				confirm = append(confirm, c)
+			}
+		}
+		for name := range l.sent {
+			if l.chans[name] == nil {
+				unsub = append(unsub, name)
+				delete(l.sent, name)
+				if r.opts.Sharded {
+					l.unsubPending[name]++
+				}
+			}
+		}
+		_, liveness := l.tokens["?"]
+		delete(l.tokens, "?")
+		var token string
+		if first || liveness || len(sub)+len(unsub)+len(confirm) > 0 {
+			token = "ellipsis-ready:" + strconv.FormatUint(r.seq.Add(1), 10)
+			l.tokens[token] = confirm
+		}
+		r.mu.Unlock()
+		first = false
+		// Each write is bounded by go-redis's WriteTimeout (and a dial by
+		// DialTimeout); a failed write ends the connection.
+		for _, g := range r.groups(unsub) {
+			if err := r.unsubscribe(ctx, ps, g); err != nil {
+				return err
+			}
+		}
+		for _, g := range r.groups(sub) {
+			if err := r.subscribe(ctx, ps, g); err != nil {
+				return err
+			}
+		}
+		if token != "" {
+			if err := ps.Ping(ctx, token); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (r *Redis) subscribe(ctx context.Context, ps *redis.PubSub, g []string) error {
+	if r.opts.Sharded {
+		return ps.SSubscribe(ctx, g...)
+	}
+	return ps.Subscribe(ctx, g...)
+}
+
+func (r *Redis) unsubscribe(ctx context.Context, ps *redis.PubSub, g []string) error {
+	if r.opts.Sharded {
+		return ps.SUnsubscribe(ctx, g...)
+	}
+	return ps.Unsubscribe(ctx, g...)
+}
+
+// readConn is the reader of one connection; it returns the connection's
+// error (an error reply does not end it).
+func (r *Redis) readConn(ctx context.Context, l *link, ps *redis.PubSub, gen uint64) error {
+	for {
+		msg, err := ps.Receive(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			var reply redis.Error
+			if errors.As(err, &reply) {
+				l.lastReply.Store(time.Now().UnixNano())
+				r.serverError(l, reply.Error())
+				continue
+			}
+			return err
+		}
+		l.lastReply.Store(time.Now().UnixNano())
+		switch m := msg.(type) {
+		case *redis.Message:
+			r.h.HandleMessage(m.Channel, m.Payload)
+		case *redis.Pong:
+			r.pong(l, gen, m.Payload)
+		case *redis.Subscription:
+			if m.Kind == "sunsubscribe" {
+				r.dropped(l, m.Channel)
+			}
+		}
+	}
+}
+
+// pong handles the reply to a PING token: the channels it confirms are
+// confirmed (waiters released), the link is up, and channels that had been
+// lost are reported restored.
+func (r *Redis) pong(l *link, gen uint64, token string) {
+	r.mu.Lock()
+	cs, ok := l.tokens[token]
+	if !ok || l.gen != gen {
+		r.mu.Unlock()
+		return
+	}
+	delete(l.tokens, token)
+	wasDown := l.down
+	l.up, l.down, l.everUp, l.lastErr = true, false, true, ""
+	var confirmed []*channel
+	for _, c := range cs {
+		if c.link == l && l.sent[c.name] && !c.confirmed {
+			c.confirmed = true
+			close(c.ready)
+			confirmed = append(confirmed, c)
+		}
+	}
+	restored := restoredLocked(confirmed)
+	r.mu.Unlock()
+	if wasDown {
+		r.log.Info("redis pubsub connection restored", zap.String("link", l.name()))
+	}
+	if len(restored) > 0 {
+		r.log.Info("redis pubsub channels restored; resyncing rooms", zap.String("link", l.name()), zap.Int("channels", len(restored)))
+		r.h.HandleRestored(restored)
+	}
+}

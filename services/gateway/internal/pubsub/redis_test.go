@@ -1,0 +1,361 @@
+package pubsub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
+)
+
+// recorder is a Handler that records what it is given.
+type recorder struct {
+	mu       sync.Mutex
+	msgs     []string // "channel payload"
+	restored [][]string
+}
+
+func (r *recorder) HandleMessage(channel, payload string) {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, channel+" "+payload)
+	r.mu.Unlock()
+}
+
+func (r *recorder) HandleRestored(chs []string) {
+	r.mu.Lock()
+	r.restored = append(r.restored, chs)
+	r.mu.Unlock()
+}
+
+func (r *recorder) snapshot() (msgs []string, restored [][]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.msgs), slices.Clone(r.restored)
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, f func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < within {
+		if f() {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v: %s", within, what)
+	return 0
+}
+
+func prefix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "pst" + hex.EncodeToString(b) + ":"
+}
+
+func newBroker(t *testing.T, client redis.UniversalClient, sharded bool, ping, timeout time.Duration) (*Redis, *recorder) {
+	t.Helper()
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewRedis(RedisOptions{Client: client, Sharded: sharded, PingInterval: ping, PingTimeout: timeout, Metrics: met})
+	rec := &recorder{}
+	b.Start(rec)
+	t.Cleanup(b.Close)
+	return b, rec
+}
+
+func publish(ctx context.Context, c *redis.Client, sharded bool, ch, msg string) {
+	if sharded {
+		c.SPublish(ctx, ch, msg)
+	} else {
+		c.Publish(ctx, ch, msg)
+	}
+}
+
+func channels(ctx context.Context, c *redis.Client, sharded bool, pattern string) []string {
+	var chs []string
+	if sharded {
+		chs, _ = c.PubSubShardChannels(ctx, pattern).Result()
+	} else {
+		chs, _ = c.PubSubChannels(ctx, pattern).Result()
+	}
+	slices.Sort(chs)
+	return chs
+}
+
+// testRedisOptions connects to ELLIPSIS_TEST_REDIS_URL (`make test` starts a
+// private Redis), else the machine's on 6379.
+func testRedisOptions(t *testing.T) *redis.Options {
+	url := os.Getenv("ELLIPSIS_TEST_REDIS_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6379"
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("ELLIPSIS_TEST_REDIS_URL: %v", err)
+	}
+	return opt
+}
+
+func forEachMode(t *testing.T, f func(t *testing.T, sharded bool)) {
+	for _, sharded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "classic", true: "sharded"}[sharded], func(t *testing.T) { f(t, sharded) })
+	}
+}
+
+func TestSubscribeConfirmsDeliversUnsubscribes(t *testing.T) {
+	forEachMode(t, func(t *testing.T, sharded bool) {
+		ctx := context.Background()
+		rdb := redis.NewClient(testRedisOptions(t))
+		t.Cleanup(func() { rdb.Close() })
+		b, rec := newBroker(t, rdb, sharded, 0, 0)
+		p := prefix()
+		for i := 0; i < 3; i++ {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if err := b.Subscribe(cctx, p+"c"+strconv.Itoa(i)); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+		}
+		// Confirmed: a publish now is received.
+		publish(ctx, rdb, sharded, p+"c1", "hello")
+		waitFor(t, "message", 3*time.Second, func() bool {
+			msgs, _ := rec.snapshot()
+			return slices.Contains(msgs, p+"c1 hello")
+		})
+		if h := b.Health(); !h.OK || h.Links != 1 {
+			t.Fatalf("health %+v", h)
+		}
+		for i := 0; i < 3; i++ {
+			b.Unsubscribe(p + "c" + strconv.Itoa(i))
+		}
+		waitFor(t, "unsubscribed", 3*time.Second, func() bool { return len(channels(ctx, rdb, sharded, p+"*")) == 0 })
+		if _, restored := rec.snapshot(); len(restored) != 0 {
+			t.Fatalf("restored %v on a healthy link", restored)
+		}
+	})
+}
+
+func TestConcurrentSubscribeUnsubscribe(t *testing.T) {
+	forEachMode(t, func(t *testing.T, sharded bool) {
+		ctx := context.Background()
+		rdb := redis.NewClient(testRedisOptions(t))
+		t.Cleanup(func() { rdb.Close() })
+		b, _ := newBroker(t, rdb, sharded, 0, 0)
+		p := prefix()
+		var wg sync.WaitGroup
+		for i := 0; i < 40; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < 5; j++ {
+					ch := p + "r" + strconv.Itoa((i+j)%3)
+					cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+					if err := b.Subscribe(cctx, ch); err != nil {
+						t.Error(err)
+					}
+					cancel()
+					b.Unsubscribe(ch)
+				}
+			}()
+		}
+		wg.Wait()
+		waitFor(t, "no channel left", 3*time.Second, func() bool { return len(channels(ctx, rdb, sharded, p+"*")) == 0 })
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if err := b.Subscribe(cctx, p+"last"); err != nil {
+			t.Fatal(err)
+		}
+		if chs := channels(ctx, rdb, sharded, p+"*"); len(chs) != 1 || chs[0] != p+"last" {
+			t.Fatalf("channels %v", chs)
+		}
+	})
+}
+
+// privateRedis runs redis-server on a spare loopback port for one test.
+func privateRedis(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not installed (apt-get install redis-server): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	waitFor(t, "redis-server up", 5*time.Second, func() bool { return c.Ping(context.Background()).Err() == nil })
+	return addr
+}
+
+// totalConnections is INFO stats total_connections_received.
+func totalConnections(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	t.Fatal("no total_connections_received in INFO stats")
+	return 0
+}
+
+// Issue 12 item 4: a silent partition (proxy frozen: connection open,
+// nothing forwarded) is noticed within PingInterval + PingTimeout, Health
+// turns down, and when the path heals the link redials and reports its
+// channels restored; joins meanwhile fail fast.
+func TestSilentLinkDeathNoticedAndRestored(t *testing.T) {
+	addr := privateRedis(t)
+	px, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { direct.Close() })
+	const interval, timeout = 500 * time.Millisecond, 300 * time.Millisecond
+	b, rec := newBroker(t, rdb, false, interval, timeout)
+	ctx := context.Background()
+	for _, ch := range []string{"a", "b"} {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if err := b.Subscribe(cctx, ch); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	px.Freeze(true)
+	frozen := time.Now()
+	waitFor(t, "link noticed dead", 5*time.Second, func() bool { return !b.Health().OK })
+	noticed := time.Since(frozen)
+	t.Logf("silent link death noticed after %v (interval %v + timeout %v)", noticed, interval, timeout)
+	if noticed > interval+timeout+time.Second {
+		t.Fatalf("noticed after %v, want within interval+timeout (+1 s slack)", noticed)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	start := time.Now()
+	err = b.Subscribe(cctx, "c")
+	cancel()
+	b.Unsubscribe("c")
+	if err == nil || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("subscribe on a down link: %v after %v, want a fast ErrUnavailable", err, time.Since(start))
+	}
+	px.Freeze(false)
+	px.Cut() // the frozen connections are abandoned by the broker anyway
+	waitFor(t, "link restored", 10*time.Second, func() bool { return b.Health().OK })
+	waitFor(t, "channels reported restored", 5*time.Second, func() bool {
+		_, r := rec.snapshot()
+		return len(r) > 0
+	})
+	_, restored := rec.snapshot()
+	if got := fmt.Sprint(restored[0]); got != "[a b]" {
+		t.Fatalf("restored %v, want [a b]", restored)
+	}
+	publish(ctx, direct, false, "a", "after")
+	waitFor(t, "message after restore", 3*time.Second, func() bool {
+		msgs, _ := rec.snapshot()
+		return slices.Contains(msgs, "a after")
+	})
+}
+
+// Issue 12 item 4: a healthy idle link is never redialed. 50 channels
+// subscribed, 60 idle seconds (health PINGs every second): Redis counts no
+// new connection. Skipped with -short.
+func TestIdleLinkNeverRedialed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("60 s")
+	}
+	t.Parallel()
+	addr := privateRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	b, _ := newBroker(t, rdb, false, time.Second, 500*time.Millisecond)
+	ctx := context.Background()
+	for i := 0; i < 50; i++ {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if err := b.Subscribe(cctx, "room"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	admin := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
+	t.Cleanup(func() { admin.Close() })
+	before := totalConnections(t, admin)
+	time.Sleep(60 * time.Second)
+	after := totalConnections(t, admin)
+	if after != before {
+		t.Fatalf("total_connections_received went from %d to %d over 60 idle seconds: the link was redialed", before, after)
+	}
+	if h := b.Health(); !h.OK {
+		t.Fatalf("health %+v", h)
+	}
+}
+
+// A slow but live path (every chunk delayed 100 ms, well within the PING
+// timeout) is not mistaken for a dead one: subscriptions confirm, messages
+// flow, and the link is never redialed.
+func TestSlowLinkStaysUp(t *testing.T) {
+	addr := privateRedis(t)
+	px, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	px.Slow(100 * time.Millisecond)
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { direct.Close() })
+	b, rec := newBroker(t, rdb, false, time.Second, 800*time.Millisecond)
+	ctx := context.Background()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := b.Subscribe(cctx, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	before := totalConnections(t, direct)
+	for i := 0; i < 5; i++ { // 3 s: three health PINGs through the slow path
+		publish(ctx, direct, false, "slow", strconv.Itoa(i))
+		time.Sleep(600 * time.Millisecond)
+		if h := b.Health(); !h.OK {
+			t.Fatalf("slow link reported down: %+v", h)
+		}
+	}
+	waitFor(t, "messages through the slow path", 3*time.Second, func() bool {
+		msgs, _ := rec.snapshot()
+		return len(msgs) == 5
+	})
+	if after := totalConnections(t, direct); after != before {
+		t.Fatalf("the slow link was redialed: total_connections_received %d -> %d", before, after)
+	}
+}
