@@ -31,7 +31,8 @@ const (
 	natsReconnectJitterTLS = time.Second
 
 	// cmdPendingMsgs and cmdPendingBytes bound the commands nats.go holds
-	// for the command subscription while the shards are busy. Beyond either,
+	// for the command subscription while onCommand decodes and dispatches
+	// (which never waits for a shard: see dispatch). Beyond either,
 	// NATS drops messages for this subscription and reports a slow consumer
 	// (counted in ellipsis_worker_nats_errors_total{kind="slow_consumer"});
 	// a dropped stop is healed by expiry (ttl), a dropped start by the next
@@ -136,8 +137,9 @@ func (s *Server) connectNATS(ctx context.Context) error {
 }
 
 // onCommand decodes one command and hands it to its shard. It runs on the
-// subscription's delivery goroutine; when the shard's queue is full it
-// waits (see startShards), so NATS's pending queue grows behind it.
+// subscription's delivery goroutine and never waits for a shard: a command
+// its shard has no room for is dropped and counted (see dispatch), so one
+// slow shard never holds up the others' commands.
 func (s *Server) onCommand(msg *nats.Msg) {
 	cmd, err := protocol.DecodeCommand(msg.Data)
 	if err != nil {
