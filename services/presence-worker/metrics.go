@@ -32,6 +32,7 @@ type metrics struct {
 	eventsPublished *prometheus.CounterVec // {type}
 	snapshots       *prometheus.CounterVec // {outcome}: ok, bad_request, unavailable, internal
 	queued          prometheus.Gauge       // commands waiting in the shards' queues, all shards
+	snapshotsCut    *prometheus.CounterVec // {reason}: max, payload
 }
 
 // newMetrics builds the collectors and registers them on reg. A collector
@@ -78,6 +79,10 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "snapshots_total",
 			Help: "Snapshot requests answered, by outcome (ok, bad_request, unavailable, internal).",
 		}, []string{"outcome"}),
+		snapshotsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "snapshots_cut_total",
+			Help: "Snapshot replies listing fewer typists than total, by reason: max (ELLIPSIS_SNAPSHOT_MAX), payload (cut further to fit the NATS max_payload).",
+		}, []string{"reason"}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "queued_commands",
 			Help: "Commands waiting in the worker's shard queues (all shards; each queue holds at most 1024).",
@@ -107,6 +112,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	m.eventsPublished = reg1(m.eventsPublished).(*prometheus.CounterVec)
 	m.snapshots = reg1(m.snapshots).(*prometheus.CounterVec)
 	m.queued = reg1(m.queued).(prometheus.Gauge)
+	m.snapshotsCut = reg1(m.snapshotsCut).(*prometheus.CounterVec)
 	if private {
 		// A private registry is this worker's alone: add the process and Go
 		// runtime collectors. A shared registry's owner adds them once.

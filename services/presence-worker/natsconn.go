@@ -166,11 +166,15 @@ func (s *Server) dropInvalid(msg *nats.Msg, err error) {
 		zap.String("subject", msg.Subject), zap.String("field", field), zap.Int("bytes", len(msg.Data)), zap.Error(err))
 }
 
-// onSnapshot answers one snapshot request (request/reply). Errors are
-// replied as {"v":1,"error":{"code":...,"message":...}} with code
-// bad_request (invalid request), unavailable (Redis down) or internal.
+// onSnapshot answers one snapshot request (request/reply). A reply lists
+// at most cfg.SnapshotMax typists, and never more bytes than the NATS
+// server's max_payload (see encodeSnapshotReply), with total counting
+// every visible typist. Errors are replied as
+// {"v":1,"error":{"code":...,"message":...}} with code bad_request
+// (invalid request), unavailable (Redis down) or internal.
 func (s *Server) onSnapshot(msg *nats.Msg) {
 	var reply protocol.SnapshotReply
+	var snap protocol.Snapshot
 	req, err := protocol.DecodeSnapshotRequest(msg.Data)
 	if err != nil {
 		reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: protocol.CodeBadRequest, Message: err.Error()}}
@@ -191,7 +195,21 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 			}
 			reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: code, Message: msg}}
 		} else {
-			reply = protocol.SnapshotReply{V: protocol.Version, Room: req.Room, Users: users, Total: len(users)}
+			snap = capSnapshot(users, s.cfg.SnapshotMax)
+		}
+	}
+	var data []byte
+	if reply.Error == nil {
+		var listed int
+		data, listed, err = encodeSnapshotReply(req.Room, snap, maxReplyBytes(s.nc))
+		switch {
+		case err != nil:
+			s.rl.Error("snapshot-encode", "snapshot reply does not fit", zap.String("room", req.Room), zap.Error(err))
+			reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: protocol.CodeInternal, Message: "internal error"}}
+		case listed < len(snap.Users):
+			s.m.snapshotsCut.WithLabelValues("payload").Inc()
+		case snap.Cut():
+			s.m.snapshotsCut.WithLabelValues("max").Inc()
 		}
 	}
 	outcome := "ok"
@@ -202,13 +220,25 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 	if msg.Reply == "" {
 		return // a publish, not a request: nobody to answer
 	}
-	data, err := json.Marshal(reply)
-	if err != nil {
-		s.log.Error("encoding snapshot reply", zap.Error(err))
-		return
+	if reply.Error != nil {
+		if data, err = json.Marshal(reply); err != nil {
+			s.log.Error("encoding snapshot reply", zap.Error(err))
+			return
+		}
 	}
 	if err := msg.Respond(data); err != nil {
 		s.m.natsErrors.WithLabelValues("reply").Inc()
 		s.rl.Warn("nats-reply", "snapshot reply failed", zap.Error(err))
 	}
+}
+
+// capSnapshot lists the first max of users (the store's list, sorted by
+// user) with Total = len(users). It stands in for the store cutting the
+// list itself (and counting the rest without reading them).
+func capSnapshot(users []protocol.Typist, max int) protocol.Snapshot {
+	total := len(users)
+	if len(users) > max {
+		users = users[:max]
+	}
+	return protocol.Snapshot{Users: users, Total: total}
 }
