@@ -324,3 +324,56 @@ func TestDispatchOverflowRule(t *testing.T) {
 		t.Errorf("after quit: commands_total{op=start,outcome=error} = %v, want 1", got)
 	}
 }
+
+// nopStore applies nothing: the shards only take their queues.
+type nopStore struct{ Store }
+
+func (nopStore) Apply(_ context.Context, cmds []protocol.Command) ([]string, []error) {
+	outs := make([]string, len(cmds))
+	for i := range outs {
+		outs[i] = OutcomeThrottled
+	}
+	return outs, make([]error, len(cmds))
+}
+
+// BenchmarkOnCommand measures the command subscription's delivery
+// goroutine, which every command of a worker goes through: decode,
+// validate, hash, queue on one of 16 shards (whose store does nothing).
+// ns/op bounds the commands per second one worker can take off NATS.
+func BenchmarkOnCommand(b *testing.B) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := config.Default()
+	s := &Server{
+		cfg: cfg, st: nopStore{}, m: m, log: zap.NewNop(), rl: newRateLog(zap.NewNop(), time.Minute),
+		commandBatch: DefaultCommandBatch, quit: make(chan struct{}), runCtx: context.Background(),
+	}
+	s.startShards()
+	msgs := make([]*nats.Msg, 1600)
+	for i := range msgs {
+		c := fmt.Sprintf("gw-0123456789:%d", i)
+		data, _ := json.Marshal(start(fmt.Sprintf("room-%d", i%100), fmt.Sprintf("user-%d", i), "User Name", c, uint64(i+1)))
+		msgs[i] = &nats.Msg{Subject: "cmd", Data: data}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		s.onCommand(msgs[i%len(msgs)])
+		if i%512 == 511 {
+			for gatherSum(b, reg, "ellipsis_worker_queued_commands", nil) > 4096 {
+				time.Sleep(50 * time.Microsecond) // let the shards catch up: measure dispatch, not drops
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
+	close(s.quit)
+	s.shardWG.Wait()
+	if d := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeShed}) +
+		gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeOverflow}); d != 0 {
+		b.Logf("%v commands dropped (shards slower than the loop)", d)
+	}
+}
