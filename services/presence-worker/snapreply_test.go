@@ -149,7 +149,7 @@ func TestSnapshotReplyFitsServerMaxPayload(t *testing.T) {
 	url := startSmallNATS(t, maxPayload)
 	e := newEnv(t, backends[0], func(c *config.Config) {
 		c.NATSURL = url
-		c.TypingTTL = 2 * time.Minute // the room must outlive its filling
+		c.TypingTTL = 10 * time.Minute // the room must outlive its filling, however slow
 		c.TypingThrottle = 2 * time.Second
 		c.TypingRefresh = 4 * time.Second
 		c.TypingIdleStop = 3 * time.Second
