@@ -8,14 +8,34 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// shardQueue is the command queue of each shard. When it is full, the NATS
-// delivery goroutine waits in dispatch (commands are never dropped here),
-// so the subscription's pending queue in nats.go grows instead; beyond its
-// limits (cmdPendingMsgs, cmdPendingBytes) NATS drops messages and reports
-// a slow consumer. 1024 commands is about a second of work for one shard
-// at a typical sub-millisecond script round trip, one command at a time
-// (a few batches when they queue up: see DefaultCommandBatch).
+// shardQueue bounds each shard's command queue, in commands. The NATS
+// delivery goroutine never waits for a shard (see dispatch): a command its
+// shard has no room for is dropped and counted, so a slow shard (a hot
+// connection, one slow Redis master on Cluster) only ever costs its own
+// commands, never the other shards'. 1024 commands is about a second of
+// work for one shard at a typical sub-millisecond script round trip, one
+// command at a time (a few batches when they queue up: see
+// DefaultCommandBatch); a shard that far behind is overloaded, and
+// queueing more would only apply commands later than the typing they
+// describe.
 const shardQueue = 1024
+
+// shardStartRoom is the queue depth from which a shard refuses starts
+// (outcome shed) while it still takes stops, leaves and disconnects, up to
+// shardQueue (beyond: outcome overflow). A lost start costs at most one
+// refresh interval (ELLIPSIS_TYPING_REFRESH, 4 s) of "typing" not shown,
+// or nothing when the user is shown already; a lost stop leaves the typist
+// shown until the entry expires (ELLIPSIS_TYPING_TTL, 5 s, plus the
+// sweep), which users notice more, so an overloaded shard keeps its last
+// quarter for the commands that hide someone.
+const shardStartRoom = shardQueue * 3 / 4
+
+// Dispatch outcomes, in ellipsis_worker_commands_total beside the store's:
+// the command was dropped before reaching Redis (see dispatch).
+const (
+	OutcomeShed     = "shed"     // start refused: its shard's queue was past shardStartRoom
+	OutcomeOverflow = "overflow" // any command refused: its shard's queue was full
+)
 
 // DefaultCommandBatch bounds the script calls a shard sends to Redis in one
 // pipeline (one round trip): after taking a command from its queue, a shard
@@ -55,6 +75,7 @@ func (s *Server) runShard(ch chan protocol.Command) {
 	batch := make([]protocol.Command, 0, s.commandBatch)
 	run := func(first protocol.Command) {
 		batch = s.fill(ch, append(batch[:0], first))
+		s.m.queued.Sub(float64(len(batch)))
 		s.applyBatch(s.runCtx, batch)
 		clear(batch) // drop the commands' strings until the next batch
 	}
@@ -104,21 +125,60 @@ func callCount(cmd protocol.Command) int {
 	return 1
 }
 
-// dispatch queues cmd on its shard: hash(conn), or hash(room, user) for a
-// command without conn (a stop for every connection of a user). It blocks
-// while the queue is full, unless the worker is shutting down.
+// dispatch queues cmd on its shard (see shardOf) and never waits: it runs
+// on the command subscription's delivery goroutine, which a wait would
+// stall for every shard. When the shard's queue holds shardStartRoom
+// commands a start is dropped (outcome shed), and when it is full any
+// command is dropped (outcome overflow); both are counted in
+// ellipsis_worker_commands_total and logged (rate-limited) with the shard.
+// This is nats.go's own rule for a subscription's pending queue (drop the
+// newest, count, report a slow consumer), applied per shard, with room
+// kept for the commands that hide a typist. Commands taken are applied in
+// order per shard, so one connection's stay in order (dropping one of
+// them does not reorder the others; seq makes a later one win). After
+// Shutdown stopped the shards, a command is counted as an error.
 func (s *Server) dispatch(cmd protocol.Command) {
+	select {
+	case <-s.quit:
+		s.m.commands.WithLabelValues(opLabel(cmd.Op), OutcomeError).Inc()
+		return
+	default:
+	}
+	i := s.shardOf(cmd)
+	ch := s.shards[i]
+	if cmd.Op == protocol.OpStart && len(ch) >= shardStartRoom {
+		s.dropCommand(i, cmd, OutcomeShed)
+		return
+	}
+	s.m.queued.Inc()
+	select {
+	case ch <- cmd:
+	default:
+		s.m.queued.Dec()
+		s.dropCommand(i, cmd, OutcomeOverflow)
+	}
+}
+
+// shardOf returns the index of cmd's shard in s.shards: FNV-1a of conn, or
+// of (room, user) for a command without conn (a stop for every connection
+// of a user).
+func (s *Server) shardOf(cmd protocol.Command) int {
 	var h uint32
 	if cmd.Conn != "" {
 		h = fnv1a(fnvOffset, cmd.Conn)
 	} else {
 		h = fnv1a(fnv1a(fnv1a(fnvOffset, cmd.Room), "\x00"), cmd.User)
 	}
-	select {
-	case s.shards[h%uint32(len(s.shards))] <- cmd:
-	case <-s.quit:
-		s.m.commands.WithLabelValues(opLabel(cmd.Op), OutcomeError).Inc()
-	}
+	return int(h % uint32(len(s.shards)))
+}
+
+// dropCommand counts and logs (at most once per logEvery for each outcome)
+// a command dispatch refused.
+func (s *Server) dropCommand(shard int, cmd protocol.Command, outcome string) {
+	s.m.commands.WithLabelValues(opLabel(cmd.Op), outcome).Inc()
+	s.rl.Warn("dispatch-"+outcome, "shard queue full: dropping commands (a dropped stop shows the typist until the entry expires)",
+		zap.Int("shard", shard), zap.String("outcome", outcome), zap.String("op", cmd.Op),
+		zap.Int("queued", len(s.shards[shard])), zap.Int("queue_size", shardQueue))
 }
 
 const (

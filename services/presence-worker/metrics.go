@@ -34,6 +34,8 @@ type metrics struct {
 	invalidPayloads *prometheus.CounterVec // {field}
 	eventsPublished *prometheus.CounterVec // {type}
 	snapshots       *prometheus.CounterVec // {outcome}: ok, bad_request, unavailable, internal
+	queued          prometheus.Gauge       // commands waiting in the shards' queues, all shards
+	snapshotsCut    *prometheus.CounterVec // {reason}: max, payload
 }
 
 // newMetrics builds the collectors and registers them on reg. A collector
@@ -44,7 +46,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	m := &metrics{
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "commands_total",
-			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown; other) and outcome (started, refreshed, throttled, stopped, noop, stale, invalid, error).",
+			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown; other) and outcome (started, refreshed, throttled, stopped, noop, stale, invalid, error; shed and overflow: dropped because the command's shard queue was past its start room or full).",
 		}, []string{"op", "outcome"}),
 		scriptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "script_duration_seconds",
@@ -80,6 +82,14 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "snapshots_total",
 			Help: "Snapshot requests answered, by outcome (ok, bad_request, unavailable, internal; other).",
 		}, []string{"outcome"}),
+		snapshotsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "snapshots_cut_total",
+			Help: "Snapshot replies listing fewer typists than total, by reason: max (ELLIPSIS_SNAPSHOT_MAX), payload (cut further to fit the NATS max_payload).",
+		}, []string{"reason"}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "queued_commands",
+			Help: "Commands waiting in the worker's shard queues (all shards; each queue holds at most 1024).",
+		}),
 	}
 	var err error
 	reg1 := func(c prometheus.Collector) prometheus.Collector {
@@ -104,6 +114,8 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	m.invalidPayloads = reg1(m.invalidPayloads).(*prometheus.CounterVec)
 	m.eventsPublished = reg1(m.eventsPublished).(*prometheus.CounterVec)
 	m.snapshots = reg1(m.snapshots).(*prometheus.CounterVec)
+	m.queued = reg1(m.queued).(prometheus.Gauge)
+	m.snapshotsCut = reg1(m.snapshotsCut).(*prometheus.CounterVec)
 	if private {
 		// A private registry is this worker's alone: add the process and Go
 		// runtime collectors. A shared registry's owner adds them once.

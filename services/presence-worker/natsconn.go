@@ -31,7 +31,8 @@ const (
 	natsReconnectJitterTLS = time.Second
 
 	// cmdPendingMsgs and cmdPendingBytes bound the commands nats.go holds
-	// for the command subscription while the shards are busy. Beyond either,
+	// for the command subscription while onCommand decodes and dispatches
+	// (which never waits for a shard: see dispatch). Beyond either,
 	// NATS drops messages for this subscription and reports a slow consumer
 	// (counted in ellipsis_worker_nats_errors_total{kind="slow_consumer"});
 	// a dropped stop is healed by expiry (ttl), a dropped start by the next
@@ -136,8 +137,9 @@ func (s *Server) connectNATS(ctx context.Context) error {
 }
 
 // onCommand decodes one command and hands it to its shard. It runs on the
-// subscription's delivery goroutine; when the shard's queue is full it
-// waits (see startShards), so NATS's pending queue grows behind it.
+// subscription's delivery goroutine and never waits for a shard: a command
+// its shard has no room for is dropped and counted (see dispatch), so one
+// slow shard never holds up the others' commands.
 func (s *Server) onCommand(msg *nats.Msg) {
 	cmd, err := protocol.DecodeCommand(msg.Data)
 	if err != nil {
@@ -161,11 +163,15 @@ func (s *Server) dropInvalid(msg *nats.Msg, err error) {
 		zap.String("subject", msg.Subject), zap.String("field", field), zap.Int("bytes", len(msg.Data)), zap.Error(err))
 }
 
-// onSnapshot answers one snapshot request (request/reply). Errors are
-// replied as {"v":1,"error":{"code":...,"message":...}} with code
-// bad_request (invalid request), unavailable (Redis down) or internal.
+// onSnapshot answers one snapshot request (request/reply). A reply lists
+// at most cfg.SnapshotMax typists, and never more bytes than the NATS
+// server's max_payload (see encodeSnapshotReply), with total counting
+// every visible typist. Errors are replied as
+// {"v":1,"error":{"code":...,"message":...}} with code bad_request
+// (invalid request), unavailable (Redis down) or internal.
 func (s *Server) onSnapshot(msg *nats.Msg) {
 	var reply protocol.SnapshotReply
+	var snap protocol.Snapshot
 	req, err := protocol.DecodeSnapshotRequest(msg.Data)
 	if err != nil {
 		reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: protocol.CodeBadRequest, Message: err.Error()}}
@@ -186,7 +192,21 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 			}
 			reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: code, Message: msg}}
 		} else {
-			reply = protocol.SnapshotReply{V: protocol.Version, Room: req.Room, Users: users, Total: len(users)}
+			snap = capSnapshot(users, s.cfg.SnapshotMax)
+		}
+	}
+	var data []byte
+	if reply.Error == nil {
+		var listed int
+		data, listed, err = encodeSnapshotReply(req.Room, snap, maxReplyBytes(s.nc))
+		switch {
+		case err != nil:
+			s.rl.Error("snapshot-encode", "snapshot reply does not fit", zap.String("room", req.Room), zap.Error(err))
+			reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: protocol.CodeInternal, Message: "internal error"}}
+		case listed < len(snap.Users):
+			s.m.snapshotsCut.WithLabelValues("payload").Inc()
+		case snap.Cut():
+			s.m.snapshotsCut.WithLabelValues("max").Inc()
 		}
 	}
 	outcome := "ok"
@@ -197,13 +217,25 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 	if msg.Reply == "" {
 		return // a publish, not a request: nobody to answer
 	}
-	data, err := json.Marshal(reply)
-	if err != nil {
-		s.log.Error("encoding snapshot reply", zap.Error(err))
-		return
+	if reply.Error != nil {
+		if data, err = json.Marshal(reply); err != nil {
+			s.log.Error("encoding snapshot reply", zap.Error(err))
+			return
+		}
 	}
 	if err := msg.Respond(data); err != nil {
 		s.m.natsErrors.WithLabelValues("reply").Inc()
 		s.rl.Warn("nats-reply", "snapshot reply failed", zap.Error(err))
 	}
+}
+
+// capSnapshot lists the first max of users (the store's list, sorted by
+// user) with Total = len(users). It stands in for the store cutting the
+// list itself (and counting the rest without reading them).
+func capSnapshot(users []protocol.Typist, max int) protocol.Snapshot {
+	total := len(users)
+	if len(users) > max {
+		users = users[:max]
+	}
+	return protocol.Snapshot{Users: users, Total: total}
 }

@@ -57,7 +57,7 @@ type Options struct {
 	// Config holds the settings; the caller loaded and validated it
 	// (config.Load). The worker reads NATSURL, RedisURL, SubjectPrefix,
 	// KeyPrefix, AdminAddr, TypingTTL, TypingThrottle, SweepInterval,
-	// SnapshotTimeout, WorkerShards and Store, and [New] checks those
+	// SnapshotTimeout, SnapshotMax, WorkerShards and Store, and [New] checks those
 	// again (an unknown Store is refused, naming ELLIPSIS_STORE).
 	Config config.Config
 	// Logger receives the worker's logs. Nil means zap.NewNop().

@@ -44,6 +44,7 @@ const (
 	DefaultInboundBurst       = 40
 	DefaultOutboundQueue      = 256
 	DefaultWorkerShards       = 16
+	DefaultSnapshotMax        = 100
 
 	// Security defaults (README "Security").
 	DefaultJWKSReload         = 10 * time.Second
@@ -232,6 +233,12 @@ type Config struct {
 	// (commands of one connection always go to the same one, in order).
 	// ELLIPSIS_WORKER_SHARDS, default 16.
 	WorkerShards int
+	// SnapshotMax caps the typists listed in one snapshot (a NATS snapshot
+	// reply, and so joined, typing and the HTTP read); the snapshot's total
+	// still counts every visible typist. A departure from PROTOCOL.md,
+	// whose snapshots had no cap (README, "Protocol departures").
+	// ELLIPSIS_SNAPSHOT_MAX, default 100, 1..10000.
+	SnapshotMax int
 	// Store is the worker's typing-state layout: "zset" (one sorted set per
 	// room, the default) or "keys" (seed pattern 1: one TTL key per typist,
 	// listed with SCAN). ELLIPSIS_STORE, default "zset".
@@ -281,6 +288,7 @@ func Default() Config {
 		InboundBurst:       DefaultInboundBurst,
 		OutboundQueue:      DefaultOutboundQueue,
 		WorkerShards:       DefaultWorkerShards,
+		SnapshotMax:        DefaultSnapshotMax,
 
 		JWKSReload:         DefaultJWKSReload,
 		AuthzTimeout:       DefaultAuthzTimeout,
@@ -425,6 +433,7 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_PONG_WAIT", "gateway: silence before a connection is dropped (pings at 9/10)", func() (func(string) error, func() string) { return dur(&c.PongWait) })
 	add("ELLIPSIS_WRITE_WAIT", "gateway: deadline of every write to a client", func() (func(string) error, func() string) { return dur(&c.WriteWait) })
 	add("ELLIPSIS_WORKER_SHARDS", "worker: commands applied concurrently", func() (func(string) error, func() string) { return integer(&c.WorkerShards) })
+	add("ELLIPSIS_SNAPSHOT_MAX", "worker: typists listed in one snapshot (total counts them all)", func() (func(string) error, func() string) { return integer(&c.SnapshotMax) })
 	add("ELLIPSIS_STORE", "worker: typing-state layout, zset or keys (seed pattern 1)", func() (func(string) error, func() string) { return str(&c.Store) })
 	add("ELLIPSIS_GATEWAY_ID", "gateway id in conn ids (default random)", func() (func(string) error, func() string) { return str(&c.GatewayID) })
 	add("ELLIPSIS_DEMO_PAGE", "serve the demo page at /", func() (func(string) error, func() string) { return boolean(&c.DemoPage) })
@@ -600,6 +609,7 @@ func (c *Config) Validate() error {
 	intRange("ELLIPSIS_INBOUND_BURST", c.InboundBurst, 1, 100000)
 	intRange("ELLIPSIS_OUTBOUND_QUEUE", c.OutboundQueue, 1, 1<<20)
 	intRange("ELLIPSIS_WORKER_SHARDS", c.WorkerShards, 1, 4096)
+	intRange("ELLIPSIS_SNAPSHOT_MAX", c.SnapshotMax, 1, 10000)
 	if c.InboundRate <= 0 {
 		bad("ELLIPSIS_INBOUND_RATE: must be positive, got %g", c.InboundRate)
 	}

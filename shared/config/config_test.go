@@ -279,3 +279,21 @@ func TestRedisTopologiesAndPubSub(t *testing.T) {
 		t.Fatalf("keys store on cluster: %v", err)
 	}
 }
+
+func TestSnapshotMax(t *testing.T) {
+	if c, err := load(t, nil); err != nil || c.SnapshotMax != DefaultSnapshotMax || DefaultSnapshotMax != 100 {
+		t.Fatalf("default: %d, %v", c.SnapshotMax, err)
+	}
+	if c, err := load(t, map[string]string{"ELLIPSIS_SNAPSHOT_MAX": "1"}); err != nil || c.SnapshotMax != 1 {
+		t.Fatalf("1: %d, %v", c.SnapshotMax, err)
+	}
+	for v, want := range map[string]string{
+		"0":     "ELLIPSIS_SNAPSHOT_MAX: must be 1..10000, got 0",
+		"10001": "ELLIPSIS_SNAPSHOT_MAX: must be 1..10000, got 10001",
+		"many":  "ELLIPSIS_SNAPSHOT_MAX: not an integer",
+	} {
+		if _, err := load(t, map[string]string{"ELLIPSIS_SNAPSHOT_MAX": v}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want %q", v, err, want)
+		}
+	}
+}

@@ -217,12 +217,16 @@ func TestSlowClientNeverStallsTheRoom(t *testing.T) {
 	}
 }
 
-// Issue #3 item 9, worker side. The worker's Redis hangs (SIGSTOP), so its
-// shard stops; commands pile up in the command subscription up to its
-// pending limit, beyond which NATS drops them and reports a slow consumer:
-// counted in nats_errors_total{kind="slow_consumer"} and logged at a bounded
-// rate. The worker neither blocks NATS nor dies, and recovers.
-func TestWorkerSlowConsumerIsBoundedAndCounted(t *testing.T) {
+// Issue #3 item 9 and issue 13 item 6, worker side. The worker's Redis
+// hangs (SIGSTOP), so the shard of the flooding connection stops. Its
+// queue fills, and dispatch drops what does not fit instead of waiting
+// (which would stall every shard behind the one NATS delivery goroutine):
+// starts past 768 queued are shed, counted in
+// commands_total{outcome="shed"} and logged at a bounded rate, while a
+// stop still finds room (the last quarter of the queue is kept for
+// commands that hide a typist). The worker neither blocks NATS nor dies,
+// and recovers: the stop is applied after the queued starts.
+func TestWorkerStuckShardDropsAreBoundedAndCounted(t *testing.T) {
 	t.Parallel()
 	r := startPrivateRedis(t)
 	n := startPrivateNATS(t)
@@ -232,8 +236,8 @@ func TestWorkerSlowConsumerIsBoundedAndCounted(t *testing.T) {
 	subject := names.New("", ps.s.cfg.SubjectPrefix).CommandSubject()
 	r.signal(syscall.SIGSTOP)
 	defer r.signal(syscall.SIGCONT)
-	// One connection, so one shard: 1024 queued + 65536 pending fit.
-	const flood = 90000
+	// One connection, so one shard: 1024 queued at most.
+	const flood = 20000
 	began := time.Now()
 	for i := 1; i <= flood; i++ {
 		b, _ := json.Marshal(protocol.Command{V: 1, Op: protocol.OpStart, Room: "sc", User: "u", Conn: "flood:1", Seq: uint64(i), TsMs: 1})
@@ -241,26 +245,45 @@ func TestWorkerSlowConsumerIsBoundedAndCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	stopCmd, _ := json.Marshal(protocol.Command{V: 1, Op: protocol.OpStop, Room: "sc", User: "u", Conn: "flood:1", Seq: flood + 1, TsMs: 1})
+	if err := nc.Publish(subject, stopCmd); err != nil {
+		t.Fatal(err)
+	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("published %d commands in %v", flood, time.Since(began))
-	deadline := time.Now().Add(10 * time.Second)
-	for metric(t, w.adminAddr, "ellipsis_worker_nats_errors_total", `kind="slow_consumer"`) == 0 {
+	t.Logf("published %d commands in %v", flood+1, time.Since(began))
+	// Every command but the ones queued (768 starts, and the stop) and the
+	// ones in the batch the shard took (at most 64) is shed, and none
+	// waits in NATS.
+	deadline := time.Now().Add(20 * time.Second)
+	for metric(t, w.adminAddr, "ellipsis_worker_commands_total", `outcome="shed"`) < flood-768-64 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no slow consumer counted after %d commands to a stuck worker", flood)
+			t.Fatalf("%v of %d starts shed by a stuck shard", metric(t, w.adminAddr, "ellipsis_worker_commands_total", `outcome="shed"`), flood)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if q := metric(t, w.adminAddr, "ellipsis_worker_queued_commands"); q > 1024 {
+		t.Fatalf("queued_commands %v, over one shard's queue", q)
+	}
 	time.Sleep(500 * time.Millisecond)
-	if lines := w.countLines("NATS slow consumer"); lines < 1 || lines > 2 {
-		t.Fatalf("%d slow-consumer log lines, want 1..2 (at most one per 10 s)", lines)
+	if lines := w.countLines("shard queue full"); lines < 1 || lines > 2 {
+		t.Fatalf("%d shard-queue-full log lines, want 1..2 (at most one per 10 s)", lines)
 	}
 	// Still connected to NATS (the server did not cut it off), and it
-	// recovers when Redis does.
+	// recovers when Redis does; the stop was kept and hides the typist.
 	if code, body := readyz(w.adminAddr); strings.Contains(body, `"nats"`) {
 		t.Fatalf("worker lost NATS under the flood: %d %s", code, body)
 	}
 	r.signal(syscall.SIGCONT)
 	waitReadyz(t, w.adminAddr, 200, 10*time.Second)
+	deadline = time.Now().Add(20 * time.Second)
+	for metric(t, w.adminAddr, "ellipsis_worker_commands_total", `op="stop"`, `outcome="stopped"`) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stop sent behind the flood was not applied (stop outcomes: shed %v, overflow %v)",
+				metric(t, w.adminAddr, "ellipsis_worker_commands_total", `op="stop"`, `outcome="shed"`),
+				metric(t, w.adminAddr, "ellipsis_worker_commands_total", `op="stop"`, `outcome="overflow"`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -143,6 +143,7 @@ type frame struct {
 	Message string   `json:"message"`
 	Typing  []typist `json:"typing"`
 	Users   []typist `json:"users"`
+	Total   *int     `json:"total"`
 	TsMs    int64    `json:"ts_ms"`
 	at      time.Time
 }

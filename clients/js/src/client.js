@@ -77,7 +77,7 @@ export const STATES = Object.freeze(["idle", "connecting", "open", "reconnecting
  *   "connecting" → "open" → "reconnecting" (waiting delayMs) → "connecting"
  *   … and "closed" for good (close(), a fatal error).
  * - "error" (frame or Error): error frames from the gateway, and failures.
- * - "change" (room: Room, typists): any room's typists changed.
+ * - "change" (room: Room, typists, total): any room's typists changed.
  */
 export class Client extends Emitter {
   /** @param {import("./ellipsis.js").ClientOptions} [opts] */
@@ -524,7 +524,7 @@ export class Client extends Emitter {
 /**
  * A joined room: who is typing there (a TypistStore fed by the gateway), and
  * this user's own typing (a TypingTimer). Events:
- * - "change" (typists): the typists changed.
+ * - "change" (typists, total): the typists, or their total, changed.
  * - "state" ({state, code?, message?}): "joining" | "joined" | "error" | "left".
  * - "error" (frame): an error frame about this room.
  */
@@ -541,9 +541,9 @@ export class Room extends Emitter {
     this.state = "joining";
     this._clock = client._clock;
     this._store = new TypistStore({ self: client.user, graceMs: client.graceMs, clock: client._clock });
-    this._store.on("change", (typists) => {
-      this.emit("change", typists);
-      client.emit("change", this, typists);
+    this._store.on("change", (typists, total) => {
+      this.emit("change", typists, total);
+      client.emit("change", this, typists, total);
     });
     this._timer = null;
     this._joinId = null;
@@ -557,6 +557,15 @@ export class Room extends Emitter {
   /** Who is typing here now, in the order they started (never this user). */
   get typists() {
     return this._store.typists;
+  }
+
+  /**
+   * How many type here now (never this user): the typists listed plus
+   * those the gateway counted in a cut snapshot (it lists at most
+   * ELLIPSIS_SNAPSHOT_MAX, default 100) and no event has listed since.
+   */
+  get total() {
+    return this._store.total;
   }
 
   /** True while this user's typing burst is on. */
@@ -684,12 +693,12 @@ export class Room extends Emitter {
         this._joinId = null;
         this._joinAttempt = 0;
         this._setState("joined");
-        this._store.replace(f.typing);
+        this._store.replace(f.typing, f.total);
         this._armResync(true);
         if (this.typing) this.client._send({ type: "typing_start", room: this.id });
         return;
       case "typing":
-        this._store.replace(f.users);
+        this._store.replace(f.users, f.total);
         return;
       case "typing_start":
         if (typeof f.user === "string") this._store.start(f.user, f.name, f.ttl_ms);

@@ -166,12 +166,12 @@ export interface ClientEvents {
   [event: string]: (...args: any[]) => void;
   state: (ev: StateEvent) => void;
   error: (err: ErrorFrame | Error) => void;
-  change: (room: Room, typists: Typist[]) => void;
+  change: (room: Room, typists: Typist[], total: number) => void;
 }
 
 export interface RoomEvents {
   [event: string]: (...args: any[]) => void;
-  change: (typists: Typist[]) => void;
+  change: (typists: Typist[], total: number) => void;
   state: (ev: RoomStateEvent) => void;
   error: (frame: ErrorFrame) => void;
 }
@@ -209,6 +209,8 @@ export declare class Room extends Emitter<RoomEvents> {
   readonly state: RoomState;
   /** Who is typing here, in the order they started; never this user. */
   readonly typists: Typist[];
+  /** How many type here (never this user): typists listed plus those a cut snapshot only counted. */
+  readonly total: number;
   /** True while this user's typing burst is on. */
   readonly typing: boolean;
   readonly stats: TypingStats;
@@ -278,18 +280,20 @@ export declare class TypingTimer {
 }
 
 /** Who is typing in one room; emits "change". */
-export declare class TypistStore extends Emitter<{ change: (typists: Typist[]) => void }> {
+export declare class TypistStore extends Emitter<{ change: (typists: Typist[], total: number) => void }> {
   constructor(opts?: { self?: string; ttlMs?: number; graceMs?: number; clock?: Clock });
   self: string;
   ttlMs: number;
   graceMs: number;
   readonly typists: Typist[];
   readonly size: number;
+  /** Typists listed plus those a cut snapshot counted but did not list; >= size. */
+  readonly total: number;
   has(user: string): boolean;
   start(user: string, name?: string, ttlMs?: number): void;
   stop(user: string): void;
-  /** A snapshot: the set becomes exactly `list`. */
-  replace(list: Typist[] | null | undefined): void;
+  /** A snapshot: the set becomes exactly `list`; `total` counts the typists the list may leave out. */
+  replace(list: Typist[] | null | undefined, total?: number): void;
   clear(): void;
   dispose(): void;
 }
@@ -299,6 +303,8 @@ export interface FormatOptions {
   locale?: string;
   /** Names shown before the line becomes a count. Default 3. */
   max?: number;
+  /** How many type in all; above the names given, the line is "N people are typing…". */
+  total?: number;
 }
 
 /** "Alice is typing…", "Alice and Bob are typing…", …; Vietnamese: "Alice đang gõ...", … */
@@ -331,7 +337,8 @@ export declare class TypingIndicator {
   max: number | undefined;
   /** The line shown now ("" when nobody types). */
   readonly text: string;
-  update(typists: Typist[]): void;
+  /** `total`: how many type in all (the room's total); omitted, the typists are everyone. */
+  update(typists: Typist[], total?: number): void;
   render(): void;
   destroy(): void;
 }

@@ -14,7 +14,13 @@ export function displayName(t) {
 }
 
 // Each locale turns the names into a line. `names` is never empty; `max` is
-// at least 1.
+// at least 1. `count` is how many type in all when the names are only some
+// of them (a snapshot cut by the gateway): "N people are typing…".
+const counts = {
+  en: (n) => (n === 1 ? "1 person is typing…" : `${n} people are typing…`),
+  vi: (n) => `${n} người đang gõ...`,
+};
+
 const locales = {
   // English: "Alice is typing…", "Alice and Bob are typing…",
   // "Alice, Bob and Carol are typing…", "Alice, Bob and 2 others are typing…".
@@ -53,6 +59,9 @@ export function resolveLocale(tag) {
 
 /**
  * Formats who is typing: at most `max` names (default 3), then a count.
+ * When `total` says more people type than `users` lists (the gateway lists
+ * at most ELLIPSIS_SNAPSHOT_MAX of them, default 100), the line is the
+ * count: "N people are typing…" ("N người đang gõ...").
  *
  *   formatTypists([])                                   → ""
  *   formatTypists(["Alice"])                            → "Alice is typing…"
@@ -61,19 +70,24 @@ export function resolveLocale(tag) {
  *   formatTypists(["Alice", "Bob", "Carol", "Dan"])     → "Alice, Bob and 2 others are typing…"
  *   formatTypists(["Alice"], { locale: "vi" })          → "Alice đang gõ..."
  *   formatTypists([a, b, c, d, e], { locale: "vi" })    → "5 người đang gõ..."
+ *   formatTypists(["Alice", "Bob"], { total: 140 })     → "140 people are typing…"
  *
  * @param {Array<string | {user: string, name?: string}>} users typists, in
  *   the order to show them; objects show `name`, else `user`.
- * @param {{locale?: string, max?: number}} [opts] locale: a BCP 47 tag
- *   ("en", "vi", "vi-VN"; others fall back to English); max: names shown
- *   before the line becomes a count (default 3; below 1 counts as 1).
+ * @param {{locale?: string, max?: number, total?: number}} [opts] locale:
+ *   a BCP 47 tag ("en", "vi", "vi-VN"; others fall back to English); max:
+ *   names shown before the line becomes a count (default 3; below 1 counts
+ *   as 1); total: how many type in all (a room's `total`), when known.
  * @returns {string} the line, "" when nobody types.
  */
 export function formatTypists(users, opts = {}) {
   const names = (users || []).map(displayName);
+  const locale = resolveLocale(opts.locale);
+  const total = Number.isFinite(opts.total) ? Math.floor(opts.total) : 0;
+  if (total > names.length) return counts[locale](total);
   if (names.length === 0) return "";
   const max = Number.isFinite(opts.max) ? Math.max(1, Math.floor(opts.max)) : DEFAULT_MAX_NAMES;
-  return locales[resolveLocale(opts.locale)](names, max);
+  return locales[locale](names, max);
 }
 
 /**

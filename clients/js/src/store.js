@@ -3,6 +3,15 @@
 // whole set (never merges). Each entry expires locally ttl_ms + graceMs
 // after its last start or snapshot, so a lost typing_stop cannot leave a
 // name stuck. The connection's own user is never listed (self filter).
+//
+// The gateway lists at most ELLIPSIS_SNAPSHOT_MAX typists in a snapshot
+// (default 100) and counts them all in its "total": the store keeps the
+// typists counted but not listed as a number (unlisted), so `total` is
+// the listed typists plus those. An unlisted typist shows up in the list
+// with its next typing_start (a refresh reaches everyone every throttle
+// window), which takes it off that number; a typing_stop of a user not
+// listed takes one off it; and the number expires like an entry, ttl_ms +
+// graceMs after the snapshot.
 
 import { Emitter } from "./emitter.js";
 import { systemClock } from "./clock.js";
@@ -17,7 +26,10 @@ export const DEFAULT_GRACE_MS = 1000;
  * @property {string} [name] the display name, when the user has one
  */
 
-/** A per-room typist set. Emits "change" (typists: Typist[]) on every change. */
+/**
+ * A per-room typist set. Emits "change" (typists: Typist[], total: number)
+ * on every change of either.
+ */
 export class TypistStore extends Emitter {
   /**
    * @param {object} [opts]
@@ -35,6 +47,8 @@ export class TypistStore extends Emitter {
     this._clock = opts.clock || systemClock;
     /** @type {Map<string, {user: string, name: string, expiresAt: number, timer: unknown}>} */
     this._entries = new Map(); // insertion order = order typists started
+    this._unlisted = 0; // counted in the last snapshot's total, not listed
+    this._unlistedTimer = null;
   }
 
   /**
@@ -45,9 +59,17 @@ export class TypistStore extends Emitter {
     return [...this._entries.values()].map(({ user, name }) => (name ? { user, name } : { user }));
   }
 
-  /** Number of typists. */
+  /** Number of typists listed. */
   get size() {
     return this._entries.size;
+  }
+
+  /**
+   * Number of typists in the room: the listed ones plus those a cut
+   * snapshot counted but did not list; never less than `size`.
+   */
+  get total() {
+    return this._entries.size + this._unlisted;
   }
 
   /**
@@ -65,23 +87,38 @@ export class TypistStore extends Emitter {
    * @param {number} [ttlMs] the event's ttl_ms
    */
   start(user, name, ttlMs) {
-    if (this._upsert(user, name, ttlMs)) this._changed();
+    const known = this._entries.has(user);
+    if (!this._upsert(user, name, ttlMs)) return;
+    // A user new to the list while a cut snapshot left some unlisted is
+    // taken to be one of them (its refresh): the total stays.
+    if (!known && this._unlisted > 0) this._setUnlisted(this._unlisted - 1);
+    this._changed();
   }
 
   /**
-   * A typing_stop event (any reason): removes the user.
+   * A typing_stop event (any reason): removes the user, or, when it is not
+   * listed, one of the typists a cut snapshot did not list.
    * @param {string} user
    */
   stop(user) {
-    if (this._remove(user)) this._changed();
+    if (this._remove(user)) {
+      this._changed();
+    } else if (user && user !== this.self && this._unlisted > 0) {
+      this._setUnlisted(this._unlisted - 1);
+      this._changed();
+    }
   }
 
   /**
    * A snapshot (joined, typing): the set becomes exactly `list` (minus self).
    * Users already listed keep their place; new ones are appended in list order.
+   * `total` is the snapshot's count of typists (the gateway's, self
+   * filtered), larger than the list when the list was cut; without it
+   * (an older gateway) the list is everyone.
    * @param {Typist[] | null | undefined} list
+   * @param {number} [total]
    */
-  replace(list) {
+  replace(list, total) {
     const keep = new Set();
     let changed = false;
     for (const t of list || []) {
@@ -92,19 +129,42 @@ export class TypistStore extends Emitter {
     for (const user of [...this._entries.keys()]) {
       if (!keep.has(user) && this._remove(user)) changed = true;
     }
+    const unlisted = Number.isFinite(total) ? Math.max(0, Math.floor(total) - keep.size) : 0;
+    if (unlisted !== this._unlisted) changed = true;
+    this._setUnlisted(unlisted, true);
     if (changed) this._changed();
   }
 
   /** Forgets everyone (leave). */
   clear() {
-    if (this._entries.size === 0) return;
+    if (this._entries.size === 0 && this._unlisted === 0) return;
     for (const user of [...this._entries.keys()]) this._remove(user);
+    this._setUnlisted(0);
     this._changed();
   }
 
   /** Stops the expiry timers; the store stays as it is. */
   dispose() {
     for (const e of this._entries.values()) this._clock.clearTimeout(e.timer);
+    this._clock.clearTimeout(this._unlistedTimer);
+    this._unlistedTimer = null;
+  }
+
+  // Sets the unlisted count. A snapshot's count (fromSnapshot) expires ttl
+  // + grace from now, as a listed entry would; a count taken down by an
+  // event keeps its expiry.
+  _setUnlisted(n, fromSnapshot = false) {
+    this._unlisted = n;
+    if (n > 0 && !fromSnapshot) return;
+    this._clock.clearTimeout(this._unlistedTimer);
+    this._unlistedTimer = null;
+    if (n === 0) return;
+    this._unlistedTimer = this._clock.setTimeout(() => {
+      this._unlistedTimer = null;
+      if (this._unlisted === 0) return;
+      this._unlisted = 0;
+      this._changed();
+    }, this.ttlMs + this.graceMs);
   }
 
   // Returns whether the visible set changed (a new user or a new name).
@@ -139,6 +199,6 @@ export class TypistStore extends Emitter {
   }
 
   _changed() {
-    this.emit("change", this.typists);
+    this.emit("change", this.typists, this.total);
   }
 }

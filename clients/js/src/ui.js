@@ -110,7 +110,10 @@ function injectStyles(doc) {
  * line ("" when nobody types).
  *
  *   const line = new TypingIndicator(document.getElementById("typing"), { locale: "vi" });
- *   room.on("change", (typists) => line.update(typists));
+ *   room.on("change", (typists, total) => line.update(typists, total));
+ *
+ * With `total` above the typists listed (the gateway cut its snapshot),
+ * the line is the count: "N people are typing…".
  */
 export class TypingIndicator {
   /**
@@ -127,6 +130,7 @@ export class TypingIndicator {
     this.locale = opts.locale || "en";
     this.max = opts.max;
     this._line = null;
+    this._unlisted = 0; // typing but not listed (total - typists.length)
     this._flicker = new AntiFlicker({ minShowMs: opts.minShowMs, clock: opts.clock, onChange: () => this.render() });
     element.classList.add("ellipsis-typing");
     element.setAttribute("role", "status");
@@ -141,14 +145,24 @@ export class TypingIndicator {
     return this._line || "";
   }
 
-  /** @param {import("./store.js").Typist[]} typists the room's typists */
-  update(typists) {
+  /**
+   * @param {import("./store.js").Typist[]} typists the room's typists
+   * @param {number} [total] how many type in all (the room's `total`);
+   *   omitted: the typists are everyone
+   */
+  update(typists, total) {
+    const unlisted = Number.isFinite(total) ? Math.max(0, Math.floor(total) - typists.length) : 0;
+    const recount = unlisted !== this._unlisted;
+    this._unlisted = unlisted;
     this._flicker.update(typists);
+    if (recount) this.render();
   }
 
   /** Re-renders (after changing locale or max). */
   render() {
-    const line = formatTypists(this._flicker.shown, { locale: this.locale, max: this.max });
+    const shown = this._flicker.shown;
+    const total = this._unlisted > 0 ? shown.length + this._unlisted : undefined;
+    const line = formatTypists(shown, { locale: this.locale, max: this.max, total });
     if (line === this._line) return;
     this._line = line;
     const el = this.element;

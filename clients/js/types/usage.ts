@@ -21,13 +21,13 @@ async function main(input: HTMLInputElement, line: HTMLElement): Promise<void> {
   const client: Client = await connect(opts);
   const room: Room = client.join("42");
   const indicator = new TypingIndicator(line, { locale: "vi", max: 3 });
-  const off: () => void = room.on("change", (typists: Typist[]) => indicator.update(typists));
+  const off: () => void = room.on("change", (typists: Typist[], total: number) => indicator.update(typists, total));
   client.on("state", (ev: StateEvent) => console.log(ev.state, ev.delayMs ?? 0));
   client.on("error", (err: ErrorFrame | Error) => console.log(err.message));
   input.addEventListener("input", () => room.keystroke());
   input.addEventListener("blur", () => client.blur("42"));
   room.messageSent();
-  const text: string = formatTypists(room.typists, { locale: "en", max: 3 });
+  const text: string = formatTypists(room.typists, { locale: "en", max: 3, total: room.total });
   const n: number = room.stats.refreshes + room.stats.starts;
   console.log(text, n, client.config?.ttlMs, room.state === "joined");
   off();
@@ -39,6 +39,9 @@ async function main(input: HTMLInputElement, line: HTMLElement): Promise<void> {
   timer.keystroke();
   const store = new TypistStore({ self: "me" });
   store.replace([{ user: "bob", name: "Bob" }]);
+  store.replace([{ user: "bob", name: "Bob" }], 140);
+  const everyone: number = store.total;
+  console.log(everyone);
   validateTimers({ ttlMs: 5000, refreshMs: 4000, idleStopMs: 3000 });
 
   // @ts-expect-error a room id is a string

@@ -62,13 +62,13 @@ const room = () => `e2e ${randomBytes(3).toString("hex")} ☕`; // a space and n
  * Opens the demo page as a user in its own browser context, joined to room,
  * and starts recording its typing line and connection states.
  */
-async function openUser(user, name, roomId) {
+async function openUser(user, name, roomId, url = stack.url) {
   const context = await browser.newContext({ viewport: { width: 720, height: 540 } });
   const page = await context.newPage();
   const errors = [];
   page.on("pageerror", (err) => errors.push(err.message));
   const q = new URLSearchParams({ name, room: roomId, user, lang: "en", autojoin: "1" });
-  await page.goto(`${stack.url}/?${q}`);
+  await page.goto(`${url}/?${q}`);
   await page.waitForFunction(() => window.ellipsisDemo && window.ellipsisDemo.room.state === "joined", null, { timeout: 10_000 });
   await page.evaluate(() => {
     const el = document.getElementById("typing");
@@ -281,6 +281,34 @@ test("three typists, in the order they started; self never shown", { timeout: 30
     await lineBecomes(bob.page, "Alice, Carol và Dan đang gõ...", 2000);
   } finally {
     for (const u of [alice, carol, dan, bob]) await u.close();
+  }
+});
+
+test("more typists than the snapshot lists: \"N people are typing…\" from total, names once their refreshes arrive", { timeout: 150_000 }, async (t) => {
+  if (!stack.gateway) return t.skip("needs a stack of its own with ELLIPSIS_SNAPSHOT_MAX=2 (ELLIPSIS_E2E_URL is set)");
+  // Refreshes 15 s apart, so Bob's page shows the count for seconds before
+  // the first refresh after his join lists the third typist.
+  const env = { ELLIPSIS_SNAPSHOT_MAX: "2", ELLIPSIS_TYPING_TTL: "30s", ELLIPSIS_TYPING_REFRESH: "15s", ELLIPSIS_TYPING_IDLE_STOP: "5s" };
+  const cut = await startStack({ root: repoRoot, artifacts, env, tag: "cut" });
+  const r = room();
+  const users = [];
+  try {
+    for (const [id, name] of [["alice", "Alice"], ["carol", "Carol"], ["dan", "Dan"]]) users.push(await openUser(id, name, r, cut.url));
+    // All three keep typing (a key every 300 ms for 24 s) while Bob
+    // joins: his joined snapshot lists two and counts three.
+    const typing = users.map((u) => u.page.keyboard.type("x".repeat(80), { delay: 300 }));
+    await users[0].page.waitForFunction(() => window.ellipsisDemo.room.total === 2, null, { timeout: 10_000 });
+    const bob = await openUser("bob", "Bob", r, cut.url);
+    users.push(bob);
+    const j = await bob.page.evaluate(() => ({ listed: window.ellipsisDemo.room.typists.length, total: window.ellipsisDemo.room.total }));
+    assert.deepEqual(j, { listed: 2, total: 3 }, "the joined snapshot: two listed, three counted");
+    await lineBecomes(bob.page, "3 people are typing…", 5000);
+    // Dan's refresh (15 s after his first key) lists him: names again.
+    await lineBecomes(bob.page, "Alice, Carol and Dan are typing…", 25_000);
+    await Promise.all(typing);
+  } finally {
+    for (const u of users) await u.close();
+    await cut.stop();
   }
 });
 

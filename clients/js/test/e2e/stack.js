@@ -114,10 +114,11 @@ class Service {
 
 /**
  * Starts worker and gateway (auth=none, seed timing unless env overrides)
- * and waits until both are ready.
- * @param {{root: string, artifacts: string}} opts
+ * and waits until both are ready. `env` adds settings to both services;
+ * `tag` names a second stack's logs (e2e-<tag>-gateway.log).
+ * @param {{root: string, artifacts: string, env?: Record<string, string>, tag?: string}} opts
  */
-export async function startStack({ root, artifacts }) {
+export async function startStack({ root, artifacts, env = {}, tag = "" }) {
   const bins = await buildBinaries(root);
   const id = randomBytes(4).toString("hex");
   const common = {
@@ -127,9 +128,11 @@ export async function startStack({ root, artifacts }) {
     ELLIPSIS_SUBJECT_PREFIX: `e2e${id}`,
     ELLIPSIS_LOG_LEVEL: "info",
     ELLIPSIS_LOG_FORMAT: "console",
+    ...env,
   };
+  const logName = (svc) => join(artifacts, `e2e-${tag ? tag + "-" : ""}${svc}.log`);
   const [httpPort, gwAdmin, wkAdmin] = [await freePort(), await freePort(), await freePort()];
-  const worker = new Service("presence-worker", join(bins.dir, "presence-worker"), { ...common, ELLIPSIS_ADMIN_ADDR: `127.0.0.1:${wkAdmin}` }, join(artifacts, "e2e-presence-worker.log"));
+  const worker = new Service("presence-worker", join(bins.dir, "presence-worker"), { ...common, ELLIPSIS_ADMIN_ADDR: `127.0.0.1:${wkAdmin}` }, logName("presence-worker"));
   const gateway = new Service(
     "gateway",
     join(bins.dir, "gateway"),
@@ -140,7 +143,7 @@ export async function startStack({ root, artifacts }) {
       ELLIPSIS_ADMIN_ADDR: `127.0.0.1:${gwAdmin}`,
       ELLIPSIS_SHUTDOWN_DRAIN: "1s",
     },
-    join(artifacts, "e2e-gateway.log"),
+    logName("gateway"),
   );
   worker.start();
   gateway.start();

@@ -427,3 +427,25 @@ test("a stale joined (reply to an earlier join) is ignored", async () => {
   assert.deepEqual(room.typists, [{ user: "new" }]);
   client.close();
 });
+
+test("total: a cut joined or typing snapshot counts everyone; change events carry it", async (t) => {
+  const { client } = await setup(t);
+  const room = client.join("42");
+  const ws = await open(client);
+  const seen = [];
+  room.on("change", (ts, total) => seen.push(`${ts.map((x) => x.user).join(",")}/${total}`));
+  const fromClient = [];
+  client.on("change", (r, ts, total) => fromClient.push(`${r.id}:${total}`));
+  const join = ws.framesOf("join").pop();
+  ws.receive({ type: "joined", room: "42", typing: [{ user: "a" }, { user: "b" }], total: 140, id: join.id });
+  assert.deepEqual([room.typists.length, room.total], [2, 140]);
+  ws.receive({ type: "typing_start", room: "42", user: "c", ttl_ms: 5000 }); // an unlisted typist's refresh
+  assert.equal(room.total, 140);
+  ws.receive({ type: "typing", room: "42", users: [{ user: "a" }], total: 3 });
+  assert.deepEqual([room.typists.length, room.total], [1, 3]);
+  ws.receive({ type: "typing", room: "42", users: [{ user: "a" }] }); // no total: the list is everyone
+  assert.equal(room.total, 1);
+  assert.deepEqual(seen, ["a,b/140", "a,b,c/140", "a/3", "a/1"]);
+  assert.deepEqual(fromClient, ["42:140", "42:140", "42:3", "42:1"]);
+  client.close();
+});

@@ -52,3 +52,16 @@ test("locales and ellipsis split", () => {
   assert.deepEqual(splitEllipsis("Alice đang gõ..."), { text: "Alice đang gõ", dots: "..." });
   assert.deepEqual(splitEllipsis(""), { text: "", dots: "" });
 });
+
+test("total above the names listed: N people are typing", () => {
+  assert.equal(formatTypists(["Alice", "Bob"], { total: 140 }), "140 people are typing…");
+  assert.equal(formatTypists([], { total: 7 }), "7 people are typing…");
+  assert.equal(formatTypists([], { total: 1 }), "1 person is typing…");
+  assert.equal(formatTypists(["Alice", "Bob"], { total: 140, locale: "vi" }), "140 người đang gõ...");
+  // Not above: the usual lines.
+  assert.equal(formatTypists(["Alice"], { total: 1 }), "Alice is typing…");
+  assert.equal(formatTypists(["Alice", "Bob"], { total: 2 }), "Alice and Bob are typing…");
+  assert.equal(formatTypists(people, { total: 5 }), "Alice, Bob and 3 others are typing…");
+  assert.equal(formatTypists([], { total: 0 }), "");
+  assert.equal(formatTypists(["Alice"], { total: undefined }), "Alice is typing…");
+});

@@ -91,3 +91,51 @@ test("clear and dispose", (t) => {
   timers.tick(10000);
   assert.ok(store.has("bob"), "dispose stops the expiry timers");
 });
+
+test("a cut snapshot: total counts the typists it did not list", (t) => {
+  const timers = fakeTimers(t);
+  const store = new TypistStore({ self: "me", ttlMs: 5000, graceMs: 1000 });
+  const changes = [];
+  store.on("change", (typists, total) => changes.push(`${typists.map((x) => x.user).join(",")}/${total}`));
+  store.replace([{ user: "a" }, { user: "b" }], 5);
+  assert.equal(store.size, 2);
+  assert.equal(store.total, 5);
+  // An unlisted typist's refresh lists it: the total stays.
+  store.start("c", "C", 5000);
+  assert.equal(store.total, 5);
+  // A stop of someone not listed: one unlisted fewer.
+  store.stop("d");
+  assert.equal(store.total, 4);
+  // A stop of a listed one: listed and total go down.
+  store.stop("a");
+  assert.deepEqual([store.size, store.total], [2, 3]);
+  assert.deepEqual(changes, ["a,b/5", "a,b,c/5", "a,b,c/4", "b,c/3"]);
+  // The unlisted count expires like an entry: ttl + grace after the snapshot.
+  timers.tick(5999);
+  store.start("b", undefined, 5000);
+  store.start("c", undefined, 5000);
+  assert.equal(store.total, 3);
+  timers.tick(1);
+  assert.deepEqual([store.size, store.total], [2, 2]);
+  assert.equal(changes.at(-1), "b,c/2");
+  // A new snapshot replaces the count; leave forgets it.
+  store.replace([{ user: "b" }], 140);
+  assert.equal(store.total, 140);
+  store.clear();
+  assert.deepEqual([store.size, store.total], [0, 0]);
+  store.dispose();
+});
+
+test("a snapshot without total (an older gateway) lists everyone; self never counted", (t) => {
+  fakeTimers(t);
+  const store = new TypistStore({ self: "me" });
+  store.replace([{ user: "a" }, { user: "b" }]);
+  assert.equal(store.total, 2);
+  store.replace([{ user: "a" }, { user: "me" }], 1); // total below the list: the list wins
+  assert.equal(store.total, 1);
+  store.start("z", "Z", 5000); // not cut: a new typist adds
+  assert.equal(store.total, 2);
+  store.stop("nobody"); // nothing unlisted: no change
+  assert.equal(store.total, 2);
+  store.dispose();
+});

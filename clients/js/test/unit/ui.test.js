@@ -127,3 +127,19 @@ test("TypingIndicator: aria-live polite, text + animated dots, exact line in dat
   assert.equal(el.children.length, 0);
   line.destroy();
 });
+
+test("TypingIndicator: a total above the typists shows the count", (t) => {
+  fakeTimers(t);
+  const doc = fakeDocument();
+  const el = new El(doc, "div");
+  const line = new TypingIndicator(el);
+  line.update([alice, bob], 2);
+  assert.equal(line.text, "Alice and Bob are typing…");
+  line.update([alice, bob], 140); // the same names, more people: re-rendered
+  assert.equal(line.text, "140 people are typing…");
+  assert.equal(el.text, "140 people are typing...");
+  line.update([alice], 1);
+  assert.equal(line.text, "Alice and Bob are typing…", "bob still shown 500 ms (anti-flicker)");
+  line.update([alice]);
+  line.destroy();
+});

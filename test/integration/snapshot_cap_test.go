@@ -1,0 +1,80 @@
+package integration
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+)
+
+// Issue 13, item 4 end to end: with ELLIPSIS_SNAPSHOT_MAX 2 and five
+// typists, joined, typing (sync) and GET /v1/rooms/{room}/typing list two
+// of them, the first by user id, with total 5; the self filter takes a
+// listed typist out of both the list and the total.
+func TestCutSnapshotCarriesTotal(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 1, 1, func(c *config.Config) {
+		c.SnapshotMax = 2
+		c.TypingTTL = 30 * time.Second // the typists stay shown throughout
+		c.TypingThrottle = 2 * time.Second
+		c.TypingRefresh = 4 * time.Second
+		c.TypingIdleStop = 3 * time.Second
+	})
+	const room = "crowd"
+	obs := dial(t, s.wsURL(0, "observer", ""), "observer")
+	obs.join(room)
+	for _, u := range []string{"e", "d", "c", "b", "a"} {
+		c := dial(t, s.wsURL(0, u, "N "+u), u)
+		c.join(room)
+		c.start(room)
+		obs.next(isStart(room, u), 5*time.Second, "typing_start of "+u)
+	}
+	check := func(what string, list []typist, total *int, wantUsers string, wantTotal int) {
+		t.Helper()
+		if got := users(list); got != wantUsers || total == nil || *total != wantTotal {
+			t.Fatalf("%s: users %s total %v; want %s total %d", what, got, deref(total), wantUsers, wantTotal)
+		}
+	}
+
+	late := dial(t, s.wsURL(0, "late", ""), "late")
+	j := late.join(room)
+	check("joined", j.Typing, j.Total, "a,b", 5)
+
+	late.send(map[string]any{"type": "sync", "room": room, "id": "s1"})
+	f := late.next(func(f frame) bool { return f.Type == "typing" && f.ID == "s1" }, 5*time.Second, "typing snapshot")
+	check("typing", f.Users, f.Total, "a,b", 5)
+
+	var body struct {
+		Users []typist `json:"users"`
+		Total *int     `json:"total"`
+	}
+	u := "http://" + s.gateways[0].HTTPAddr() + "/v1/rooms/" + url.PathEscape(room) + "/typing?user=late"
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", u, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	check("HTTP", body.Users, body.Total, "a,b", 5)
+
+	// A listed typist joining from a second device: itself filtered out of
+	// the list and the total.
+	a2 := dial(t, s.wsURL(0, "a", "N a"), "a2")
+	j = a2.join(room)
+	check("joined by a", j.Typing, j.Total, "b", 4)
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return "absent"
+	}
+	return *p
+}
