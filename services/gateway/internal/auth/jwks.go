@@ -322,7 +322,9 @@ func (j *JWKS) reread() bool {
 	data, err := j.src.read(ctx)
 	cancel()
 	if err != nil {
-		j.failed(fmt.Errorf("read: %w", err))
+		if j.ctx.Err() == nil { // not a read cut short by Close
+			j.failed(fmt.Errorf("read: %w", err))
+		}
 		return false
 	}
 	sum := sha256.Sum256(data)
