@@ -19,10 +19,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // Algorithms: the ones the gateway accepts.
@@ -144,18 +146,23 @@ func ParsePrivateKeyPEM(data []byte) (crypto.Signer, error) {
 // Alg is the signer's algorithm: HS256, RS256, ES256 or EdDSA.
 func (s *Signer) Alg() string { return s.alg }
 
-// Mint returns a signed token for c. It fails when Subject is empty or TTL
-// is not positive.
+// Mint returns a signed token for c. It fails, naming the claim, on what
+// the gateway would refuse: a sub, name or room outside the protocol's
+// limits (protocol.ValidateID, ValidateName), or a TTL that is not
+// positive.
 func (s *Signer) Mint(c Claims) (string, error) {
-	if c.Subject == "" {
-		return "", errors.New("token: sub is empty")
+	if err := protocol.ValidateID("sub", c.Subject); err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	if err := protocol.ValidateName("name", c.Name); err != nil {
+		return "", fmt.Errorf("token: %w", err)
 	}
 	if c.TTL <= 0 {
 		return "", fmt.Errorf("token: exp: TTL must be positive, got %s", c.TTL)
 	}
 	for i, r := range c.Rooms {
-		if strings.TrimSpace(r) == "" {
-			return "", fmt.Errorf("token: rooms[%d] is empty", i)
+		if err := protocol.ValidateID("rooms["+strconv.Itoa(i)+"]", r); err != nil {
+			return "", fmt.Errorf("token: %w", err)
 		}
 	}
 	now := c.Now

@@ -107,9 +107,11 @@ func TestRefusals(t *testing.T) {
 	}
 	hs, _ := token.NewHS256([]byte(secret), "")
 	for name, c := range map[string]token.Claims{
-		"no sub":     {TTL: time.Hour},
-		"no ttl":     {Subject: "a"},
-		"empty room": {Subject: "a", TTL: time.Hour, Rooms: []string{"x", ""}},
+		"no sub":      {TTL: time.Hour},
+		"no ttl":      {Subject: "a"},
+		"empty room":  {Subject: "a", TTL: time.Hour, Rooms: []string{"x", ""}},
+		"control sub": {Subject: "a\x01", TTL: time.Hour},
+		"long name":   {Subject: "a", Name: strings.Repeat("n", 10000), TTL: time.Hour},
 	} {
 		if _, err := hs.Mint(c); err == nil {
 			t.Errorf("%s: minted", name)
