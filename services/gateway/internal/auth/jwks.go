@@ -96,7 +96,9 @@ type JWKSOptions struct {
 // interval: concurrent verifications wait for that one fetch (at most the
 // timeout), later ones within the interval are refused as unknown without
 // a fetch, so random kids cannot turn handshakes into requests to the
-// identity provider. Every fetch has the timeout, follows at most 3
+// identity provider. Fetches are conditional (If-None-Match,
+// If-Modified-Since with the validators of the set in use), so an unchanged
+// set costs a 304. Every fetch has the timeout, follows at most 3
 // redirects (each https, or http to loopback) and reads at most
 // [MaxJWKSBytes]. The library's own HTTP storage (jwkset.NewStorageFromHTTP
 // with keyfunc) is not used because it replaces the keys with whatever the
@@ -155,8 +157,13 @@ type flight struct {
 
 // source is where a JWK Set comes from: a file or a URL.
 type source interface {
-	// read returns the document, at most MaxJWKSBytes; ctx bounds it.
+	// read returns the document, at most MaxJWKSBytes; ctx bounds it. It
+	// returns errNotModified when the source says the document is the one
+	// last accepted.
 	read(ctx context.Context) ([]byte, error)
+	// accepted tells the source that the document of its last read is the
+	// one in use (a URL then sends its validators on the next read).
+	accepted()
 	// setting names the source for errors and logs, e.g.
 	// "ELLIPSIS_JWKS_URL https://idp.example/jwks" (no credentials).
 	setting() string
@@ -223,6 +230,7 @@ func NewJWKS(ctx context.Context, o JWKSOptions) (*JWKS, error) {
 		return nil, fmt.Errorf("auth: %s: %w", j.src.setting(), err)
 	}
 	j.cur.Store(set)
+	j.src.accepted()
 	j.lastSum = sha256.Sum256(data)
 	j.lastCheck.Store(j.now().UnixNano())
 	j.ctx, j.cancel = context.WithCancel(context.Background())
@@ -321,6 +329,10 @@ func (j *JWKS) reread() bool {
 	ctx, cancel := context.WithTimeout(j.ctx, j.timeout)
 	data, err := j.src.read(ctx)
 	cancel()
+	if errors.Is(err, errNotModified) {
+		j.succeeded()
+		return false
+	}
 	if err != nil {
 		if j.ctx.Err() == nil { // not a read cut short by Close
 			j.failed(fmt.Errorf("read: %w", err))
@@ -332,6 +344,7 @@ func (j *JWKS) reread() bool {
 	same := sum == j.lastSum
 	j.mu.Unlock()
 	if same {
+		j.src.accepted()
 		j.succeeded()
 		return false
 	}
@@ -344,6 +357,7 @@ func (j *JWKS) reread() bool {
 	j.lastSum = sum
 	j.mu.Unlock()
 	j.cur.Store(set)
+	j.src.accepted()
 	j.succeeded()
 	j.log.Info("JWKS reloaded", zap.String("source", j.src.setting()), zap.Strings("kids", set.kids))
 	return true
@@ -385,6 +399,8 @@ func (j *JWKS) succeeded() {
 type fileSource string
 
 func (f fileSource) setting() string { return "ELLIPSIS_JWKS_FILE " + string(f) }
+
+func (fileSource) accepted() {}
 
 func (f fileSource) read(context.Context) ([]byte, error) {
 	fh, err := os.Open(string(f))

@@ -57,12 +57,25 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// urlSource fetches a JWKS with GET.
+// errNotModified: the URL answered 304 to the validators of the document
+// in use.
+var errNotModified = errors.New("not modified")
+
+// urlSource fetches a JWKS with GET, conditional on the ETag and
+// Last-Modified of the document in use (RFC 9110 section 13.1), so an
+// unchanged set costs a 304 without a body.
 type urlSource struct {
 	url    string // as configured
 	shown  string // for errors and logs: without user:password
 	client *http.Client
+
+	// Only touched by read and accepted, which JWKS never runs
+	// concurrently (one flight at a time).
+	inUse, last validators
 }
+
+// validators are a response's ETag and Last-Modified.
+type validators struct{ etag, lastModified string }
 
 // newURLSource checks raw and builds its HTTP client: proxy from the
 // environment, TLS 1.2 or later verified against roots (nil: the system's),
@@ -97,12 +110,21 @@ func newURLSource(raw string, timeout time.Duration, roots *x509.CertPool) (*url
 
 func (s *urlSource) setting() string { return "ELLIPSIS_JWKS_URL " + s.shown }
 
+func (s *urlSource) accepted() { s.inUse = s.last }
+
 func (s *urlSource) read(ctx context.Context) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/jwk-set+json, application/json")
+	if s.inUse.etag != "" {
+		req.Header.Set("If-None-Match", s.inUse.etag)
+	}
+	if s.inUse.lastModified != "" {
+		req.Header.Set("If-Modified-Since", s.inUse.lastModified)
+	}
+	s.last = validators{}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		var ue *url.Error
@@ -115,6 +137,9 @@ func (s *urlSource) read(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotModified && s.inUse != (validators{}) {
+		return nil, errNotModified
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("HTTP %d (want 200)", resp.StatusCode)
 	}
@@ -128,5 +153,6 @@ func (s *urlSource) read(ctx context.Context) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("response body: %w", err)
 	}
+	s.last = validators{etag: resp.Header.Get("ETag"), lastModified: resp.Header.Get("Last-Modified")}
 	return data, nil
 }

@@ -2,6 +2,8 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"crypto/ed25519"
 	"crypto/x509"
 	"errors"
@@ -21,7 +23,9 @@ import (
 // changes: a body, a status, or no answer at all (hang).
 type jwksServer struct {
 	*httptest.Server
-	fetches atomic.Int64
+	fetches     atomic.Int64
+	notModified atomic.Int64 // 304 answers (conditional)
+	conditional bool         // answer with an ETag and honour If-None-Match
 
 	mu     sync.Mutex
 	body   []byte
@@ -40,6 +44,16 @@ func newJWKSServer(t *testing.T, tls bool, body []byte) *jwksServer {
 		if hang {
 			<-r.Context().Done() // the client gives up
 			return
+		}
+		if s.conditional && status == http.StatusOK {
+			sum := sha256.Sum256(body)
+			etag := `"` + hex.EncodeToString(sum[:8]) + `"`
+			w.Header().Set("ETag", etag)
+			if r.Header.Get("If-None-Match") == etag {
+				s.notModified.Add(1)
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
 		}
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		w.WriteHeader(status)
@@ -326,4 +340,32 @@ func TestJWKSURLRefusals(t *testing.T) {
 	if _, err := NewJWKS(ctx, JWKSOptions{URL: plain.URL}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled start: %v", err)
 	}
+}
+
+// Refreshes are conditional: an unchanged set costs a 304, and the
+// validators sent are those of the set in use, never of garbage that was
+// refused (else the garbage would look "not modified" and its failures
+// would stop being counted).
+func TestJWKSURLConditional(t *testing.T) {
+	srv := newJWKSServer(t, true, nil)
+	srv.conditional = true
+	srv.serve(200, jwksJSON(jwkA()))
+	var failures atomic.Int64
+	j := urlJWKS(t, srv, 100*time.Millisecond, 5*time.Second, &failures)
+	a, _ := NewJWT(JWTOptions{JWKS: j})
+	tok := newURLTokens(t)
+	eventually(t, "304 answers", func() bool { return srv.notModified.Load() >= 3 })
+	if _, err := a.Verify(tok.a); err != nil || failures.Load() != 0 {
+		t.Fatalf("after 304s: %v, %d failures", err, failures.Load())
+	}
+	srv.serve(200, []byte("<html>oops</html>"))
+	eventually(t, "failures to keep being counted", func() bool { return failures.Load() >= 3 })
+	srv.serve(200, jwksJSON(jwkA())) // back to the set in use: 304 again
+	n := srv.notModified.Load()
+	eventually(t, "304 for the set in use", func() bool { return srv.notModified.Load() > n })
+	if _, err := a.Verify(tok.a); err != nil {
+		t.Fatal(err)
+	}
+	srv.serve(200, jwksJSON(jwkA(), jwkB()))
+	eventually(t, "the changed set", func() bool { return slices.Equal(j.KeyIDs(), []string{"a", "b"}) })
 }
