@@ -42,7 +42,7 @@ bench:
 ## build: build every binary into bin/, stamped with VERSION (-version, ellipsis_build_info)
 build:
 	mkdir -p bin
-	$(GO) build -ldflags "-X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=$(VERSION)" -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen
+	$(GO) build -ldflags "-X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=$(VERSION)" -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen ./tools/cmd/ellipsis-token
 
 ## test: vet, go.mod tidiness, every module's tests with -race, a short run of each fuzz target, and the JS SDK's
 ## unit, replay and Chromium tests, against a private Redis and NATS that scripts/testenv.sh starts on spare ports

@@ -133,9 +133,11 @@ type Server struct {
 }
 
 // New checks opts and builds a server. Its only I/O is reading the JWKS
-// file (ELLIPSIS_JWKS_FILE), which must hold a usable key. It fails on an
+// file (ELLIPSIS_JWKS_FILE) or fetching the JWKS URL (ELLIPSIS_JWKS_URL,
+// within ELLIPSIS_JWKS_TIMEOUT), which must hold a usable key; with a URL
+// it starts the key refresh, which Shutdown stops. It fails on an
 // invalid configuration (every problem at once, as config.Validate reports
-// them for config.ServiceGateway), on an unusable JWKS file and when the
+// them for config.ServiceGateway), on an unusable JWKS and when the
 // metrics cannot be registered on opts.Registry.
 func New(opts Options) (*Server, error) {
 	cfg := opts.Config
@@ -176,6 +178,7 @@ func New(opts Options) (*Server, error) {
 	}
 	natsMet, err := metrics.NewNATS(reg)
 	if err != nil {
+		sec.close()
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	// Connection ids are "<id>:<n>" with n counting from 1 at every boot.
@@ -396,7 +399,10 @@ func (s *Server) unregister(c *session.Conn) {
 // Safe to call twice (the second call returns the first result) and before
 // Start (then it only prevents Start).
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown(ctx) })
+	s.shutdownOnce.Do(func() {
+		s.shutdownErr = s.shutdown(ctx)
+		s.sec.close() // the JWKS refresh, whether or not the server started
+	})
 	return s.shutdownErr
 }
 

@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,13 +23,15 @@ import (
 // internal/session.
 type security struct {
 	authn auth.Authenticator
+	jwks  *auth.JWKS // nil without ELLIPSIS_JWKS_FILE / ELLIPSIS_JWKS_URL
 	conns *connLimiter
 	met   *metrics.Security
 }
 
-// newSecurity builds the authenticator from cfg (reading the JWKS file,
-// which must hold at least one usable key) and the connection limits, and
-// registers the security metrics on reg.
+// newSecurity builds the authenticator from cfg (reading the JWKS file or
+// fetching the JWKS URL, which must hold at least one usable key: the
+// gateway fails closed) and the connection limits, and registers the
+// security metrics on reg. Stop it with close.
 func newSecurity(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) (*security, error) {
 	met, err := metrics.NewSecurity(reg)
 	if err != nil {
@@ -42,15 +46,26 @@ func newSecurity(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) 
 		s.authn = auth.None{}
 	case config.AuthJWT:
 		o := auth.JWTOptions{Secret: cfg.JWTSecret, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: cfg.JWTLeeway}
-		if cfg.JWKSFile != "" {
-			jwks, err := auth.LoadJWKS(cfg.JWKSFile, cfg.JWKSReload, log.Named("jwks"))
-			if err != nil {
-				return nil, fmt.Errorf("gateway: ELLIPSIS_JWKS_FILE: %w", err)
+		if cfg.JWKSFile != "" || cfg.JWKSURL != "" {
+			jo := auth.JWKSOptions{
+				File: cfg.JWKSFile, URL: cfg.JWKSURL, Reload: cfg.JWKSReload, Timeout: cfg.JWKSTimeout,
+				Log:            log.Named("jwks"),
+				OnRefreshError: func(error) { met.JWKSRefreshFailed() },
 			}
-			o.JWKS = jwks
+			if cfg.JWKSCA != "" {
+				if jo.RootCAs, err = readCAs(cfg.JWKSCA); err != nil {
+					return nil, fmt.Errorf("gateway: ELLIPSIS_JWKS_CA: %w", err)
+				}
+			}
+			// The first read is bounded by ELLIPSIS_JWKS_TIMEOUT.
+			if s.jwks, err = auth.NewJWKS(context.Background(), jo); err != nil {
+				return nil, fmt.Errorf("gateway: %w", err)
+			}
+			o.JWKS = s.jwks
 		}
 		a, err := auth.NewJWT(o)
 		if err != nil {
+			s.close()
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		s.authn = a
@@ -58,6 +73,26 @@ func newSecurity(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) 
 		return nil, fmt.Errorf("gateway: ELLIPSIS_AUTH %q is not none or jwt", cfg.Auth)
 	}
 	return s, nil
+}
+
+// close stops the JWKS refresh (ELLIPSIS_JWKS_URL). Safe to call twice.
+func (s *security) close() {
+	if s.jwks != nil {
+		s.jwks.Close()
+	}
+}
+
+// readCAs reads a PEM file of CA certificates.
+func readCAs(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // authorizer builds the authorisation mode of cfg; req asks the NATS hook

@@ -48,6 +48,7 @@ const (
 
 	// Security defaults (README "Security").
 	DefaultJWKSReload         = 10 * time.Second
+	DefaultJWKSTimeout        = 5 * time.Second
 	DefaultAuthzTimeout       = time.Second
 	DefaultAuthzCacheTTL      = 30 * time.Second
 	DefaultAuthzDenyCacheTTL  = 2 * time.Second
@@ -129,10 +130,21 @@ type Config struct {
 	JWTSecret string
 	// JWKSFile is a JWKS file for RS256 / ES256 / EdDSA. ELLIPSIS_JWKS_FILE.
 	JWKSFile string
-	// JWKSReload is how often the gateway re-reads JWKSFile to pick up
-	// rotated keys; a token naming an unknown kid also triggers a re-read
-	// (at most once a second). ELLIPSIS_JWKS_RELOAD, default 10s.
+	// JWKSURL is a JWKS endpoint (the identity provider's jwks_uri) for
+	// RS256 / ES256 / EdDSA: https, or http to a loopback host. Not with
+	// JWKSFile. ELLIPSIS_JWKS_URL.
+	JWKSURL string
+	// JWKSReload is how often the gateway re-reads JWKSFile or re-fetches
+	// JWKSURL to pick up rotated keys; a token naming an unknown kid also
+	// triggers a re-read (file: at most once a second; URL: at most once
+	// per JWKSReload). ELLIPSIS_JWKS_RELOAD, default 10s.
 	JWKSReload time.Duration
+	// JWKSTimeout bounds each fetch of JWKSURL (connect, TLS, answer).
+	// ELLIPSIS_JWKS_TIMEOUT, default 5s.
+	JWKSTimeout time.Duration
+	// JWKSCA is a PEM file of the CAs trusted for JWKSURL's certificate,
+	// in place of the system's. ELLIPSIS_JWKS_CA, default empty.
+	JWKSCA string
 	// JWTIssuer, when set, is the only accepted iss claim (then required).
 	// ELLIPSIS_JWT_ISSUER, default empty (not checked).
 	JWTIssuer string
@@ -291,6 +303,7 @@ func Default() Config {
 		SnapshotMax:        DefaultSnapshotMax,
 
 		JWKSReload:         DefaultJWKSReload,
+		JWKSTimeout:        DefaultJWKSTimeout,
 		AuthzTimeout:       DefaultAuthzTimeout,
 		AuthzCacheTTL:      DefaultAuthzCacheTTL,
 		AuthzDenyCacheTTL:  DefaultAuthzDenyCacheTTL,
@@ -403,7 +416,10 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_AUTH", "none or jwt", func() (func(string) error, func() string) { return str(&c.Auth) })
 	add("ELLIPSIS_JWT_SECRET", "HS256 shared secret", func() (func(string) error, func() string) { return str(&c.JWTSecret) })
 	add("ELLIPSIS_JWKS_FILE", "JWKS file for RS256 / ES256 / EdDSA", func() (func(string) error, func() string) { return str(&c.JWKSFile) })
-	add("ELLIPSIS_JWKS_RELOAD", "gateway: how often the JWKS file is re-read (also at once on an unknown kid)", func() (func(string) error, func() string) { return dur(&c.JWKSReload) })
+	add("ELLIPSIS_JWKS_URL", "JWKS URL for RS256 / ES256 / EdDSA (https; http only to loopback); not with ELLIPSIS_JWKS_FILE", func() (func(string) error, func() string) { return str(&c.JWKSURL) })
+	add("ELLIPSIS_JWKS_RELOAD", "gateway: how often the JWKS file or URL is re-read (also at once on an unknown kid)", func() (func(string) error, func() string) { return dur(&c.JWKSReload) })
+	add("ELLIPSIS_JWKS_TIMEOUT", "gateway: limit of each JWKS URL fetch", func() (func(string) error, func() string) { return dur(&c.JWKSTimeout) })
+	add("ELLIPSIS_JWKS_CA", "gateway: PEM file of CAs trusted for ELLIPSIS_JWKS_URL (default: the system's)", func() (func(string) error, func() string) { return str(&c.JWKSCA) })
 	add("ELLIPSIS_JWT_ISSUER", "accepted JWT iss (empty: not checked)", func() (func(string) error, func() string) { return str(&c.JWTIssuer) })
 	add("ELLIPSIS_JWT_AUDIENCE", "accepted JWT aud values, comma-separated (empty: not checked)", func() (func(string) error, func() string) { return list(&c.JWTAudience) })
 	add("ELLIPSIS_JWT_LEEWAY", "clock skew allowed on JWT exp and nbf", func() (func(string) error, func() string) { return dur(&c.JWTLeeway) })
@@ -634,13 +650,49 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateJWKSURL checks ELLIPSIS_JWKS_URL and the settings that go with
+// it. The gateway checks the URL again when it builds its client.
+func (c *Config) validateJWKSURL(bad func(string, ...any)) {
+	if c.JWKSCA != "" && c.JWKSURL == "" {
+		bad("ELLIPSIS_JWKS_CA: only used with ELLIPSIS_JWKS_URL, which is empty")
+	}
+	if c.JWKSURL == "" {
+		return
+	}
+	if c.JWKSFile != "" {
+		bad("ELLIPSIS_JWKS_FILE and ELLIPSIS_JWKS_URL: set one of them, not both")
+	}
+	u, err := url.Parse(c.JWKSURL)
+	switch {
+	case err != nil:
+		bad("ELLIPSIS_JWKS_URL: not a URL: %v", err)
+	case u.Host == "":
+		bad("ELLIPSIS_JWKS_URL: %q has no host (want https://host/path)", u.Redacted())
+	case u.Scheme == "https":
+	case u.Scheme == "http" && (u.Hostname() == "localhost" || isLoopbackIP(u.Hostname())):
+	default:
+		bad("ELLIPSIS_JWKS_URL: %q must use https (plain http only to a loopback host such as 127.0.0.1)", u.Redacted())
+	}
+	if c.JWKSReload < time.Second {
+		bad("ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL, got %s", c.JWKSReload)
+	}
+	if c.JWKSTimeout <= 0 || c.JWKSTimeout > time.Minute {
+		bad("ELLIPSIS_JWKS_TIMEOUT: must be more than 0 and at most 1m, got %s", c.JWKSTimeout)
+	}
+}
+
+func isLoopbackIP(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // validateGateway checks the settings only the gateway reads.
 func (c *Config) validateGateway(bad func(string, ...any)) {
 	switch c.Auth {
 	case AuthNone:
 	case AuthJWT:
-		if c.JWTSecret == "" && c.JWKSFile == "" {
-			bad("ELLIPSIS_AUTH: jwt needs ELLIPSIS_JWT_SECRET or ELLIPSIS_JWKS_FILE (or set ELLIPSIS_AUTH=none for development)")
+		if c.JWTSecret == "" && c.JWKSFile == "" && c.JWKSURL == "" {
+			bad("ELLIPSIS_AUTH: jwt needs ELLIPSIS_JWT_SECRET, ELLIPSIS_JWKS_FILE or ELLIPSIS_JWKS_URL (or set ELLIPSIS_AUTH=none for development)")
 		}
 	default:
 		bad("ELLIPSIS_AUTH: %q must be none or jwt", c.Auth)
@@ -657,6 +709,7 @@ func (c *Config) validateGateway(bad func(string, ...any)) {
 	if c.JWKSFile != "" && c.JWKSReload < 100*time.Millisecond {
 		bad("ELLIPSIS_JWKS_RELOAD: must be at least 100ms, got %s", c.JWKSReload)
 	}
+	c.validateJWKSURL(bad)
 	if c.JWTLeeway < 0 || c.JWTLeeway > 5*time.Minute {
 		bad("ELLIPSIS_JWT_LEEWAY: must be 0..5m, got %s", c.JWTLeeway)
 	}

@@ -240,6 +240,44 @@ func TestSecuritySettingsValidated(t *testing.T) {
 	}
 }
 
+// ELLIPSIS_JWKS_URL: https or loopback http, not with a file, and its
+// reload, timeout and CA settings checked.
+func TestJWKSURLSettings(t *testing.T) {
+	gw := func(vars map[string]string) error {
+		base := Default()
+		base.Service = ServiceGateway
+		fs := flag.NewFlagSet("g", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		_, err := Load(fs, nil, env(vars), base)
+		return err
+	}
+	for _, u := range []string{"https://idp.example/.well-known/jwks.json", "http://127.0.0.1:8080/jwks", "http://localhost/jwks", "http://[::1]/jwks"} {
+		if err := gw(map[string]string{"ELLIPSIS_JWKS_URL": u, "ELLIPSIS_JWKS_CA": "/ca.pem", "ELLIPSIS_JWKS_TIMEOUT": "2s"}); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+	if d := Default(); d.JWKSTimeout != 5*time.Second || d.JWKSURL != "" || d.JWKSCA != "" {
+		t.Errorf("defaults %s %q %q", d.JWKSTimeout, d.JWKSURL, d.JWKSCA)
+	}
+	for vars, want := range map[*map[string]string]string{
+		{"ELLIPSIS_JWKS_URL": "http://idp.example/jwks"}:                                        "ELLIPSIS_JWKS_URL: \"http://idp.example/jwks\" must use https",
+		{"ELLIPSIS_JWKS_URL": "https:///jwks"}:                                                  "ELLIPSIS_JWKS_URL: \"https:///jwks\" has no host",
+		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_FILE": "/x.json"}:      "ELLIPSIS_JWKS_FILE and ELLIPSIS_JWKS_URL: set one of them, not both",
+		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_RELOAD": "500ms"}:      "ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL",
+		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_TIMEOUT": "0s"}:        "ELLIPSIS_JWKS_TIMEOUT: must be more than 0 and at most 1m",
+		{"ELLIPSIS_JWT_SECRET": "s", "ELLIPSIS_JWKS_CA": "/ca.pem"}:                             "ELLIPSIS_JWKS_CA: only used with ELLIPSIS_JWKS_URL",
+		{"ELLIPSIS_JWKS_URL": "http://user:pw@idp.example/jwks", "ELLIPSIS_JWKS_TIMEOUT": "2m"}: "ELLIPSIS_JWKS_TIMEOUT: must be more than 0 and at most 1m",
+	} {
+		err := gw(*vars)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: %v, want %q", *vars, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "pw@") {
+			t.Errorf("error shows the URL's password: %v", err)
+		}
+	}
+}
+
 func TestRedisTopologiesAndPubSub(t *testing.T) {
 	for url, want := range map[string]string{
 		"redis://127.0.0.1:6379":                             "classic",

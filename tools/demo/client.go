@@ -2,9 +2,6 @@ package demo
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
 )
 
@@ -115,25 +113,20 @@ func dialUser(ctx context.Context, ws *url.URL, u User, token string, timeout ti
 }
 
 // MintHS256 returns an HS256 JWT for a demo user (sub, name, iat, exp =
-// now + ttl), as the gateway accepts with ELLIPSIS_AUTH=jwt and
-// ELLIPSIS_JWT_SECRET=secret. For development and demos only.
+// now + ttl), signed with golang-jwt, as the gateway accepts with
+// ELLIPSIS_AUTH=jwt and ELLIPSIS_JWT_SECRET=secret. For development and
+// demos only (ellipsis-token mints tokens with every claim and algorithm).
 func MintHS256(secret []byte, sub, name string, now time.Time, ttl time.Duration) (string, error) {
 	if len(secret) == 0 {
 		return "", errors.New("demo: empty JWT secret")
 	}
-	enc := base64.RawURLEncoding
-	header := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
-	claims, err := json.Marshal(struct {
-		Sub  string `json:"sub"`
-		Name string `json:"name,omitempty"`
-		Iat  int64  `json:"iat"`
-		Exp  int64  `json:"exp"`
-	}{sub, name, now.Unix(), now.Add(ttl).Unix()})
-	if err != nil {
-		return "", fmt.Errorf("demo: jwt claims: %w", err)
+	c := jwt.MapClaims{"sub": sub, "iat": now.Unix(), "exp": now.Add(ttl).Unix()}
+	if name != "" {
+		c["name"] = name
 	}
-	signing := header + "." + enc.EncodeToString(claims)
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(signing))
-	return signing + "." + enc.EncodeToString(mac.Sum(nil)), nil
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
+	if err != nil {
+		return "", fmt.Errorf("demo: sign the JWT: %w", err)
+	}
+	return tok, nil
 }

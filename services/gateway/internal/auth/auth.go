@@ -3,7 +3,8 @@
 //
 // Implementations side by side: [None] (development, ?user=&name=) and
 // [JWT] (HS256 with a shared secret, RS256 / ES256 / EdDSA with keys from a
-// JWKS file that is re-read when it changes, see [JWKS]).
+// JWKS file re-read when it changes or a JWKS URL refreshed periodically,
+// see [JWKS]).
 package auth
 
 import (

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/ecdh"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 var b64 = base64.RawURLEncoding.EncodeToString
@@ -260,5 +263,47 @@ func TestJWKSReload(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	if err := verify(tokB2); err != nil {
 		t.Fatalf("after deleting the file: %v", err)
+	}
+}
+
+// Failed re-reads are all counted but logged at most once a minute, and a
+// recovery is logged.
+func TestJWKSFailuresLoggedRateLimited(t *testing.T) {
+	k := keysOnce()
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	writeAtomic(t, path, jwksJSON(rsaJWK("a", &k.rsa.PublicKey)))
+	core, logs := observer.New(zap.InfoLevel)
+	var failures int
+	j, err := NewJWKS(context.Background(), JWKSOptions{File: path, Reload: time.Second, Log: zap.New(core), OnRefreshError: func(error) { failures++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	now := time.Now()
+	j.now = func() time.Time { return now }
+	a, _ := NewJWT(JWTOptions{JWKS: j, Now: func() time.Time { return now }})
+	tok := signWith(t, jwt.SigningMethodRS256, k.rsa, "a", jwt.MapClaims{"sub": "u", "exp": now.Add(time.Hour).Unix()})
+	errorLines := func() int { return logs.FilterMessage("JWKS re-read failed; keeping the previous keys").Len() }
+
+	writeAtomic(t, path, []byte("garbage"))
+	for range 30 { // 30 s of failed re-reads, one a second
+		now = now.Add(time.Second)
+		if _, err := a.Verify(tok); err != nil {
+			t.Fatalf("old key while the file is broken: %v", err)
+		}
+	}
+	if failures != 30 || errorLines() != 1 {
+		t.Fatalf("%d failures counted, %d logged; want 30 and 1", failures, errorLines())
+	}
+	now = now.Add(time.Minute)
+	a.Verify(tok)
+	if failures != 31 || errorLines() != 2 {
+		t.Fatalf("after a minute: %d failures counted, %d logged; want 31 and 2", failures, errorLines())
+	}
+	writeAtomic(t, path, jwksJSON(rsaJWK("a", &k.rsa.PublicKey), edJWK("b", k.ed.Public().(ed25519.PublicKey))))
+	now = now.Add(time.Second)
+	a.Verify(tok)
+	if logs.FilterMessage("JWKS re-read works again").Len() != 1 || !slices.Equal(j.KeyIDs(), []string{"a", "b"}) {
+		t.Fatalf("recovery: kids %v, logs %v", j.KeyIDs(), logs.All())
 	}
 }

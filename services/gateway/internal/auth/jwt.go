@@ -15,7 +15,7 @@ import (
 )
 
 // Signing algorithms the gateway accepts (PROTOCOL.md, "Auth"). HS256 needs
-// a shared secret; the others need a JWKS file. Every other alg ("none",
+// a shared secret; the others need a JWKS (file or URL). Every other alg ("none",
 // HS384, RS512, PS256, ...) is refused.
 const (
 	AlgHS256 = "HS256"
@@ -46,7 +46,8 @@ type JWTOptions struct {
 	// Secret is the HS256 shared secret (ELLIPSIS_JWT_SECRET). Empty: HS256
 	// tokens are refused.
 	Secret string
-	// JWKS holds the RS256 / ES256 / EdDSA public keys (ELLIPSIS_JWKS_FILE).
+	// JWKS holds the RS256 / ES256 / EdDSA public keys (ELLIPSIS_JWKS_FILE
+	// or ELLIPSIS_JWKS_URL).
 	// Nil: those tokens are refused.
 	JWKS *JWKS
 	// Issuer, when not empty, is the only accepted iss; tokens without iss
@@ -63,7 +64,7 @@ type JWTOptions struct {
 }
 
 // JWT authenticates JSON Web Tokens with golang-jwt: HS256 with a shared
-// secret and RS256 / ES256 / EdDSA with keys from a JWKS file. exp is
+// secret and RS256 / ES256 / EdDSA with keys from a JWKS (file or URL). exp is
 // required; nbf is checked when present; iss and aud when configured. A
 // key is chosen by the token's alg: HS256 only ever verifies with the
 // secret and the asymmetric algs only with JWKS keys of the matching type,
@@ -93,7 +94,7 @@ func NewJWT(o JWTOptions) (*JWT, error) {
 		a.algs = append(a.algs, AlgRS256, AlgES256, AlgEdDSA)
 	}
 	if len(a.algs) == 0 {
-		return nil, errors.New("auth: JWT needs a secret (HS256) or a JWKS file (RS256 / ES256 / EdDSA)")
+		return nil, errors.New("auth: JWT needs a secret (HS256) or a JWKS (RS256 / ES256 / EdDSA)")
 	}
 	popts := []jwt.ParserOption{jwt.WithValidMethods(a.algs), jwt.WithExpirationRequired(), jwt.WithLeeway(o.Leeway)}
 	if o.Issuer != "" {

@@ -9,6 +9,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Security struct {
 	handshakesRejected *prometheus.CounterVec // label reason
 	authz              *prometheus.CounterVec // label result
+	jwksRefreshFailed  prometheus.Counter
 }
 
 // Handshake rejection reasons (label reason of
@@ -41,8 +42,12 @@ func NewSecurity(reg prometheus.Registerer) (*Security, error) {
 			Namespace: Namespace, Subsystem: Subsystem, Name: "authz_total",
 			Help: "Room authorisation decisions (join and HTTP snapshot), by result (allow, deny, no_answer, error); cached answers included.",
 		}, []string{"result"}),
+		jwksRefreshFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: Subsystem, Name: "jwks_refresh_failures_total",
+			Help: "Failed re-reads of the JWKS (ELLIPSIS_JWKS_FILE or ELLIPSIS_JWKS_URL: unreachable, timed out, not a JWK Set, no usable key); the previous keys stay in use.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{s.handshakesRejected, s.authz} {
+	for _, c := range []prometheus.Collector{s.handshakesRejected, s.authz, s.jwksRefreshFailed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -59,3 +64,6 @@ func (s *Security) HandshakeRejected(reason string) {
 // Authz counts one authorisation decision; result is one of the Authz*
 // constants.
 func (s *Security) Authz(result string) { s.authz.WithLabelValues(result).Inc() }
+
+// JWKSRefreshFailed counts one failed re-read of the JWKS.
+func (s *Security) JWKSRefreshFailed() { s.jwksRefreshFailed.Inc() }
