@@ -37,6 +37,10 @@ import (
 //	server <- {"id":4,"error":{"code":103,"message":"permission denied"}}
 //	server <- {"push":{"disconnect":{"code":3501,"reason":"…"}}}
 //
+// (As Centrifugo v6.9.1 sends them, checked against the real server; at
+// the publisher the echo of its publication comes before the publish
+// reply.)
+//
 // The publisher is the connection's user, from the token's sub claim,
 // which Centrifugo puts in the publication's info.user: the receiver
 // matches the event to that user's send log exactly as for Ellipsis.
