@@ -56,9 +56,9 @@ func (p *Peers) WriteTable(w io.Writer) {
 	e, c := p.Ellipsis, p.Centrifugo
 	fmt.Fprintf(w, "\nPeer benchmark %s: %d connections, %d rooms (%.1f per room), %d typing, %.0f state changes/s offered, %.0fs per system; %d CPUs, loadavg %s before Ellipsis, %s before Centrifugo\n",
 		p.Load, e.Conns, e.Rooms, e.MembersPerRoom, e.TypingConns, e.Rate, e.DurationSeconds, e.Machine.CPUs, e.Machine.LoadBefore, c.Machine.LoadBefore)
-	fmt.Fprintln(w, "latency: sender's write -> receiver's read of state changes (ms); delivered / lost: state-change deliveries to the room's other members; echoes: a sender's own events (not counted); CPU: the server processes, user + system, per state change sent")
+	fmt.Fprintln(w, "latency: sender's write -> receiver's read of state changes (ms); delivered / lost: state-change deliveries to the room's other members; echoes: a sender's own events (not counted); CPU: the server processes, user + system, per state change sent; RSS/conn: growth of the process holding the connections (gateway; centrifugo) from before connecting to the end, per connection")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tconnected\tstate changes/s\tp50\tp99\tp99.9\tmax\tdelivered\tlost\techoes\terrors\tserver CPU s\tCPU/change µs\t")
+	fmt.Fprintln(tw, "system\tconnected\tstate changes/s\tp50\tp99\tp99.9\tmax\tdelivered\tlost\techoes\terrors\tserver CPU s\tCPU/change µs\tRSS/conn KiB\t")
 	row := func(name string, r *Result) {
 		var cpuS, perChange string = "-", "-"
 		if r.ServerCPU != nil {
@@ -71,9 +71,13 @@ func (p *Peers) WriteTable(w io.Writer) {
 				errs += v
 			}
 		}
+		rss := "-"
+		if r.RSS != nil && r.RSS.PerConnBytes > 0 {
+			rss = fmt.Sprintf("%.1f", r.RSS.PerConnBytes/1024)
+		}
 		l := r.Latency
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%d\t%d\t%d\t%d\t%s\t%s\t\n", name, r.Connected, r.StateChangesPerSec,
-			l.P50, l.P99, l.P999, l.Max, r.Delivered.MatchedState, r.Delivered.LostState, r.Delivered.Echoes, errs, cpuS, perChange)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", name, r.Connected, r.StateChangesPerSec,
+			l.P50, l.P99, l.P999, l.Max, r.Delivered.MatchedState, r.Delivered.LostState, r.Delivered.Echoes, errs, cpuS, perChange, rss)
 	}
 	row("ellipsis", e)
 	row("centrifugo", c)
@@ -83,7 +87,7 @@ func (p *Peers) WriteTable(w io.Writer) {
 		}
 		return fmt.Sprintf("%.2f×", v)
 	}
-	fmt.Fprintf(tw, "ellipsis/centrifugo\t\t\t%s\t%s\t%s\t\t\t\t\t\t\t%s\t\n", x(p.Ratios.P50), x(p.Ratios.P99), x(p.Ratios.P999), x(p.Ratios.CPUPerStateChange))
+	fmt.Fprintf(tw, "ellipsis/centrifugo\t\t\t%s\t%s\t%s\t\t\t\t\t\t\t%s\t\t\n", x(p.Ratios.P50), x(p.Ratios.P99), x(p.Ratios.P999), x(p.Ratios.CPUPerStateChange))
 	tw.Flush()
 	for _, r := range []*Result{e, c} {
 		if sc := r.ServerCPU; sc != nil {

@@ -4,8 +4,10 @@
 # against Ellipsis (gateway and presence-worker as separate processes, a
 # private nats-server, a private redis-server), then against Centrifugo v6
 # with its Redis engine on another private redis-server, back to back;
-# then one table: p50 / p99 / p99.9, delivered and lost, and the server
-# processes' CPU per state change, with the ratios Ellipsis / Centrifugo.
+# then one table: p50 / p99 / p99.9, delivered and lost, the server
+# processes' CPU per state change, with the ratios Ellipsis / Centrifugo,
+# and the RSS growth per connection of the process holding the
+# connections (gateway; centrifugo).
 #
 #   tools/loadgen/peers.sh                 # L1: 2,000 conns / 400 rooms / 500 state changes/s, 15 s each
 #   LOAD=L2 tools/loadgen/peers.sh         # L2: 10,000 / 2,000 / 2,000
@@ -168,7 +170,7 @@ curl -fsS "http://$EL_GW_ADMIN/readyz" >/dev/null || {
 }
 echo "== Ellipsis: gateway $gateway, worker $worker, nats-server $nats, redis-server $el_redis"
 "$BIN/ellipsis-loadgen" -system ellipsis -url "ws://$EL_HTTP/v1/ws" "${lg_common[@]}" \
-	-cpu-pids "$gateway,$worker,$nats,$el_redis" -json "$OUT_DIR/ellipsis-$LOAD.json" -q "$@"
+	-cpu-pids "$gateway,$worker,$nats,$el_redis" -rss-pid "$gateway" -json "$OUT_DIR/ellipsis-$LOAD.json" -q "$@"
 stop_all
 
 # --- Centrifugo: its Redis engine on a private Redis.
@@ -194,7 +196,7 @@ cf=$!
 wait_port "$CF_PORT" centrifugo
 echo "== Centrifugo $CENTRIFUGO_VERSION: centrifugo $cf, redis-server $cf_redis"
 "$BIN/ellipsis-loadgen" -system centrifugo -url "ws://127.0.0.1:$CF_PORT/connection/websocket" "${lg_common[@]}" \
-	-cpu-pids "$cf,$cf_redis" -json "$OUT_DIR/centrifugo-$LOAD.json" -q "$@"
+	-cpu-pids "$cf,$cf_redis" -rss-pid "$cf" -json "$OUT_DIR/centrifugo-$LOAD.json" -q "$@"
 stop_all
 
 "$BIN/ellipsis-loadgen" -compare "$OUT_DIR/ellipsis-$LOAD.json,$OUT_DIR/centrifugo-$LOAD.json" -load "$LOAD" -json "$OUT_DIR/peers-$LOAD.json"
