@@ -179,7 +179,10 @@ func TestCentrifugoAgainstFake(t *testing.T) {
 	defer cancel()
 	res, err := Run(ctx, Options{
 		System: SystemCentrifugo, URLs: []string{u}, JWTSecret: "s3cret", Mode: ModeRate,
-		Conns: 20, Rooms: 4, TypingShare: 0.5, Rate: 20, Duration: 2 * time.Second, Settle: 500 * time.Millisecond,
+		Conns: 20, Rooms: 4, TypingShare: 0.5, Rate: 20, Duration: 2 * time.Second,
+		// A settle long enough for the publishers' own replies and echoes too
+		// (the settle ends once the other members have every change).
+		Settle: 2 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
