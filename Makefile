@@ -13,7 +13,7 @@ FUZZTIME ?= 50000x
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js bench loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
+.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -38,6 +38,12 @@ bench:
 	cd shared && $(GO) test -run '^$$' -bench . -benchmem ./protocol ./names
 	cd services/gateway && $(GO) test -run '^$$' -bench 'FanOut|Written' -benchmem ./internal/hub ./internal/metrics
 	cd services/presence-worker && $(GO) test -run '^$$' -bench . -benchmem .
+
+## bench-peers: the same typing workload against Ellipsis, then against Centrifugo v6 (built from the Go module proxy
+## into bin/peers, cached), back to back, and one table with the ratios (docs/BENCHMARKS.md, "Against Centrifugo").
+## LOAD=L1 (default: 2,000 conns) | L2 (10,000) | L3 (15,000) | custom with CONNS= ROOMS= RATE=; DURATION=15s; PEERS_ARGS= go to the load generator
+bench-peers:
+	tools/loadgen/peers.sh $(PEERS_ARGS)
 
 ## build: build every binary into bin/, stamped with VERSION (-version, ellipsis_build_info)
 build:

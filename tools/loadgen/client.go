@@ -2,13 +2,10 @@ package loadgen
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -17,8 +14,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/ellipsis-chat/ellipsis/tools/demo"
 )
 
 // writeWait bounds each frame write of a client.
@@ -37,35 +32,28 @@ type client struct {
 	log     typistLog // what this client sent
 	others  int64     // the room's other joined members: receivers of each send
 
+	// startFrame, stopFrame: the Ellipsis driver's typing frames, built
+	// at join.
 	startFrame, stopFrame []byte
 
-	wmu sync.Mutex // one writer at a time (gorilla/websocket)
-	on  bool       // a burst is on (last send a start or refresh); under wmu
+	wmu   sync.Mutex // one writer at a time (gorilla/websocket)
+	on    bool       // a burst is on (last send a start or refresh); under wmu
+	cmdID uint32     // Centrifugo: the last command id used; under wmu
+	wbuf  []byte     // Centrifugo: frame buffer, reused; under wmu
 
 	// views is the reader's per-typist state; owned by the reader goroutine.
 	views      map[int32]*recvState
 	readerDone chan struct{}
 }
 
-// dial opens the WebSocket and joins the room; on error the connection is
-// closed and the error says what failed (its kind for the summary).
+// dial opens the WebSocket and joins the room through the run's driver;
+// on error the connection is closed and the error says what failed (its
+// kind for the summary).
 func (c *client) dial(ctx context.Context) error {
 	o := &c.r.opts
-	target, err := url.Parse(c.url)
+	target, h, err := c.r.drv.dialTarget(c)
 	if err != nil {
-		return &kindError{"dial:url", err}
-	}
-	h := http.Header{}
-	if o.JWTSecret != "" {
-		tok, err := demo.MintHS256([]byte(o.JWTSecret), c.user, c.user, time.Now(), o.Duration+time.Hour)
-		if err != nil {
-			return &kindError{"dial:token", err}
-		}
-		h.Set("Authorization", "Bearer "+tok)
-	} else {
-		q := target.Query()
-		q.Set("user", c.user)
-		target.RawQuery = q.Encode()
+		return err
 	}
 	src := c.r.sourceAddr(c.idx)
 	d := websocket.Dialer{
@@ -82,7 +70,7 @@ func (c *client) dial(ctx context.Context) error {
 	}
 	dctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
-	ws, resp, err := d.DialContext(dctx, target.String(), h)
+	ws, resp, err := d.DialContext(dctx, target, h)
 	if err != nil {
 		if resp != nil {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -93,36 +81,11 @@ func (c *client) dial(ctx context.Context) error {
 	}
 	c.ws = ws
 	ws.SetReadLimit(64 << 10)
-	// Join: write the frame and read until its answer (nothing else can
-	// arrive before it: the room was not joined).
-	_ = ws.SetWriteDeadline(time.Now().Add(writeWait))
-	join, _ := json.Marshal(map[string]string{"type": "join", "room": c.room, "id": "j"})
-	if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
+	if err := c.r.drv.join(c); err != nil {
 		ws.Close()
-		return &kindError{"join:write", err}
-	}
-	_ = ws.SetReadDeadline(time.Now().Add(o.DialTimeout))
-	for {
-		_, data, err := ws.ReadMessage()
-		if err != nil {
-			ws.Close()
-			return &kindError{"join:read", err}
-		}
-		ev, ok := parseFrame(data)
-		if !ok {
-			continue
-		}
-		if ev.Type == "joined" && ev.ID == "j" {
-			break
-		}
-		if ev.Type == "error" && ev.ID == "j" {
-			ws.Close()
-			return &kindError{"join:" + ev.Code, errors.New(string(data))}
-		}
+		return err
 	}
 	_ = ws.SetReadDeadline(time.Time{})
-	c.startFrame, _ = json.Marshal(map[string]string{"type": "typing_start", "room": c.room})
-	c.stopFrame, _ = json.Marshal(map[string]string{"type": "typing_stop", "room": c.room})
 	return nil
 }
 
@@ -157,13 +120,10 @@ func dialErrorKind(err error) string {
 // send writes one typing frame of kind k and logs it first, so that no
 // receiver can read the event before the entry exists.
 func (c *client) send(k kind) error {
-	frame := c.startFrame
-	if k == kindStop {
-		frame = c.stopFrame
-	}
 	mono, wall := c.r.clock.now()
 	c.log.add(entry{mono: mono, wallMs: wall, kind: k})
 	c.wmu.Lock()
+	frame := c.r.drv.frame(c, k)
 	_ = c.ws.SetWriteDeadline(time.Now().Add(writeWait))
 	err := c.ws.WriteMessage(websocket.TextMessage, frame)
 	c.on = k != kindStop
@@ -212,20 +172,7 @@ func (c *client) readLoop() {
 		if r.closing.Load() {
 			continue
 		}
-		st.c.framesIn.Add(1)
-		ev, ok := parseFrame(data)
-		if !ok {
-			st.fail("bad_frame")
-			continue
-		}
-		switch ev.Type {
-		case "typing_start", "typing_stop":
-			c.onEvent(ev, now)
-		case "error":
-			st.fail("error_frame:" + ev.Code)
-		case "typing":
-			st.c.snapshots.Add(1)
-		}
+		r.drv.handle(c, data, now)
 	}
 }
 
@@ -233,7 +180,11 @@ func (c *client) readLoop() {
 func (c *client) onEvent(ev event, now int64) {
 	st := c.r.st
 	t := c.r.typist(ev.User)
-	if t == nil || t.room != c.room || t == c {
+	if t == c {
+		st.c.echoes.Add(1) // the sender's own event (Centrifugo echoes publications to subscribers, sender included)
+		return
+	}
+	if t == nil || t.room != c.room {
 		st.c.unmatched.Add(1)
 		return
 	}
@@ -277,7 +228,7 @@ func (c *client) endBurst() {
 	}
 	c.on = false
 	_ = c.ws.SetWriteDeadline(time.Now().Add(writeWait))
-	_ = c.ws.WriteMessage(websocket.TextMessage, c.stopFrame)
+	_ = c.ws.WriteMessage(websocket.TextMessage, c.r.drv.frame(c, kindStop))
 }
 
 // close sends a normal close and drops the connection.

@@ -154,6 +154,18 @@ type Options struct {
 	// and at the end, and whose CPU time over the run (connected to end of
 	// settle) is reported per state change and per frame delivered.
 	RSSPID int
+	// System is the system under test: SystemEllipsis (default) or
+	// SystemCentrifugo (centrifugo.go; needs JWTSecret, the server's
+	// client.token.hmac_secret_key).
+	System string
+	// CentrifugoNamespace is the channel namespace of the rooms with
+	// SystemCentrifugo. Default DefaultCentrifugoNamespace.
+	CentrifugoNamespace string
+	// CPUPIDs are the system's server processes (e.g. gateway, worker,
+	// NATS, Redis): their CPU time (user + system, /proc/<pid>/stat) from
+	// the end of connecting to the end of the settle is summed in
+	// Result.ServerCPU.
+	CPUPIDs []int
 	// Stack starts an in-process stack (gateway, worker, embedded NATS,
 	// Redis from backends) and targets it; see StackConfig.
 	Stack bool
@@ -174,6 +186,7 @@ type Options struct {
 
 // Result is the outcome of a run; it marshals to the JSON of -json.
 type Result struct {
+	System          string   `json:"system"`
 	Mode            string   `json:"mode"`
 	URLs            []string `json:"urls"`
 	Stack           string   `json:"stack,omitempty"`
@@ -201,13 +214,21 @@ type Result struct {
 	// included), per second of Duration.
 	FramesPerSec float64 `json:"frames_per_s"`
 	Delivered    struct {
-		Frames          int64   `json:"frames"`
-		ExpectedState   int64   `json:"expected_state"`
-		MatchedState    int64   `json:"matched_state"`
-		LostState       int64   `json:"lost_state"`
-		ExpectedRefresh int64   `json:"expected_refresh"`
-		MatchedRefresh  int64   `json:"matched_refresh"`
-		Unmatched       int64   `json:"unmatched"`
+		Frames          int64 `json:"frames"`
+		ExpectedState   int64 `json:"expected_state"`
+		MatchedState    int64 `json:"matched_state"`
+		LostState       int64 `json:"lost_state"`
+		ExpectedRefresh int64 `json:"expected_refresh"`
+		MatchedRefresh  int64 `json:"matched_refresh"`
+		Unmatched       int64 `json:"unmatched"`
+		// Echoes are a sender's own events read back by the sender
+		// (Centrifugo delivers publications to the publisher too):
+		// neither expected, matched nor lost.
+		Echoes int64 `json:"echoes"`
+		// Replies are command replies read (Centrifugo answers every
+		// publish); Pings the server pings answered.
+		Replies         int64   `json:"replies,omitempty"`
+		Pings           int64   `json:"pings,omitempty"`
 		ExpiredStops    int64   `json:"expired_stops"`
 		OtherStops      int64   `json:"other_stops"`
 		SnapshotsPushed int64   `json:"snapshots_pushed"`
@@ -219,7 +240,26 @@ type Result struct {
 	Refresh Latency          `json:"refresh_latency"`
 	Errors  map[string]int64 `json:"errors"`
 	RSS     *RSS             `json:"rss,omitempty"`
-	Machine Machine          `json:"machine"`
+	// ServerCPU is the CPU time of Options.CPUPIDs over the run.
+	ServerCPU *ServerCPU `json:"server_cpu,omitempty"`
+	Machine   Machine    `json:"machine"`
+}
+
+// ServerCPU is the CPU time (user + system) the system's server processes
+// used from the end of connecting to the end of the settle, read from
+// /proc/<pid>/stat (utime + stime, 10 ms ticks).
+type ServerCPU struct {
+	// PIDs and Seconds: each process and its CPU time, in the order of
+	// Options.CPUPIDs.
+	PIDs    []int     `json:"pids"`
+	Names   []string  `json:"names"`
+	Seconds []float64 `json:"cpu_s"`
+	// TotalSeconds is their sum; per state change sent (starts + stops)
+	// and per frame the clients read, in microseconds.
+	TotalSeconds        float64 `json:"total_cpu_s"`
+	WindowSeconds       float64 `json:"window_s"`
+	CPUPerStateChangeUs float64 `json:"cpu_per_state_change_us"`
+	CPUPerFrameUs       float64 `json:"cpu_per_frame_us"`
 }
 
 // RSS is the resident memory of the process Options.RSSPID.
@@ -257,6 +297,7 @@ type runner struct {
 	timers   typist.Config
 	ttl      time.Duration
 	runID    string
+	drv      driver
 	clients  []*client
 	byUser   map[string]*client
 	messages [][]keystrokes.Message
@@ -272,11 +313,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := fill(&opts); err != nil {
 		return nil, err
 	}
-	r := &runner{opts: opts, log: opts.Logger, st: newStats(), runID: opts.RunID}
+	r := &runner{opts: opts, log: opts.Logger, st: newStats(), runID: opts.RunID, drv: newDriver(opts.System)}
 	if r.log == nil {
 		r.log = zap.NewNop()
 	}
-	res := &Result{Mode: opts.Mode, Conns: opts.Conns, Rooms: opts.Rooms, RunID: r.runID}
+	res := &Result{System: opts.System, Mode: opts.Mode, Conns: opts.Conns, Rooms: opts.Rooms, RunID: r.runID}
 	res.Machine = Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: loadAvg(), NoFileLimit: raiseNoFile(uint64(opts.Conns)*2 + 1024)}
 	cpu0 := processCPU()
 
@@ -297,7 +338,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := r.prepare(ctx); err != nil {
 		return nil, err
 	}
-	res.TypingConns = r.typingCount()
+	for _, c := range r.clients {
+		if c.typing {
+			res.TypingConns++
+		}
+	}
 	res.Rate, res.Speed, res.Keystrokes = 0, 0, ""
 	switch r.opts.Mode {
 	case ModeRate:
@@ -316,6 +361,8 @@ func fill(o *Options) error {
 		o.URLs = []string{DefaultURL}
 	}
 	o.Mode = cmp.Or(o.Mode, ModeRate)
+	o.System = cmp.Or(o.System, SystemEllipsis)
+	o.CentrifugoNamespace = cmp.Or(o.CentrifugoNamespace, DefaultCentrifugoNamespace)
 	o.Conns = cmp.Or(o.Conns, DefaultConns)
 	o.Rooms = cmp.Or(o.Rooms, DefaultRooms)
 	o.Rate = cmp.Or(o.Rate, DefaultRate)
@@ -336,6 +383,24 @@ func fill(o *Options) error {
 	case ModeRate, ModeReplay, ModeIdle:
 	default:
 		errs = append(errs, fmt.Errorf("mode %q must be rate, replay or idle", o.Mode))
+	}
+	switch o.System {
+	case SystemEllipsis:
+	case SystemCentrifugo:
+		if o.Stack {
+			errs = append(errs, errors.New("system centrifugo: the in-process stack is Ellipsis's; start Centrifugo (tools/loadgen/peers.sh) and pass its URL"))
+		}
+		if o.JWTSecret == "" {
+			errs = append(errs, errors.New("system centrifugo needs the JWT secret (its client.token.hmac_secret_key)"))
+		}
+		if !isWord(o.CentrifugoNamespace) {
+			errs = append(errs, fmt.Errorf("centrifugo namespace %q: letters, digits, - and _ only", o.CentrifugoNamespace))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("system %q must be %s or %s", o.System, SystemEllipsis, SystemCentrifugo))
+	}
+	if !isWord(o.RunID) {
+		errs = append(errs, fmt.Errorf("run id %q: letters, digits, - and _ only (it is part of every room and user id)", o.RunID))
 	}
 	if o.Conns < 1 || o.Conns > 200_000 {
 		errs = append(errs, fmt.Errorf("conns must be 1..200000, got %d", o.Conns))
@@ -389,9 +454,15 @@ func (r *runner) typingCount() int {
 // clients (not connected yet).
 func (r *runner) prepare(ctx context.Context) error {
 	o := &r.opts
-	cc, err := fetchClientConfig(ctx, o.URLs[0], o.DialTimeout)
-	if err != nil {
-		return err
+	// Centrifugo has no typing timers: the client side uses the protocol
+	// defaults (refresh, idle stop), as an Ellipsis gateway with its
+	// defaults would have them.
+	cc := clientConfig{ttl: config.DefaultTypingTTL, refresh: config.DefaultTypingRefresh, idleStop: config.DefaultTypingIdleStop}
+	if o.System == SystemEllipsis {
+		var err error
+		if cc, err = fetchClientConfig(ctx, o.URLs[0], o.DialTimeout); err != nil {
+			return err
+		}
 	}
 	r.timers = typist.Config{Refresh: cc.refresh, IdleStop: cc.idleStop}
 	r.ttl = cc.ttl
@@ -438,12 +509,29 @@ func (r *runner) prepare(ctx context.Context) error {
 		}
 	}
 
+	r.clients = buildClients(r)
+	r.byUser = make(map[string]*client, len(r.clients))
+	for _, c := range r.clients {
+		r.byUser[c.user] = c
+	}
+	return nil
+}
+
+// buildClients makes the run's clients (not connected): client i is user
+// <run>-u<i> in room <run>-r<i % rooms>, on URL (i / rooms) % len(URLs).
+//
+// Typing clients are spread over the rooms and within each room: with a
+// share below 1, every room gets its share of typists. Clients are ranked
+// room by room (room, then member index) and every k-th of that order
+// types, so with rooms of 5 and a share of 0.5 the rooms have 3 and 2
+// typists in turn (ranking by connection index alone would put all
+// typists in every other room when the room count is even).
+func buildClients(r *runner) []*client {
+	o := &r.opts
 	typing := r.typingCount()
-	r.clients = make([]*client, o.Conns)
-	r.byUser = make(map[string]*client, o.Conns)
-	// Typing clients are spread over the rooms: with a share below 1,
-	// every room still gets typists (every k-th client types).
-	for i := range r.clients {
+	clients := make([]*client, o.Conns)
+	perRoom := (o.Conns + o.Rooms - 1) / o.Rooms
+	for i := range clients {
 		c := &client{
 			idx:        i,
 			user:       r.runID + "-u" + strconv.Itoa(i),
@@ -454,11 +542,11 @@ func (r *runner) prepare(ctx context.Context) error {
 			readerDone: make(chan struct{}),
 		}
 		c.room = r.runID + "-r" + strconv.Itoa(c.roomIdx)
-		c.typing = typing > 0 && (int64(i)*int64(typing))%int64(o.Conns) < int64(typing)
-		r.clients[i] = c
-		r.byUser[c.user] = c
+		rank := int64(c.roomIdx)*int64(perRoom) + int64(i/o.Rooms)
+		c.typing = typing > 0 && (rank*int64(typing))%int64(o.Conns) < int64(typing)
+		clients[i] = c
 	}
-	return nil
+	return clients
 }
 
 // typist returns the client of a user id, nil when it is not one of this
@@ -538,6 +626,11 @@ func (r *runner) run(parent context.Context, res *Result) error {
 	if o.RSSPID > 0 {
 		cpuBefore, _ = readCPU(o.RSSPID)
 	}
+	srvBefore, err := readCPUs(o.CPUPIDs)
+	if err != nil {
+		return fmt.Errorf("loadgen: -cpu-pids: %w", err)
+	}
+	srvStart := time.Now()
 
 	// Drive.
 	prog.setPhase("run")
@@ -579,6 +672,8 @@ func (r *runner) run(parent context.Context, res *Result) error {
 	wg.Wait()
 	prog.setPhase("settle")
 	settled := r.settle(ctx)
+	srvAfter, srvErr := readCPUs(o.CPUPIDs)
+	srvWindow := time.Since(srvStart)
 	if o.BeforeClose != nil {
 		o.BeforeClose()
 	}
@@ -600,6 +695,7 @@ func (r *runner) run(parent context.Context, res *Result) error {
 	d.LostState = d.ExpectedState - d.MatchedState
 	d.ExpectedRefresh, d.MatchedRefresh = c.expectRefresh.Load(), c.matchedRefr.Load()
 	d.Unmatched, d.ExpiredStops, d.OtherStops, d.SnapshotsPushed = c.unmatched.Load(), c.expiredStops.Load(), c.otherStops.Load(), c.snapshots.Load()
+	d.Echoes, d.Replies, d.Pings = c.echoes.Load(), c.replies.Load(), c.pings.Load()
 	res.FramesPerSec = float64(d.Frames) / o.Duration.Seconds()
 	d.EventsPerSecond = float64(d.MatchedState+d.MatchedRefresh) / o.Duration.Seconds()
 	r.st.mu.Lock()
@@ -612,6 +708,27 @@ func (r *runner) run(parent context.Context, res *Result) error {
 	}
 	if d.LostState > 0 {
 		res.Errors["missing_delivery"] = d.LostState // not read by the end of the settle
+	}
+	if len(o.CPUPIDs) > 0 {
+		if srvErr != nil {
+			return fmt.Errorf("loadgen: -cpu-pids (a server process ended during the run?): %w", srvErr)
+		}
+		sc := &ServerCPU{PIDs: o.CPUPIDs, WindowSeconds: srvWindow.Seconds()}
+		var total time.Duration
+		for i, pid := range o.CPUPIDs {
+			dt := srvAfter[i] - srvBefore[i]
+			total += dt
+			sc.Names = append(sc.Names, processName(pid))
+			sc.Seconds = append(sc.Seconds, dt.Seconds())
+		}
+		sc.TotalSeconds = total.Seconds()
+		if n := res.Sent.Starts + res.Sent.Stops; n > 0 {
+			sc.CPUPerStateChangeUs = float64(total.Microseconds()) / float64(n)
+		}
+		if d.Frames > 0 {
+			sc.CPUPerFrameUs = float64(total.Microseconds()) / float64(d.Frames)
+		}
+		res.ServerCPU = sc
 	}
 	if o.RSSPID > 0 {
 		cpuAfter, _ := readCPU(o.RSSPID)
@@ -792,6 +909,44 @@ func fetchClientConfig(ctx context.Context, wsURL string, timeout time.Duration)
 	}
 	cc.auth = body.Auth
 	return cc, nil
+}
+
+// readCPUs reads the CPU time of every pid (see readCPU).
+func readCPUs(pids []int) ([]time.Duration, error) {
+	out := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		v, err := readCPU(pid)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// processName is /proc/<pid>/comm ("" when unreadable).
+func processName(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// isWord reports whether s is non-empty and only ASCII letters, digits,
+// '-' and '_': safe in room ids, user ids and Centrifugo channel names
+// without escaping.
+func isWord(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '-' || b == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // loadAvg returns /proc/loadavg's first three fields ("" when unreadable).

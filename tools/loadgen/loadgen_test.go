@@ -131,10 +131,15 @@ func TestIdleRSS(t *testing.T) {
 
 func TestOptionsValidation(t *testing.T) {
 	for name, o := range map[string]Options{
-		"mode":          {Mode: "burst"},
-		"rooms > conns": {Conns: 2, Rooms: 3},
-		"rate per conn": {Conns: 10, Rooms: 1, Rate: 1000},
-		"url":           {URLs: []string{"http://x"}},
+		"mode":                        {Mode: "burst"},
+		"rooms > conns":               {Conns: 2, Rooms: 3},
+		"rate per conn":               {Conns: 10, Rooms: 1, Rate: 1000},
+		"url":                         {URLs: []string{"http://x"}},
+		"system":                      {System: "pusher"},
+		"centrifugo without a secret": {System: SystemCentrifugo},
+		"centrifugo with the stack":   {System: SystemCentrifugo, JWTSecret: "s", Stack: true},
+		"centrifugo namespace":        {System: SystemCentrifugo, JWTSecret: "s", CentrifugoNamespace: "a:b"},
+		"run id":                      {RunID: "a b"},
 	} {
 		if err := fill(&o); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -101,7 +101,7 @@ func (p *progress) line(dt time.Duration) {
 
 // WriteTable prints the summary of a run.
 func (res *Result) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "\nEllipsis load generator: mode %s, run %s\n", res.Mode, res.RunID)
+	fmt.Fprintf(w, "\nEllipsis load generator: system %s, mode %s, run %s\n", res.System, res.Mode, res.RunID)
 	target := strings.Join(res.URLs, ", ")
 	if res.Stack != "" {
 		target += " (in-process stack: " + res.Stack + ")"
@@ -125,6 +125,9 @@ func (res *Result) WriteTable(w io.Writer) {
 			res.Sent.Starts, res.Sent.Refreshes, res.Sent.Stops, res.StateChangesPerSec)
 		fmt.Fprintf(w, "  delivered     %d frames read, %.0f frames/s; state changes %d of %d expected (missing %d), refreshes %d of %d; %.0f events/s\n",
 			d.Frames, res.FramesPerSec, d.MatchedState, d.ExpectedState, d.LostState, d.MatchedRefresh, d.ExpectedRefresh, d.EventsPerSecond)
+		if d.Echoes+d.Replies+d.Pings > 0 {
+			fmt.Fprintf(w, "  not counted   %d echoes (a sender's own events), %d command replies, %d pings answered\n", d.Echoes, d.Replies, d.Pings)
+		}
 		if d.ExpiredStops+d.OtherStops+d.SnapshotsPushed+d.Unmatched > 0 {
 			fmt.Fprintf(w, "  also          %d expired stops, %d other stops, %d snapshots pushed, %d unmatched events\n",
 				d.ExpiredStops, d.OtherStops, d.SnapshotsPushed, d.Unmatched)
@@ -147,6 +150,13 @@ func (res *Result) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, ": %.0f µs per state change, %.1f µs per frame delivered", p.CPUPerStateChangeUs, p.CPUPerFrameUs)
 		}
 		fmt.Fprintln(w)
+	}
+	if sc := res.ServerCPU; sc != nil {
+		fmt.Fprintf(w, "\n  server cpu    %.2fs over %.1fs", sc.TotalSeconds, sc.WindowSeconds)
+		for i, pid := range sc.PIDs {
+			fmt.Fprintf(w, "; %s (%d) %.2fs", sc.Names[i], pid, sc.Seconds[i])
+		}
+		fmt.Fprintf(w, "\n                %.0f µs per state change, %.1f µs per frame delivered\n", sc.CPUPerStateChangeUs, sc.CPUPerFrameUs)
 	}
 	if len(res.Errors) == 0 {
 		fmt.Fprintf(w, "\n  errors        none\n")

@@ -46,6 +46,9 @@ type counters struct {
 	matchedState atomic.Int64
 	matchedRefr  atomic.Int64
 	unmatched    atomic.Int64 // typing events no send explains
+	echoes       atomic.Int64 // a sender's own events echoed back to it (Centrifugo)
+	pings        atomic.Int64 // server pings answered (Centrifugo)
+	replies      atomic.Int64 // command replies read (Centrifugo: one per publish)
 	expiredStops atomic.Int64 // typing_stop expired
 	otherStops   atomic.Int64 // typing_stop disconnected / left
 	snapshots    atomic.Int64 // typing frames (resync pushes)

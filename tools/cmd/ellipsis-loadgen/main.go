@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -54,7 +55,12 @@ func run(args []string) int {
 	}
 	fs := flag.NewFlagSet("ellipsis-loadgen", flag.ContinueOnError)
 	var (
-		urls        = fs.String("url", loadgen.DefaultURL, "gateway WebSocket endpoints, comma-separated (ignored with -stack)")
+		urls        = fs.String("url", loadgen.DefaultURL, "gateway WebSocket endpoints, comma-separated (ignored with -stack; -system centrifugo: default "+loadgen.DefaultCentrifugoURL+")")
+		system      = fs.String("system", loadgen.SystemEllipsis, "system under test: ellipsis (its gateways) or centrifugo (Centrifugo v6, JSON protocol over WebSocket; needs -jwt-secret, its client.token.hmac_secret_key)")
+		cfNamespace = fs.String("centrifugo-namespace", loadgen.DefaultCentrifugoNamespace, "-system centrifugo: the channel namespace of the rooms (room R is channel <namespace>:R)")
+		cpuPIDs     = fs.String("cpu-pids", "", "comma-separated pids of the system's server processes (gateway, worker, NATS, Redis; or Centrifugo and its Redis): their CPU time over the run, per state change")
+		compare     = fs.String("compare", "", "ELLIPSIS.json,CENTRIFUGO.json: print the peer table of two runs' -json outputs (no run); -json writes the pair with the ratios")
+		loadName    = fs.String("load", "custom", "-compare: the load's name in the table (L1, L2, L3)")
 		mode        = fs.String("mode", loadgen.ModeRate, "rate (fixed rate of state changes), replay (real keystrokes through the SDK timers) or idle (connect, join, send nothing)")
 		conns       = fs.Int("conns", loadgen.DefaultConns, "connections to open (one user each)")
 		rooms       = fs.Int("rooms", loadgen.DefaultRooms, "rooms to spread them over (connection i joins room i % rooms)")
@@ -91,7 +97,21 @@ func run(args []string) int {
 		}
 		return 2
 	}
+	if *compare != "" {
+		return comparePeers(*compare, *loadName, *jsonOut)
+	}
+	urlSet := false
+	fs.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "url" })
+	if *system == loadgen.SystemCentrifugo && !urlSet {
+		*urls = loadgen.DefaultCentrifugoURL
+	}
+	pids, err := parsePIDs(*cpuPIDs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -cpu-pids: %v\n", err)
+		return 2
+	}
 	opts := loadgen.Options{
+		System: *system, CentrifugoNamespace: *cfNamespace, CPUPIDs: pids,
 		URLs: splitList(*urls), Mode: *mode, Conns: *conns, Rooms: *rooms, Rate: *rate, TypingShare: *share,
 		Duration: *duration, Settle: *settle, SettleMax: *settleMax, Speed: *speed, ReplaySpread: *spread, Seed: *seed,
 		JWTSecret: *secret, DialTimeout: *dialTimeout, DialConcurrency: *dialConc, SourceIPs: *sourceIPs,
@@ -195,6 +215,50 @@ func run(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: %v\n", err)
 		return 1
+	}
+	return 0
+}
+
+// parsePIDs reads a comma-separated list of process ids.
+func parsePIDs(s string) ([]int, error) {
+	var out []int
+	for _, p := range splitList(s) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a process id", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// comparePeers prints the peer table of two -json outputs (Ellipsis
+// first) and, with out set, writes them with their ratios.
+func comparePeers(files, load, out string) int {
+	paths := splitList(files)
+	if len(paths) != 2 {
+		fmt.Fprintln(os.Stderr, "ellipsis-loadgen: -compare wants two files: ELLIPSIS.json,CENTRIFUGO.json")
+		return 2
+	}
+	var res [2]*loadgen.Result
+	for i, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = json.Unmarshal(b, &res[i])
+		}
+		if err != nil || res[i] == nil {
+			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -compare: %s: %v\n", p, err)
+			return 1
+		}
+	}
+	peers := loadgen.ComparePeers(load, res[0], res[1])
+	peers.WriteTable(os.Stdout)
+	if out != "" {
+		b, _ := json.MarshalIndent(peers, "", "  ")
+		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -json: %v\n", err)
+			return 1
+		}
 	}
 	return 0
 }

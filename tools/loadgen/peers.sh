@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# peers.sh: the peer benchmark (`make bench-peers`, docs/BENCHMARKS.md,
+# "Against Centrifugo"). The same workload, run by ellipsis-loadgen, first
+# against Ellipsis (gateway and presence-worker as separate processes, a
+# private nats-server, a private redis-server), then against Centrifugo v6
+# with its Redis engine on another private redis-server, back to back;
+# then one table: p50 / p99 / p99.9, delivered and lost, the server
+# processes' CPU per state change, with the ratios Ellipsis / Centrifugo,
+# and the RSS growth per connection of the process holding the
+# connections (gateway; centrifugo).
+#
+#   tools/loadgen/peers.sh                 # L1: 2,000 conns / 400 rooms / 500 state changes/s, 15 s each
+#   LOAD=L2 tools/loadgen/peers.sh         # L2: 10,000 / 2,000 / 2,000
+#   LOAD=L3 DURATION=30s tools/loadgen/peers.sh   # L3: 15,000 / 3,000 / 5,000
+#   LOAD=custom CONNS=200 ROOMS=40 RATE=50 DURATION=5s tools/loadgen/peers.sh
+#   tools/loadgen/peers.sh -v              # extra flags go to both ellipsis-loadgen runs
+#
+# Workload (both systems): rooms of 5; half of the connections type (2 or
+# 3 per room), the others only listen; each typing connection toggles
+# start / stop at RATE / typing state changes per second (L1 0.5/s, L2
+# 0.4/s, L3 0.67/s: a person's pace), far below the transition throttle.
+# Centrifugo: every member subscribes to channel typing:<room> and
+# publishes {"type":"typing_start"} / {"type":"typing_stop"} into it
+# (namespace "typing", allow_subscribe_for_client and
+# allow_publish_for_subscriber: the client-side publish setup of
+# Centrifugo's docs). Both systems authenticate with an HS256 JWT per user.
+#
+# Centrifugo is built once from the Go module proxy at $CENTRIFUGO_VERSION
+# into bin/peers/ (git-ignored, never committed) and reused while
+# `bin/peers/centrifugo version` reports that version (stamped at build).
+# Outputs, under $OUT_DIR (default bin/peers): ellipsis-<load>.json,
+# centrifugo-<load>.json (each run's summary), peers-<load>.json (both
+# with the ratios), and logs of every server process.
+set -euo pipefail
+export PATH="/usr/local/go/bin:$PATH"
+cd "$(dirname "$0")/../.."
+
+CENTRIFUGO_VERSION=${CENTRIFUGO_VERSION:-v6.9.1}
+LOAD=${LOAD:-L1}
+case "$LOAD" in
+L1) CONNS=${CONNS:-2000} ROOMS=${ROOMS:-400} RATE=${RATE:-500} ;;
+L2) CONNS=${CONNS:-10000} ROOMS=${ROOMS:-2000} RATE=${RATE:-2000} ;;
+L3) CONNS=${CONNS:-15000} ROOMS=${ROOMS:-3000} RATE=${RATE:-5000} ;;
+*)
+	if [ -z "${CONNS:-}" ] || [ -z "${ROOMS:-}" ] || [ -z "${RATE:-}" ]; then
+		echo "$0: LOAD=$LOAD: L1, L2, L3, or CONNS, ROOMS and RATE all set" >&2
+		exit 2
+	fi
+	;;
+esac
+DURATION=${DURATION:-15s}
+SHARE=${SHARE:-0.5}
+BIN=${BIN:-bin}
+PEERS_BIN=${PEERS_BIN:-$BIN/peers}
+OUT_DIR=${OUT_DIR:-$BIN/peers}
+SECRET=${SECRET:-peers-bench-secret-$$}
+# Loopback ports: all must be free (checked before anything starts).
+EL_HTTP=${EL_HTTP:-127.0.0.1:18480}
+EL_GW_ADMIN=${EL_GW_ADMIN:-127.0.0.1:19480}
+EL_WK_ADMIN=${EL_WK_ADMIN:-127.0.0.1:19481}
+NATS_PORT=${NATS_PORT:-14482}
+EL_REDIS_PORT=${EL_REDIS_PORT:-16483}
+CF_PORT=${CF_PORT:-18484}
+CF_REDIS_PORT=${CF_REDIS_PORT:-16485}
+
+REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server || true)}
+NATS_SERVER=${NATS_SERVER:-$(command -v nats-server || true)}
+for b in "$REDIS_SERVER:redis-server" "$NATS_SERVER:nats-server"; do
+	if [ -z "${b%%:*}" ]; then
+		echo "$0: ${b#*:} not found: install it (Debian: apt-get install redis-server nats-server) or set ${b#*:}" >&2
+		exit 1
+	fi
+done
+
+# Open files: each server holds one descriptor per connection, the load
+# generator one per connection too.
+need=$((CONNS + 4096))
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need" ]; then
+	ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+fi
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need" ]; then
+	echo "$0: the open-file limit is $(ulimit -n) (hard $(ulimit -Hn)); $CONNS connections need $need: raise it (ulimit -n, /etc/security/limits.conf)" >&2
+	exit 1
+fi
+
+port_free() { ! (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for p in "${EL_HTTP##*:}" "${EL_GW_ADMIN##*:}" "${EL_WK_ADMIN##*:}" "$NATS_PORT" "$EL_REDIS_PORT" "$CF_PORT" "$CF_REDIS_PORT"; do
+	if ! port_free "$p"; then
+		echo "$0: 127.0.0.1:$p is in use: another run? set EL_HTTP, EL_GW_ADMIN, EL_WK_ADMIN, NATS_PORT, EL_REDIS_PORT, CF_PORT or CF_REDIS_PORT" >&2
+		exit 1
+	fi
+done
+
+mkdir -p "$BIN" "$PEERS_BIN" "$OUT_DIR"
+if [ -z "${NOBUILD:-}" ]; then
+	go build -o "$BIN/" ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-loadgen
+fi
+
+# Centrifugo from the module proxy, outside the workspace (GOWORK=off, a
+# temporary directory): its own go.mod and go.sum decide its dependencies.
+CF="$PEERS_BIN/centrifugo"
+if ! "$CF" version 2>/dev/null | grep -q "${CENTRIFUGO_VERSION#v}"; then
+	echo "== building Centrifugo $CENTRIFUGO_VERSION into $PEERS_BIN (go install from the module proxy; several minutes the first time)"
+	gobin=$(cd "$PEERS_BIN" && pwd)
+	tmp=$(mktemp -d)
+	# -X stamps the version as Centrifugo's release builds do (it is
+	# "0.0.0" otherwise), so `centrifugo version` tells the cache's version.
+	(cd "$tmp" && GOWORK=off GOFLAGS=-mod=mod GOBIN="$gobin" go install \
+		-ldflags "-X github.com/centrifugal/centrifugo/v6/internal/build.Version=${CENTRIFUGO_VERSION#v}" \
+		"github.com/centrifugal/centrifugo/v6@$CENTRIFUGO_VERSION")
+	rmdir "$tmp"
+	"$CF" version | grep -q "${CENTRIFUGO_VERSION#v}" || {
+		echo "$0: $CF does not report $CENTRIFUGO_VERSION" >&2
+		exit 1
+	}
+fi
+
+pids=()
+stop_all() { # reverse start order
+	local i
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill "${pids[i]}" 2>/dev/null || true
+		wait "${pids[i]}" 2>/dev/null || true
+	done
+	pids=()
+}
+trap stop_all EXIT
+
+wait_port() { # port name
+	for _ in $(seq 100); do
+		port_free "$1" || return 0
+		sleep 0.1
+	done
+	echo "$0: $2 did not listen on 127.0.0.1:$1 (log: $OUT_DIR)" >&2
+	exit 1
+}
+start_redis() { # port log
+	"$REDIS_SERVER" --bind 127.0.0.1 --port "$1" --save '' --appendonly no --daemonize no --maxclients 10000 >"$2" 2>&1 &
+	pids+=($!)
+	wait_port "$1" "redis-server"
+}
+
+lg_common=(-mode rate -conns "$CONNS" -rooms "$ROOMS" -rate "$RATE" -typing-share "$SHARE" -duration "$DURATION" -jwt-secret "$SECRET")
+echo "== peers $LOAD: $CONNS connections, $ROOMS rooms, $RATE state changes/s, typing share $SHARE, $DURATION each; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# --- Ellipsis: private Redis and NATS, worker, gateway.
+start_redis "$EL_REDIS_PORT" "$OUT_DIR/ellipsis-redis.log"
+el_redis=${pids[-1]}
+"$NATS_SERVER" -a 127.0.0.1 -p "$NATS_PORT" >"$OUT_DIR/nats.log" 2>&1 &
+pids+=($!)
+nats=$!
+wait_port "$NATS_PORT" nats-server
+el_env=(ELLIPSIS_REDIS_URL="redis://127.0.0.1:$EL_REDIS_PORT" ELLIPSIS_NATS_URL="nats://127.0.0.1:$NATS_PORT"
+	ELLIPSIS_KEY_PREFIX="peers$$:" ELLIPSIS_SUBJECT_PREFIX="peers$$" ELLIPSIS_LOG_LEVEL=warn
+	ELLIPSIS_AUTH=jwt ELLIPSIS_JWT_SECRET="$SECRET" ELLIPSIS_DEMO_PAGE=false)
+env "${el_env[@]}" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" "$BIN/presence-worker" >"$OUT_DIR/worker.log" 2>&1 &
+pids+=($!)
+worker=$!
+env "${el_env[@]}" ELLIPSIS_HTTP_ADDR="$EL_HTTP" ELLIPSIS_ADMIN_ADDR="$EL_GW_ADMIN" ELLIPSIS_MAX_CONNS=$((CONNS + 100)) \
+	"$BIN/gateway" >"$OUT_DIR/gateway.log" 2>&1 &
+pids+=($!)
+gateway=$!
+for _ in $(seq 100); do
+	curl -fsS "http://$EL_GW_ADMIN/readyz" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+curl -fsS "http://$EL_GW_ADMIN/readyz" >/dev/null || {
+	echo "$0: the gateway is not ready (log: $OUT_DIR/gateway.log)" >&2
+	exit 1
+}
+echo "== Ellipsis: gateway $gateway, worker $worker, nats-server $nats, redis-server $el_redis"
+"$BIN/ellipsis-loadgen" -system ellipsis -url "ws://$EL_HTTP/v1/ws" "${lg_common[@]}" \
+	-cpu-pids "$gateway,$worker,$nats,$el_redis" -rss-pid "$gateway" -json "$OUT_DIR/ellipsis-$LOAD.json" -q "$@"
+stop_all
+
+# --- Centrifugo: its Redis engine on a private Redis.
+start_redis "$CF_REDIS_PORT" "$OUT_DIR/centrifugo-redis.log"
+cf_redis=${pids[-1]}
+cat >"$OUT_DIR/centrifugo.json" <<EOF
+{
+  "http_server": {"address": "127.0.0.1", "port": $CF_PORT},
+  "log": {"level": "error"},
+  "usage_stats": {"disabled": true},
+  "engine": {"type": "redis", "redis": {"address": ["redis://127.0.0.1:$CF_REDIS_PORT"]}},
+  "client": {"token": {"hmac_secret_key": "$SECRET"}},
+  "channel": {
+    "namespaces": [
+      {"name": "typing", "allow_subscribe_for_client": true, "allow_publish_for_subscriber": true}
+    ]
+  }
+}
+EOF
+"$CF" --config "$OUT_DIR/centrifugo.json" >"$OUT_DIR/centrifugo.log" 2>&1 &
+pids+=($!)
+cf=$!
+wait_port "$CF_PORT" centrifugo
+echo "== Centrifugo $CENTRIFUGO_VERSION: centrifugo $cf, redis-server $cf_redis"
+"$BIN/ellipsis-loadgen" -system centrifugo -url "ws://127.0.0.1:$CF_PORT/connection/websocket" "${lg_common[@]}" \
+	-cpu-pids "$cf,$cf_redis" -rss-pid "$cf" -json "$OUT_DIR/centrifugo-$LOAD.json" -q "$@"
+stop_all
+
+"$BIN/ellipsis-loadgen" -compare "$OUT_DIR/ellipsis-$LOAD.json,$OUT_DIR/centrifugo-$LOAD.json" -load "$LOAD" -json "$OUT_DIR/peers-$LOAD.json"
+echo "JSON: $OUT_DIR/ellipsis-$LOAD.json, $OUT_DIR/centrifugo-$LOAD.json, $OUT_DIR/peers-$LOAD.json"
