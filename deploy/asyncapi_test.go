@@ -24,6 +24,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -409,5 +410,51 @@ func TestAsyncAPISchemasRefuse(t *testing.T) {
 	slices.Sort(reasons)
 	if got := enum("stopReason"); !slices.Equal(got, reasons) {
 		t.Errorf("stopReason enum %v, want the protocol's reasons %v", got, reasons)
+	}
+}
+
+// TestAsyncAPIAddresses checks the document's channel addresses against the
+// names the code builds (shared/names), for the default prefixes and for
+// others.
+func TestAsyncAPIAddresses(t *testing.T) {
+	doc := loadAsyncAPI(t)
+	channels, _ := doc.raw["channels"].(map[string]any)
+	address := func(ch string, params map[string]string) string {
+		c, ok := channels[ch].(map[string]any)
+		if !ok {
+			t.Fatalf("docs/asyncapi.yaml has no channel %s", ch)
+		}
+		a, _ := c["address"].(string)
+		for k, v := range params {
+			a = strings.ReplaceAll(a, "{"+k+"}", v)
+		}
+		return a
+	}
+	// The parameter defaults are the code's defaults.
+	params := doc.raw["components"].(map[string]any)["parameters"].(map[string]any)
+	if got := params["subjectPrefix"].(map[string]any)["default"]; got != names.DefaultSubjectPrefix {
+		t.Errorf("subjectPrefix default %v, want %s", got, names.DefaultSubjectPrefix)
+	}
+	for _, prefix := range [][2]string{{"", names.DefaultSubjectPrefix}, {"dev:", "acme"}} {
+		n := names.New(prefix[0], prefix[1])
+		subj := map[string]string{"subjectPrefix": n.SubjectPrefix()}
+		for ch, want := range map[string]string{
+			"typingCommands": n.CommandSubject(),
+			"typingSnapshot": n.SnapshotSubject(),
+			"authzJoin":      n.AuthzJoinSubject(),
+		} {
+			if got := address(ch, subj); got != want {
+				t.Errorf("channel %s: address %q, want %q (shared/names)", ch, got, want)
+			}
+		}
+		for _, room := range []string{"42", "room:42", "{x}", "café ☕"} {
+			got := address("roomEvents", map[string]string{"keyPrefix": n.KeyPrefix(), "roomTag": names.RoomTag(room)})
+			if want := n.RoomChannel(room); got != want {
+				t.Errorf("channel roomEvents, room %q: address %q, want %q (shared/names)", room, got, want)
+			}
+		}
+	}
+	if got := address("websocket", nil); got != "/v1/ws" {
+		t.Errorf("channel websocket: address %q, want /v1/ws", got)
 	}
 }
