@@ -22,7 +22,11 @@
 //     forwards are ports the gateway Service has;
 //   - the real kustomize CLI (kustomize on PATH, or `go tool kustomize`,
 //     pinned in go.mod) renders the same objects, and the real skaffold CLI
-//     renders every profile when it is on PATH.
+//     renders every profile when it is on PATH;
+//   - docs/asyncapi.yaml, the machine-readable wire contract, agrees with
+//     the Go protocol types (asyncapi_test.go): the Go decoders accept every
+//     example and what the Go constructors produce validates against its
+//     schemas (this module already holds the YAML and JSON Schema libraries).
 //
 // docs/deploy.md says how to use it.
 package deploy

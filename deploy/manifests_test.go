@@ -279,7 +279,7 @@ func TestProbesAndPortsAreServed(t *testing.T) {
 					continue
 				}
 				if p.HTTPGet.Path != wantPath[kind] {
-					t.Errorf("%s: %s probe on %s, want %s (PROTOCOL.md: liveness is the process, readiness its backends)", where, kind, p.HTTPGet.Path, wantPath[kind])
+					t.Errorf("%s: %s probe on %s, want %s (docs/protocol.md, Admin listener: liveness is the process, readiness its backends)", where, kind, p.HTTPGet.Path, wantPath[kind])
 				}
 				if !serves(routes[ec.svc.name], p.HTTPGet.Path) {
 					t.Errorf("%s: %s probe path %s is not a route of the binary", where, kind, p.HTTPGet.Path)

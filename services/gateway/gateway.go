@@ -1,8 +1,8 @@
 // Package gateway is the Ellipsis WebSocket gateway as an importable server
-// (DESIGN.md, ARCHITECTURE.md): it authenticates clients, turns their typing
+// (docs/ARCHITECTURE.md): it authenticates clients, turns their typing
 // frames into NATS commands for the presence workers, subscribes the Redis
 // Pub/Sub channels of the rooms its clients joined, and fans room events out
-// to them (PROTOCOL.md is the contract).
+// to them (docs/protocol.md is the contract).
 //
 // The cmd/gateway main, the dev stack and tests all run it the same way:
 //
@@ -377,7 +377,7 @@ func (s *Server) unregister(c *session.Conn) {
 	s.connsWG.Done()
 }
 
-// Shutdown stops the gateway gracefully (PROTOCOL.md, "Outages and
+// Shutdown stops the gateway gracefully (docs/protocol.md, "Outages and
 // shutdown"), in this order:
 //
 //  1. lame duck: at once, /readyz answers 503 and new WebSocket upgrades

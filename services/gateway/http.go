@@ -22,7 +22,7 @@ import (
 )
 
 // ClientConfig is the body of GET /v1/config: the timing a client must use
-// (PROTOCOL.md, "Timing"), in milliseconds, and the auth mode ("none": the
+// (docs/protocol.md, "Timing"), in milliseconds, and the auth mode ("none": the
 // client passes ?user=&name=; "jwt": ?access_token= or a Bearer header).
 type ClientConfig struct {
 	TTLMs      int64  `json:"ttl_ms"`

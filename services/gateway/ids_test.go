@@ -12,7 +12,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// protocolIDs are PROTOCOL.md's example ids ("Terms"), plus look-alikes
+// protocolIDs are docs/protocol.md's example ids ("Terms and ids"), plus look-alikes
 // that a careless encoding or a glob would confuse with them, and the
 // longest valid id.
 var protocolIDs = []string{

@@ -15,7 +15,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Item 6, every limit of PROTOCOL.md just under and just over, on real
+// Item 6, every limit of docs/protocol.md ("Limits") just under and just over, on real
 // connections.
 
 // paddedPing is a ping frame of exactly n bytes (unknown fields are

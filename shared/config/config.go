@@ -1,6 +1,6 @@
 // Package config reads the Ellipsis settings shared by the gateway, the
 // presence worker and the dev stack from environment variables and flags.
-// The names and defaults are PROTOCOL.md's ("Configuration names"); every
+// The names and defaults are docs/protocol.md's ("Configuration names"); every
 // variable has a flag of the same name in lower case without the ELLIPSIS_
 // prefix and with '-' for '_' (ELLIPSIS_TYPING_TTL is -typing-ttl). A flag
 // wins over its variable, which wins over the default.
@@ -19,7 +19,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
-// Defaults (PROTOCOL.md, "Timing" and "Limits"; the seed design's numbers).
+// Defaults (docs/protocol.md, "Timing" and "Limits"; the seed design's numbers).
 const (
 	DefaultHTTPAddr        = ":8080"
 	DefaultAdminAddr       = ":9090"
@@ -247,8 +247,8 @@ type Config struct {
 	WorkerShards int
 	// SnapshotMax caps the typists listed in one snapshot (a NATS snapshot
 	// reply, and so joined, typing and the HTTP read); the snapshot's total
-	// still counts every visible typist. A departure from PROTOCOL.md,
-	// whose snapshots had no cap (README, "Protocol departures").
+	// still counts every visible typist (docs/protocol.md, "Snapshots: cap
+	// and total").
 	// ELLIPSIS_SNAPSHOT_MAX, default 100, 1..10000.
 	SnapshotMax int
 	// Store is the worker's typing-state layout: "zset" (one sorted set per
@@ -320,7 +320,7 @@ func Default() Config {
 }
 
 // Dev returns the dev stack's defaults: [Default] with auth "none",
-// console logs (PROTOCOL.md) and no lame duck (one process on a developer's
+// console logs and no lame duck (one process on a developer's
 // machine, no load balancer to tell: Ctrl-C closes at once).
 func Dev() Config {
 	c := Default()

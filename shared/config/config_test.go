@@ -3,6 +3,9 @@ package config
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +29,7 @@ func TestDefaultsMatchProtocol(t *testing.T) {
 		c.Auth != "jwt" || c.Authz != "none" || c.TypingTTL != 5*time.Second || c.TypingThrottle != 2*time.Second ||
 		c.ShutdownDrain != 5*time.Second || c.LameDuck != 3*time.Second || c.LogLevel != "info" || c.LogFormat != "json" ||
 		c.MaxFrameBytes != 4096 || c.MaxRoomsPerConn != 100 || c.InboundRate != 20 || c.InboundBurst != 40 || c.OutboundQueue != 256 {
-		t.Fatalf("defaults drifted from PROTOCOL.md: %+v", c)
+		t.Fatalf("defaults drifted from docs/protocol.md: %+v", c)
 	}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ELLIPSIS_JWT_SECRET") {
 		t.Fatalf("production defaults must demand a JWT secret, got %v", err)
@@ -138,7 +141,7 @@ func TestFlagNames(t *testing.T) {
 			found = found || n == must
 		}
 		if !found {
-			t.Errorf("PROTOCOL.md's %s is not read", must)
+			t.Errorf("docs/protocol.md's %s is not read", must)
 		}
 	}
 }
@@ -332,6 +335,28 @@ func TestSnapshotMax(t *testing.T) {
 	} {
 		if _, err := load(t, map[string]string{"ELLIPSIS_SNAPSHOT_MAX": v}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", v, err, want)
+		}
+	}
+}
+
+// TestProtocolDocNamesAreRead keeps docs/protocol.md and the code together:
+// every ELLIPSIS_ setting the contract names is one the services read.
+func TestProtocolDocNamesAreRead(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "protocol.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := map[string]bool{}
+	for _, n := range EnvNames() {
+		read[n] = true
+	}
+	named := regexp.MustCompile(`ELLIPSIS_[A-Z0-9_]*[A-Z0-9]`).FindAllString(string(doc), -1)
+	if len(named) < 20 {
+		t.Fatalf("docs/protocol.md names only %d settings; is it the contract?", len(named))
+	}
+	for _, n := range named {
+		if !read[n] {
+			t.Errorf("docs/protocol.md names %s, which no service reads", n)
 		}
 	}
 }

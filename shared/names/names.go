@@ -1,7 +1,7 @@
 // Package names builds every Redis key, Redis Pub/Sub channel and NATS subject
 // that Ellipsis uses, in one place, from ids encoded with [Enc].
 //
-// The layout is the one in PROTOCOL.md ("Redis" and "NATS"):
+// The layout is the one in docs/protocol.md ("Redis" and "NATS"):
 //
 //	typing:room:{enc(room)}                      sorted set, member enc(user):conn, score = expiry (unix ms, Redis TIME)
 //	typing:names:{enc(room)}                     hash enc(user) -> display name of a visible typist
@@ -26,7 +26,7 @@ import (
 
 // needsEscape reports whether b must be percent-encoded by [Enc]: '%', ':',
 // '{', '}', '*', '?', '[', ']', '\\', bytes below 0x21 (space and controls)
-// and 0x7F (PROTOCOL.md, "Redis").
+// and 0x7F (docs/protocol.md, "Redis").
 func needsEscape(b byte) bool {
 	switch b {
 	case '%', ':', '{', '}', '*', '?', '[', ']', '\\', 0x7F:
@@ -38,7 +38,7 @@ func needsEscape(b byte) bool {
 const upperHex = "0123456789ABCDEF"
 
 // Enc percent-encodes s for use inside a Redis name: the bytes listed in
-// PROTOCOL.md become %XX (upper-case hex), every other byte (UTF-8 included)
+// docs/protocol.md ("Redis") become %XX (upper-case hex), every other byte (UTF-8 included)
 // is kept. The result contains no ':' (so it is a safe field separator), no
 // '{' or '}' (so it never changes a hash tag) and no glob characters (so it
 // never widens a SCAN MATCH pattern). Enc is injective: [Dec] inverts it.
@@ -127,7 +127,7 @@ const (
 	// DefaultSubjectPrefix is the first token of every NATS subject.
 	DefaultSubjectPrefix = "ellipsis"
 	// QueueGroup is the NATS queue group of presence workers on the command
-	// and snapshot subjects (PROTOCOL.md, "NATS").
+	// and snapshot subjects (docs/protocol.md, "NATS").
 	QueueGroup = "presence-worker"
 )
 

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// contractIDs are PROTOCOL.md's example ids ("Terms"): every one must work.
+// contractIDs are docs/protocol.md's example ids ("Terms and ids"): every one must work.
 var contractIDs = []string{"42", "room:42", "!abc:matrix.org", "a*b?c[d]", "{x}", "café ☕", "a b", `back\slash`, "100%", "\x7f"}
 
 func TestEncEscapesExactlyTheContractBytes(t *testing.T) {
@@ -121,7 +121,7 @@ func TestMemberRoundTrip(t *testing.T) {
 func TestSubjects(t *testing.T) {
 	n := New("", "")
 	if n.CommandSubject() != "ellipsis.typing.v1.cmd" || n.SnapshotSubject() != "ellipsis.typing.v1.snapshot" || n.AuthzJoinSubject() != "ellipsis.authz.v1.join" {
-		t.Fatal("default subjects differ from PROTOCOL.md")
+		t.Fatal("default subjects differ from docs/protocol.md")
 	}
 	if New("", "t1").CommandSubject() != "t1.typing.v1.cmd" {
 		t.Fatal("subject prefix not applied")

@@ -1,4 +1,5 @@
-// Package protocol holds the Ellipsis wire contract v1 (PROTOCOL.md): the
+// Package protocol holds the Ellipsis wire contract v1 (docs/protocol.md;
+// docs/asyncapi.yaml describes every message with a JSON Schema): the
 // WebSocket frames between browsers and the gateway, the NATS commands and
 // snapshot messages between gateways (or platform services) and presence
 // workers, and the normalized room events on Redis Pub/Sub. Decoders validate
@@ -32,7 +33,7 @@ const (
 	TypeError  = "error"
 )
 
-// Error codes of error frames (PROTOCOL.md, "WebSocket").
+// Error codes of error frames (docs/protocol.md, "Error codes").
 const (
 	CodeBadRequest  = "bad_request"
 	CodeUnknownType = "unknown_type"

@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 )
 
-// Id limits (PROTOCOL.md, "Terms").
+// Id limits (docs/protocol.md, "Terms and ids").
 const (
 	// MaxIDBytes is the longest room, user or conn id, in bytes.
 	MaxIDBytes = 256
@@ -50,7 +50,7 @@ func checkText(field, s string, min, max int) error {
 }
 
 // ValidateID checks a room, user or conn id: 1..[MaxIDBytes] bytes of valid
-// UTF-8 without control characters (PROTOCOL.md, "Terms"). field names the id
+// UTF-8 without control characters (docs/protocol.md, "Terms and ids"). field names the id
 // in the error ("room", "user", "conn"). It returns a *[FieldError] or nil.
 func ValidateID(field, id string) error { return checkText(field, id, 1, MaxIDBytes) }
 

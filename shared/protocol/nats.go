@@ -9,7 +9,7 @@ import (
 // Version is the "v" of every NATS payload and Pub/Sub room event.
 const Version = 1
 
-// Command ops (PROTOCOL.md, "NATS").
+// Command ops (docs/protocol.md, "NATS").
 const (
 	OpStart      = "start"
 	OpStop       = "stop"

@@ -55,7 +55,7 @@ const (
 // DefaultPubSub is the Pub/Sub mode of a topology when ELLIPSIS_REDIS_PUBSUB
 // is empty: sharded on Cluster (classic would broadcast every typing event
 // to every node), classic elsewhere, where both cost the same and classic is
-// what PROTOCOL.md's other subscribers of chat:room:{room} use.
+// what other subscribers of chat:room:{room} use (docs/protocol.md, "Redis").
 func DefaultPubSub(t Topology) string {
 	if t == Cluster {
 		return PubSubSharded

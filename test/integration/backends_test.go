@@ -116,7 +116,7 @@ func (b *backendProc) kill() {
 }
 
 // privateRedis starts redis-server without persistence on a spare loopback
-// port (PROTOCOL.md: typing is never persisted).
+// port (docs/protocol.md, "Order and loss": typing is never persisted).
 type privateRedis struct {
 	backendProc
 }

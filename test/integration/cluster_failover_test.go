@@ -31,7 +31,7 @@ func clusterProcStack(t *testing.T, before func(rc *clusterenv.RedisCluster, n n
 
 // typeUntilSeen makes typist stop and start typing in each room, every
 // typeRound, until every watcher got the typist's typing_start in every
-// room (PROTOCOL.md: a start after a stop is always fanned out), and
+// room (docs/protocol.md, "Throttle": a start after a stop is always fanned out), and
 // returns when each arrived: seen[r][w] for rooms[r] and watchers[w]. It
 // fails the test at deadline. The typist's own frames (error frames while
 // Redis fails over) are drained each round and the error frames logged
@@ -206,7 +206,7 @@ func TestClusterPubSubReconnect(t *testing.T) {
 // room's subscription to the promoted master's link and workers must write
 // there, so alice's typing reaches bob again, new joins work and a silent
 // typist's expired stop is pushed (by a sweep of the promoted master's
-// bucket). PROTOCOL.md: typing state the replica had not received is
+// bucket). docs/protocol.md ("Order and loss"): typing state the replica had not received is
 // lost; the test does not depend on it.
 func TestClusterMasterFailover(t *testing.T) {
 	t.Parallel()

@@ -35,7 +35,7 @@ const (
 	testThrottle = 500 * time.Millisecond
 	testRefresh  = 1000 * time.Millisecond
 	testIdle     = 800 * time.Millisecond
-	// expiryBound is PROTOCOL.md's expiry push bound: ttl + 1 s.
+	// expiryBound is docs/protocol.md's expiry push bound ("Timing"): ttl + 1 s.
 	expiryBound = testTTL + time.Second
 )
 

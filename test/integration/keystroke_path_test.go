@@ -39,7 +39,7 @@ func TestStartAndStopReachOtherMembers(t *testing.T) {
 }
 
 // A client that stays connected but stops refreshing is pushed as expired
-// within ttl + 1 s (PROTOCOL.md "expiry push").
+// within ttl + 1 s (docs/protocol.md, "Timing").
 func TestSilentTypistExpires(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 1, 1)

@@ -15,7 +15,7 @@ import (
 )
 
 // fakeGateway is a minimal in-test stand-in for the gateway's WebSocket
-// contract (PROTOCOL.md): join/joined with a snapshot, typing_start and
+// contract (docs/protocol.md): join/joined with a snapshot, typing_start and
 // typing_stop fanned out to the room's other users with ttl_ms, a stop on
 // disconnect, and GET /v1/config. With secret set it wants an HS256 Bearer
 // token and takes the user from its sub.

@@ -356,7 +356,7 @@ func TestEmbeddedRedisExpiresTypists(t *testing.T) {
 	if ev["reason"] != "expired" || ev["user"] != "alice" {
 		t.Fatalf("typing_stop = %v, want alice expired", ev)
 	}
-	// ttl 1 s; the expiry push is due within ttl + 1 s (PROTOCOL.md).
+	// ttl 1 s; the expiry push is due within ttl + 1 s (docs/protocol.md, "Timing").
 	if took < 800*time.Millisecond || took > 2*time.Second {
 		t.Fatalf("expired after %s, want about the 1s ttl", took)
 	}

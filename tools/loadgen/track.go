@@ -8,7 +8,7 @@ import (
 // How end-to-end latency is measured.
 //
 // A room event that reaches a client carries no field of the sender's
-// frame: the worker builds it from the command (PROTOCOL.md, "Redis"), so a
+// frame: the worker builds it from the command (docs/protocol.md, "Redis"), so a
 // send timestamp cannot travel with it. Instead every sender keeps a log of
 // what it sent, per typist (one connection = one user = one typist in one
 // room), and every receiver matches each event it reads against that log:
@@ -17,7 +17,7 @@ import (
 //     first typing_start of a burst), kindRefresh (typing_start while the
 //     burst goes on) or kindStop (typing_stop), with the monotonic time
 //     taken right before the write and the wall clock in unix ms.
-//   - Per (room, user) the server keeps order (PROTOCOL.md, "Order"), so
+//   - Per (room, user) the server keeps order (docs/protocol.md, "Order and loss"), so
 //     events arrive in the order of the sends that caused them. Each
 //     receiver keeps, per typist, a cursor: the log index its last event
 //     matched. A new event only ever matches an entry after the cursor

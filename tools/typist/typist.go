@@ -31,7 +31,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
 
-// Defaults (PROTOCOL.md, "Timing").
+// Defaults (docs/protocol.md, "Timing").
 const (
 	// DefaultRefresh is how often typing_start is re-sent while the user
 	// keeps typing: 4 s.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test of the browser SDK (clients/js), independent of the Makefile:
-#   1. npm ci (devDependencies only: playwright-core, typescript)
+#   1. npm ci (devDependencies only: playwright-core, typescript, @asyncapi/parser)
 #   2. types: tsc --strict on types/usage.ts against src/ellipsis.d.ts
-#   3. unit tests (node --test, fake timers) and the keystroke replay of
+#   3. unit tests (node --test, fake timers; docs/asyncapi.yaml parsed and
+#      its examples validated) and the keystroke replay of
 #      tools/keystrokes/data (events per message vs keystrokes)
 #   4. end-to-end tests in headless Chromium against a real stack: builds
 #      the gateway and presence-worker into a temporary folder and runs them

@@ -1,4 +1,4 @@
-// One WebSocket to an Ellipsis gateway (PROTOCOL.md v1): connects with a
+// One WebSocket to an Ellipsis gateway (docs/protocol.md, v1): connects with a
 // token or a development user, reconnects with exponential backoff and
 // jitter, rejoins every room (each join brings a fresh snapshot), keeps the
 // connection alive with pings, and paces its frames under the gateway's

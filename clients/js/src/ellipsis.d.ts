@@ -118,7 +118,7 @@ export interface StateEvent {
   error?: Error;
 }
 
-/** An error frame of the gateway (PROTOCOL.md). */
+/** An error frame of the gateway (docs/protocol.md, "Error codes"). */
 export interface ErrorFrame {
   type: "error";
   code:

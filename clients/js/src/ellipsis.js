@@ -11,7 +11,7 @@
 //   input.addEventListener("blur", () => room.blur());
 //   form.addEventListener("submit", () => room.messageSent());
 //
-// Wire contract: PROTOCOL.md (v1). Timing comes from the gateway
+// Wire contract: docs/protocol.md (v1). Timing comes from the gateway
 // (GET /v1/config) unless given: typing_start on the first keystroke, again
 // every refresh_ms while typing, typing_stop after idle_stop_ms without a
 // keystroke; a typist shown here disappears ttl_ms (+ a grace) after their

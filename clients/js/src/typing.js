@@ -17,7 +17,7 @@
 
 import { systemClock } from "./clock.js";
 
-/** Seed defaults (PROTOCOL.md, "Timing"), in milliseconds. */
+/** Seed defaults (docs/protocol.md, "Timing"), in milliseconds. */
 export const DEFAULT_TTL_MS = 5000;
 export const DEFAULT_REFRESH_MS = 4000;
 export const DEFAULT_IDLE_STOP_MS = 3000;

@@ -1,5 +1,5 @@
 // Package auth authenticates WebSocket handshakes and HTTP API calls
-// (PROTOCOL.md, "Auth"): it turns a request into an [Identity] or an error.
+// (docs/protocol.md, "Handshake"): it turns a request into an [Identity] or an error.
 //
 // Implementations side by side: [None] (development, ?user=&name=) and
 // [JWT] (HS256 with a shared secret, RS256 / ES256 / EdDSA with keys from a

@@ -14,7 +14,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Signing algorithms the gateway accepts (PROTOCOL.md, "Auth"). HS256 needs
+// Signing algorithms the gateway accepts (docs/protocol.md, "Handshake"). HS256 needs
 // a shared secret; the others need a JWKS (file or URL). Every other alg ("none",
 // HS384, RS512, PS256, ...) is refused.
 const (

@@ -1,5 +1,5 @@
 // Package authz decides whether an authenticated user may join a room (and
-// read its typing snapshot over HTTP). PROTOCOL.md: ELLIPSIS_AUTHZ is none,
+// read its typing snapshot over HTTP). docs/protocol.md ("Handshake"): ELLIPSIS_AUTHZ is none,
 // claims or nats; the three modes are side by side here behind one
 // [Authorizer] interface: [AllowAll] (none), [Claims] (the token's rooms
 // claim) and [NATS] (a request/reply hook, fail closed), the latter wrapped

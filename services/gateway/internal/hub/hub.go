@@ -1,6 +1,6 @@
 // Package hub keeps which local connections joined which rooms and fans
-// room events out to them (PROTOCOL.md, "Redis" and "Self filter";
-// DESIGN.md). Subscriptions are the [pubsub.Broker]'s business: the hub
+// room events out to them (docs/protocol.md, "Redis" and "Gateway → client";
+// docs/ARCHITECTURE.md). Subscriptions are the [pubsub.Broker]'s business: the hub
 // counts one subscriber per membership and never touches Redis itself.
 //
 // # Files

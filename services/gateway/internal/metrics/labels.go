@@ -14,9 +14,9 @@ import (
 // close codes or frame types would otherwise exhaust the gateway's memory
 // and the monitoring system's.
 //
-// The sets: frames_in_total{type} the client frame types of PROTOCOL.md
+// The sets: frames_in_total{type} the client frame types of docs/protocol.md
 // plus "invalid" and "binary"; frames_out_total{type} the server frame
-// types; errors_total{code} PROTOCOL.md's error codes;
+// types; errors_total{code} docs/protocol.md's error codes;
 // commands_published_total{op} the command ops; closes_total{code} the close
 // codes of RFC 6455 section 7.4.1 and the IANA registry's 1000–1015
 // (1004 reserved) — a client's 3000–4999 application codes are "other".

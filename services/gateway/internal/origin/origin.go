@@ -1,5 +1,5 @@
 // Package origin checks the Origin header of WebSocket handshakes against an
-// allow-list (PROTOCOL.md, "Origin"; ELLIPSIS_ALLOWED_ORIGINS).
+// allow-list (docs/protocol.md, "Handshake"; ELLIPSIS_ALLOWED_ORIGINS).
 package origin
 
 import (

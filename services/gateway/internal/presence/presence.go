@@ -1,5 +1,5 @@
 // Package presence is the gateway's side of the NATS contract with the
-// presence workers (PROTOCOL.md, "NATS"): it publishes typing commands and
+// presence workers (docs/protocol.md, "NATS"): it publishes typing commands and
 // requests typing snapshots.
 package presence
 

@@ -6,7 +6,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Inbound abuse accounting (PROTOCOL.md "Limits"): every client frame and
+// Inbound abuse accounting (docs/protocol.md, "Limits"): every client frame and
 // WebSocket ping takes a token of the connection's bucket before anything
 // else is done with it (no UTF-8 check, no JSON decoding). A frame without
 // a token is rejected: the client hears about it at most once per

@@ -1,5 +1,5 @@
 // Package session runs one client WebSocket connection of the gateway
-// (PROTOCOL.md, "WebSocket"): it decodes client frames, enforces the
+// (docs/protocol.md, "WebSocket: GET /v1/ws"): it decodes client frames, enforces the
 // per-connection limits, turns typing frames into NATS commands stamped with
 // the authenticated user, the connection id and a sequence number, and
 // writes server frames.
@@ -36,7 +36,7 @@ import (
 )
 
 // WebSocket close codes used by the gateway (RFC 6455 section 7.4.1,
-// PROTOCOL.md "Close codes"). Clients should reconnect after 1001, 1011 and
+// docs/protocol.md, "Close codes"). Clients should reconnect after 1001, 1011 and
 // 1013 (with backoff), and not blindly after 1008.
 const (
 	CloseNormal        = websocket.CloseNormalClosure           // 1000
