@@ -387,15 +387,10 @@ func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
 			}
 			return io.ErrUnexpectedEOF
 		}
-		calls := e.st.(interface {
-			startCall(protocol.Command) scriptCall
-			stopCall(room, user, conn string, seq uint64, reason string) scriptCall
-		})
-		_, errs := e.st.(interface {
-			evalRetry(ctx context.Context, name string, calls []scriptCall) ([]any, []error)
-		}).evalRetry(context.Background(), "test", []scriptCall{
-			calls.startCall(start("r1", "u3", "", "c3", 0)),
-			calls.stopCall("r1", "u3", "c3", 0, protocol.ReasonStopped),
+		st := e.st.(*redisStore)
+		_, errs := st.evalRetry(context.Background(), "test", []scriptCall{
+			st.commandCall(st.lua.start, st.startArgs(start("r1", "u3", "", "c3", 0))),
+			st.commandCall(st.lua.stop, stopArgs(stop("r1", "u3", "c3", 0), "r1", protocol.ReasonStopped)),
 		})
 		if errs[0] != nil || errs[1] != nil {
 			t.Fatal(errs)

@@ -174,7 +174,7 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 		reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: protocol.CodeBadRequest, Message: err.Error()}}
 	} else {
 		ctx, cancel := context.WithTimeout(s.runCtx, s.cfg.SnapshotTimeout)
-		users, err := s.st.Snapshot(ctx, req.Room)
+		snap, err := s.st.Snapshot(ctx, req.Room, 100) // the cap: ELLIPSIS_SNAPSHOT_MAX (shared/config)
 		cancel()
 		if err != nil {
 			code := protocol.CodeInternal
@@ -189,7 +189,7 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 			}
 			reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: code, Message: msg}}
 		} else {
-			reply = protocol.SnapshotReply{V: protocol.Version, Room: req.Room, Users: users, Total: len(users)}
+			reply = protocol.SnapshotReply{V: protocol.Version, Room: req.Room, Users: snap.Users, Total: snap.Total}
 		}
 	}
 	outcome := "ok"
