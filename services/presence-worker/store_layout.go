@@ -82,8 +82,10 @@ type keysLayout struct {
 	scanCount int64
 }
 
-func (keysLayout) connsKey(n names.Names, room, user, _ string) string { return n.TypistKey(room, user) }
-func (keysLayout) connsPrefix(n names.Names, room string) string       { return n.TypistKey(room, "") }
+func (keysLayout) connsKey(n names.Names, room, user, _ string) string {
+	return n.TypistKey(room, user)
+}
+func (keysLayout) connsPrefix(n names.Names, room string) string { return n.TypistKey(room, "") }
 
 // snapshot lists room the seed's way: SCAN MATCH names.TypistPattern(room)
 // over the whole keyspace, COUNT scanCount per round trip, until the cursor
