@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -263,7 +264,25 @@ func loadScript(publish, name string) (*redis.Script, error) {
 		return nil, fmt.Errorf("worker: embedded scripts: %w", err)
 	}
 	head := "local PUBLISH = '" + publish + "'\n"
-	return redis.NewScript(head + string(lib) + "\n" + string(body)), nil
+	return redis.NewScript(stripComments(head + string(lib) + "\n" + string(body))), nil
+}
+
+// stripComments drops the scripts' comment-only and blank lines: the
+// documentation stays in the files, and the script sent to the server is
+// short (Redis hashes and keeps it once; miniredis parses it per call). The
+// scripts have no long strings or long comments, so a line whose first
+// non-blank characters are "--" is a comment.
+func stripComments(src string) string {
+	var b strings.Builder
+	b.Grow(len(src))
+	for line := range strings.Lines(src) {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }
 
 // Prepare implements [Store]: SCRIPT LOAD of every script.
