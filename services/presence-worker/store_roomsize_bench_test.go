@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -36,15 +37,26 @@ import (
 func BenchmarkRoomSize(b *testing.B) {
 	p := startPrivateRedis(b)
 	ctx := context.Background()
+	b.Run("op=eval_return_1", func(b *testing.B) {
+		// The machine's floor: an empty script, EVALSHA "return 1".
+		script := redisScriptReturn1
+		_ = script.Load(ctx, p.rdb).Err()
+		var s samples
+		for range b.N {
+			before := evalsUsec(b, p)
+			if err := script.Run(ctx, p.rdb, nil).Err(); err != nil {
+				b.Fatal(err)
+			}
+			s.add(evalsUsec(b, p) - before)
+		}
+		s.report(b)
+	})
 	for _, size := range []int{10, 1000, 10000} {
 		for _, kind := range storeKinds {
 			pfx := "entries=" + strconv.Itoa(size) + "/store=" + kind
 			st, n := benchStore(b, kind, p.rdb)
 			fillRoom(b, st, "big", size)
-			evals := func() int64 {
-				s := p.cmdStats(b)
-				return s["evalsha"].usec + s["eval"].usec
-			}
+			evals := func() int64 { return evalsUsec(b, p) }
 			measure := func(b *testing.B, f func(i int)) {
 				var s samples
 				for i := range b.N {
@@ -157,4 +169,12 @@ func (s samples) report(b *testing.B) {
 	b.ReportMetric(float64(sum)/float64(len(s)), "srv-µs/op")
 	b.ReportMetric(float64(sorted[len(sorted)/2]), "p50-srv-µs/op")
 	b.ReportMetric(float64(sorted[len(sorted)/10]), "p10-srv-µs/op")
+}
+
+var redisScriptReturn1 = redis.NewScript("return 1")
+
+// evalsUsec is the server's total time in EVALSHA and EVAL so far (µs).
+func evalsUsec(b *testing.B, p *privateRedis) int64 {
+	s := p.cmdStats(b)
+	return s["evalsha"].usec + s["eval"].usec
 }
