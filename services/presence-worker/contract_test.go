@@ -25,7 +25,7 @@ import (
 // as parallel subtests, and asserts behaviour only: outcomes, events,
 // snapshots, and that nothing of a typist is left behind. Layout-specific
 // checks (the sorted set's members, the sweep index's scores) stay in
-// store_test.go, which covers the zset scripts.
+// store_test.go, which covers the scripts' own layout.
 
 // storeKinds are the Store implementations under contract.
 var storeKinds = []string{config.StoreZSet, config.StoreKeys}
