@@ -29,7 +29,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	m := &metrics{
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "commands_total",
-			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown) and outcome (started, refreshed, throttled, coalesced, stopped, noop, stale, late, superseded, invalid, error).",
+			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown) and outcome (started, refreshed, throttled, stopped, noop, stale, invalid, error).",
 		}, []string{"op", "outcome"}),
 		scriptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "script_duration_seconds",
