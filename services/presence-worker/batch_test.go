@@ -617,3 +617,25 @@ func TestBatchedCommandsKeepConnectionOrder(t *testing.T) {
 		}
 	})
 }
+
+// On Redis Cluster (the worker indexes rooms after the scripts), a start
+// without seq whose first run applied but lost its reply is retried and
+// answers throttled, without a due time: the room is still indexed, or its
+// typist's expired stop would never be pushed.
+func TestApplyLostUnorderedStartReplyStillIndexed(t *testing.T) {
+	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+		e := newBatchEnv(t, be, kind)
+		st := e.st.(*redisStore)
+		st.indexAfter = true
+		e.hook.mu.Lock()
+		e.hook.loseEveryOtherReply = true
+		e.hook.mu.Unlock()
+		if got := applied(t, e.st, []protocol.Command{start("r1", "u1", "", "c1", 0)}); !slices.Equal(got, []string{OutcomeThrottled}) {
+			t.Fatalf("outcomes %v, want the rerun's throttled", got)
+		}
+		bucket := e.names.SweepKey(names.SweepBucket("r1"))
+		if _, err := e.rdb.ZScore(context.Background(), bucket, names.Enc("r1")).Result(); err != nil {
+			t.Fatalf("room not in its sweep bucket after a retried start: %v", err)
+		}
+	})
+}

@@ -24,9 +24,10 @@ func (st *redisStore) Start(ctx context.Context, cmd protocol.Command) (string, 
 
 // Stop implements [Store] with the stop script.
 func (st *redisStore) Stop(ctx context.Context, cmd protocol.Command, reason string) (string, error) {
-	res, errs := st.eval(ctx, scriptStop, []scriptCall{st.commandCall(st.lua.stop, stopArgs(cmd, cmd.Room, reason))})
+	defer observeSince(st.m, scriptStop)()
+	res, errs, retried := st.evalRetryTracked(ctx, scriptStop, []scriptCall{st.commandCall(st.lua.stop, stopArgs(cmd, cmd.Room, reason))})
 	out, err := st.callOutcome(res[0], errs[0])
-	st.indexDue(ctx, []string{cmd.Room}, res, errs)
+	st.indexDue(ctx, []string{cmd.Room}, res, errs, retried)
 	return out, err
 }
 
@@ -38,8 +39,9 @@ func (st *redisStore) Disconnect(ctx context.Context, cmd protocol.Command) ([]s
 	for i, room := range cmd.Rooms {
 		calls[i] = st.commandCall(st.lua.stop, stopArgs(cmd, room, protocol.ReasonDisconnected))
 	}
-	res, errs := st.eval(ctx, scriptDisconnect, calls)
-	st.indexDue(ctx, cmd.Rooms, res, errs)
+	defer observeSince(st.m, scriptDisconnect)()
+	res, errs, retried := st.evalRetryTracked(ctx, scriptDisconnect, calls)
+	st.indexDue(ctx, cmd.Rooms, res, errs, retried)
 	return st.roomOutcomes(cmd.Rooms, res, errs)
 }
 
@@ -138,7 +140,7 @@ func (st *redisStore) applyRun(ctx context.Context, cmds []protocol.Command, out
 		name = commandScript(cmds[0].Op)
 	}
 	began := time.Now()
-	res, cerrs := st.evalRetry(ctx, name, calls)
+	res, cerrs, retried := st.evalRetryTracked(ctx, name, calls)
 	k := 0
 	for i, cmd := range cmds {
 		switch cmd.Op {
@@ -152,7 +154,7 @@ func (st *redisStore) applyRun(ctx context.Context, cmds []protocol.Command, out
 			k += n
 		}
 	}
-	st.indexDue(ctx, rooms, res, cerrs)
+	st.indexDue(ctx, rooms, res, cerrs, retried)
 	took := time.Since(began).Seconds()
 	for _, cmd := range cmds {
 		switch cmd.Op {
@@ -164,23 +166,24 @@ func (st *redisStore) applyRun(ctx context.Context, cmds []protocol.Command, out
 
 // indexDue adds to their sweep buckets, on Redis Cluster (st.indexAfter),
 // the rooms whose scripts returned a due time (a new earliest expiry or a
-// coalesced transition), and the rooms whose call failed or was stale,
-// due now (it may have run on an earlier try: an extra entry costs one
-// empty sweep, a missing one loses an expired stop). A bucket lives in another hash slot
+// coalesced transition), and, due now, the rooms whose call failed, was
+// stale or was sent more than once (retried): its first
+// run may have applied with the reply lost, and the reply of the second
+// (a throttled refresh, a stale seq) carries no due time. An extra entry
+// costs one empty sweep, a missing one loses an expired stop. A bucket lives in another hash slot
 // than its rooms there, so this cannot be part of the scripts; doing it
 // after them, not before, is what keeps a concurrent sweep from dropping
 // the room (see scripts/due.lua). Elsewhere the scripts index the room
 // themselves, in the same atomic step.
-func (st *redisStore) indexDue(ctx context.Context, rooms []string, res []any, errs []error) {
+func (st *redisStore) indexDue(ctx context.Context, rooms []string, res []any, errs []error, retried []bool) {
 	if !st.indexAfter {
 		return
 	}
 	due := sweepIndex{}
 	for i, room := range rooms {
-		// A stale reply may be the retry of a call whose first run applied
-		// (its reply lost), and so may a failed call: index those due now;
-		// the next sweep finds nothing due and reschedules the room exactly.
-		if out, _ := outcomeOf(res[i]); errs[i] != nil || out == OutcomeStale {
+		// The next sweep of a room indexed now finds nothing due and
+		// reschedules it exactly.
+		if out, _ := outcomeOf(res[i]); errs[i] != nil || out == OutcomeStale || retried[i] {
 			due.add(room, time.Now().UnixMilli())
 		} else if d := replyDue(res[i]); d > 0 {
 			due.add(room, d)

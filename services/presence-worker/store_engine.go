@@ -63,24 +63,38 @@ func (st *engine) eval(ctx context.Context, name string, calls []scriptCall) ([]
 // run (see redisStore.apply). go-redis's own retries, which would resend a
 // whole pipeline, are off (New sets MaxRetries -1).
 func (st *engine) evalRetry(ctx context.Context, name string, calls []scriptCall) ([]any, []error) {
+	res, errs, _ := st.evalRetryTracked(ctx, name, calls)
+	return res, errs
+}
+
+// evalRetryTracked is evalRetry that also reports which calls were sent
+// more than once: their first run may have applied with its reply lost, so
+// the reply read is that of a second run.
+func (st *engine) evalRetryTracked(ctx context.Context, name string, calls []scriptCall) ([]any, []error, []bool) {
 	res := make([]any, len(calls))
 	errs := make([]error, len(calls))
+	retried := make([]bool, len(calls))
 	pending := make([]int, len(calls))
 	for i := range pending {
 		pending[i] = i
 	}
 	backoff := redisBackoffMin
 	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			for _, i := range pending {
+				retried[i] = true
+			}
+		}
 		st.evalOnce(ctx, calls, pending, res, errs)
 		pending = st.failed(ctx, pending, errs)
 		if len(pending) == 0 || attempt >= redisAttempts {
-			return res, errs
+			return res, errs, retried
 		}
 		st.rl.Warn("redis-retry", "redis call failed, retrying",
 			zap.String("script", name), zap.Int("attempt", attempt), zap.Int("calls", len(pending)), zap.Error(errs[pending[0]]))
 		st.reloadSlots()
 		if !sleepBackoff(ctx, backoff) {
-			return res, errs
+			return res, errs, retried
 		}
 		backoff = min(2*backoff, redisBackoffMax)
 	}
