@@ -387,15 +387,10 @@ func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
 			}
 			return io.ErrUnexpectedEOF
 		}
-		calls := e.st.(interface {
-			startCall(protocol.Command) scriptCall
-			stopCall(room, user, conn string, seq uint64, reason string) scriptCall
-		})
-		_, errs := e.st.(interface {
-			evalRetry(ctx context.Context, name string, calls []scriptCall) ([]any, []error)
-		}).evalRetry(context.Background(), "test", []scriptCall{
-			calls.startCall(start("r1", "u3", "", "c3", 0)),
-			calls.stopCall("r1", "u3", "c3", 0, protocol.ReasonStopped),
+		st := e.st.(*redisStore)
+		_, errs := st.evalRetry(context.Background(), "test", []scriptCall{
+			st.commandCall(st.lua.start, st.startArgs(start("r1", "u3", "", "c3", 0))),
+			st.commandCall(st.lua.stop, stopArgs(stop("r1", "u3", "c3", 0), "r1", protocol.ReasonStopped)),
 		})
 		if errs[0] != nil || errs[1] != nil {
 			t.Fatal(errs)
@@ -619,6 +614,28 @@ func TestBatchedCommandsKeepConnectionOrder(t *testing.T) {
 		}
 		if n := e.processed(); n != float64(len(cmds)) {
 			t.Errorf("processed %v, want %d", n, len(cmds))
+		}
+	})
+}
+
+// On Redis Cluster (the worker indexes rooms after the scripts), a start
+// without seq whose first run applied but lost its reply is retried and
+// answers throttled, without a due time: the room is still indexed, or its
+// typist's expired stop would never be pushed.
+func TestApplyLostUnorderedStartReplyStillIndexed(t *testing.T) {
+	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+		e := newBatchEnv(t, be, kind)
+		st := e.st.(*redisStore)
+		st.indexAfter = true
+		e.hook.mu.Lock()
+		e.hook.loseEveryOtherReply = true
+		e.hook.mu.Unlock()
+		if got := applied(t, e.st, []protocol.Command{start("r1", "u1", "", "c1", 0)}); !slices.Equal(got, []string{OutcomeThrottled}) {
+			t.Fatalf("outcomes %v, want the rerun's throttled", got)
+		}
+		bucket := e.names.SweepKey(names.SweepBucket("r1"))
+		if _, err := e.rdb.ZScore(context.Background(), bucket, names.Enc("r1")).Result(); err != nil {
+			t.Fatalf("room not in its sweep bucket after a retried start: %v", err)
 		}
 	})
 }

@@ -87,7 +87,7 @@ func BenchmarkStartCommand(b *testing.B) {
 			i++
 			apply(b, payload("busy", fmt.Sprintf("joiner-%d", i), "gw:2"))
 			b.StopTimer()
-			_ = rdb.ZRem(ctx, n.RoomKey("busy"), names.Member(fmt.Sprintf("joiner-%d", i), "gw:2")).Err()
+			s.apply(ctx, protocol.Command{V: 1, Op: "stop", Room: "busy", User: fmt.Sprintf("joiner-%d", i)})
 			b.StartTimer()
 		}
 	})

@@ -25,7 +25,7 @@ import (
 // as parallel subtests, and asserts behaviour only: outcomes, events,
 // snapshots, and that nothing of a typist is left behind. Layout-specific
 // checks (the sorted set's members, the sweep index's scores) stay in
-// store_test.go, which covers the zset scripts.
+// store_test.go, which covers the scripts' own layout.
 
 // storeKinds are the Store implementations under contract.
 var storeKinds = []string{config.StoreZSet, config.StoreKeys}
@@ -71,9 +71,13 @@ func (se *storeEnv) stopReason(room, user, conn string, seq uint64, reason, want
 // snapshotOf returns "user/name" of who is typing in room.
 func (se *storeEnv) snapshotOf(room string) []string {
 	se.t.Helper()
-	users, err := se.st.Snapshot(context.Background(), room)
+	snap, err := se.st.Snapshot(context.Background(), room, MaxSnapshotLimit)
 	if err != nil {
 		se.t.Fatalf("snapshot %q: %v", room, err)
+	}
+	users := snap.Users
+	if snap.Total != len(users) {
+		se.t.Fatalf("snapshot %q: total %d for %d users", room, snap.Total, len(users))
 	}
 	if users == nil {
 		se.t.Fatalf("snapshot %q: nil slice (replies must carry users: [])", room)
@@ -153,16 +157,17 @@ func TestContractStop(t *testing.T) {
 			t.Fatalf("raw %s", r.raw)
 		}
 		s.expectNone(100 * time.Millisecond)
-		// Nothing of the typist is left but the connection's seq (and the
-		// room in the sweep index, until the next sweep drops it).
-		if got, want := se.keys(), []string{se.names.SeqKey("r", "c"), se.names.SweepKey(names.SweepBucket("r"))}; !slices.Equal(got, want) {
+		// Nothing of the typist is left but the user hash (the connection's
+		// seq and the event rate limit, until it expires) and the room in
+		// the sweep index, until the next sweep drops it.
+		if got, want := se.keys(), []string{se.names.SweepKey(names.SweepBucket("r")), userKeyPrefix(se.names, "r") + "u"}; !slices.Equal(got, want) {
 			t.Fatalf("keys after stop %q, want %q", got, want)
 		}
 		se.advance(stTTL + stMargin)
 		if r := se.sweep(); r.Stops != 0 || r.Rooms != 1 {
 			t.Fatalf("sweep after stop: %+v, want the room swept without a stop", r)
 		}
-		if got, want := se.keys(), []string{se.names.SeqKey("r", "c")}; !slices.Equal(got, want) {
+		if got, want := se.keys(), []string{userKeyPrefix(se.names, "r") + "u"}; !slices.Equal(got, want) {
 			t.Fatalf("keys after the sweep %q, want %q", got, want)
 		}
 	})
@@ -349,9 +354,10 @@ func TestContractExpiryPushedOnce(t *testing.T) {
 		if r := se.sweep(); r.Stops != 0 || r.Rooms != 0 {
 			t.Fatalf("sweep after everything expired: %+v", r)
 		}
-		// Only the connections' seq keys are left (they expire on their own).
+		// Only the user hashes are left (seq and rate limit; they expire on
+		// their own, ttl + grace + throttle after their last start).
 		for _, k := range se.keys() {
-			if !strings.HasPrefix(k, se.names.KeyPrefix()+"typing:seq:") {
+			if !strings.HasPrefix(k, se.names.KeyPrefix()+"typing:user:") {
 				t.Fatalf("key %q left after expiry (all: %q)", k, se.keys())
 			}
 		}
@@ -370,7 +376,7 @@ func TestContractUnsweptExpiry(t *testing.T) {
 		if got := se.snapshotOf("r"); len(got) != 0 {
 			t.Fatalf("snapshot after expiry: %v", got)
 		}
-		se.startNamed("r", "u", "", "laptop", 0, OutcomeStarted)
+		se.startNamed("r", "u", "", "laptop", 0, OutcomeRefreshed) // still shown: a refresh
 		se.stopReason("q", "u", "c", 2, protocol.ReasonStopped, OutcomeStopped)
 		if r := se.sweep(); r.Stops != 0 {
 			t.Fatalf("sweep %+v, want no stop", r)
@@ -450,7 +456,7 @@ func TestContractIDs(t *testing.T) {
 				t.Fatalf("snapshot of %q: %v", id, got)
 			}
 		}
-		if ks, ok := se.st.(*keysStore); ok {
+		if ks, ok := se.st.(*redisStore).lay.(*keysLayout); ok {
 			// Many SCAN round trips over the whole (shared) keyspace on
 			// Redis: the cursor loop, with a glob room.
 			ks.scanCount = 3
@@ -549,7 +555,8 @@ func TestContractGlobKeyPrefix(t *testing.T) {
 				}
 			}
 			for _, p := range prefixes {
-				users, err := stores[p].Snapshot(context.Background(), "r")
+				snap, err := stores[p].Snapshot(context.Background(), "r", 10)
+				users := snap.Users
 				if err != nil || len(users) != 1 || users[0].User != "u-"+p {
 					t.Fatalf("prefix %q: snapshot %v, %v; want only u-%s", p, users, err, p)
 				}
@@ -577,7 +584,10 @@ func TestContractStoreSelection(t *testing.T) {
 		t.Fatalf("newStore(\"\"): %v, want ErrUnknownStore", err)
 	}
 	st, err := newStore(config.StoreKeys, testPubSub, nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil)
-	if _, ok := st.(*keysStore); err != nil || !ok {
+	if err != nil {
+		t.Fatalf("newStore(keys): %v", err)
+	}
+	if _, ok := st.lay.(*keysLayout); !ok {
 		t.Fatalf("newStore(keys): %T, %v", st, err)
 	}
 }
@@ -659,17 +669,9 @@ func TestContractLostStartReplyStillIndexed(t *testing.T) {
 		cmd := protocol.Command{V: 1, Op: protocol.OpStart, Room: "r", User: "u", Conn: "c", Seq: 1, Name: "N"}
 		// As on Redis Cluster, where the start script cannot touch the
 		// bucket (elsewhere it indexes the room itself, atomically).
-		var c scriptCall
-		switch st := se.st.(type) {
-		case *zsetStore:
-			st.indexAfter = true
-			c = st.startCall(cmd)
-		case *keysStore:
-			st.indexAfter = true
-			c = st.startCall(cmd)
-		default:
-			t.Fatalf("store %T", se.st)
-		}
+		st := se.st.(*redisStore)
+		st.indexAfter = true
+		c := st.commandCall(st.lua.start, st.startArgs(cmd))
 		// The first try runs on the server; its reply is lost.
 		if err := c.script.Run(ctx, se.rdb, c.keys, c.args...).Err(); err != nil {
 			t.Fatal(err)
@@ -701,7 +703,7 @@ func TestContractLegacySweepIndexMigrated(t *testing.T) {
 		due := se.rdb.ZScore(ctx, bucket, "r").Val()
 		se.rdb.ZRem(ctx, bucket, "r")
 		se.rdb.ZAdd(ctx, se.names.LegacySweepKey(), redis.Z{Score: due, Member: "r"}, redis.Z{Score: due, Member: "%zz"})
-		n, err := se.st.(legacyMigrator).migrateLegacySweep(ctx)
+		n, err := se.st.(*redisStore).migrateLegacySweep(ctx)
 		if err != nil || n != 2 {
 			t.Fatalf("migrated %d, %v; want 2", n, err)
 		}

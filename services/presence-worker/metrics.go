@@ -10,18 +10,6 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Command outcomes, the "outcome" label of ellipsis_worker_commands_total.
-const (
-	OutcomeStarted   = "started"   // start made the user visible; typing_start published
-	OutcomeRefreshed = "refreshed" // start of a visible user after the throttle window; typing_start published
-	OutcomeThrottled = "throttled" // start of a visible user inside the window; entry extended, nothing published
-	OutcomeStopped   = "stopped"   // stop/leave/disconnect hid the user; typing_stop published
-	OutcomeNoop      = "noop"      // nothing visible changed
-	OutcomeStale     = "stale"     // seq not above the connection's last applied seq; ignored
-	OutcomeInvalid   = "invalid"   // payload failed protocol.DecodeCommand; dropped
-	OutcomeError     = "error"     // Redis failed after retries (or the script failed); dropped
-)
-
 // metrics are the worker's Prometheus collectors, all prefixed
 // ellipsis_worker_. See README.md for what each one tells an operator.
 type metrics struct {
@@ -55,7 +43,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 		}, []string{"script"}),
 		expiredStops: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "expired_stops_total",
-			Help: "typing_stop events with reason expired published by this worker's sweeper.",
+			Help: "typing_stop events published by this worker's sweeper: expiries, and stops whose publication the event rate limit deferred.",
 		}),
 		sweepLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "sweep_lag_seconds",

@@ -177,7 +177,7 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 		reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: protocol.CodeBadRequest, Message: err.Error()}}
 	} else {
 		ctx, cancel := context.WithTimeout(s.runCtx, s.cfg.SnapshotTimeout)
-		users, err := s.st.Snapshot(ctx, req.Room)
+		snap, err = s.st.Snapshot(ctx, req.Room, s.cfg.SnapshotMax)
 		cancel()
 		if err != nil {
 			code := protocol.CodeInternal
@@ -191,8 +191,6 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 				msg = "internal error"
 			}
 			reply = protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: code, Message: msg}}
-		} else {
-			snap = capSnapshot(users, s.cfg.SnapshotMax)
 		}
 	}
 	var data []byte

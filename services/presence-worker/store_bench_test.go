@@ -350,7 +350,7 @@ func BenchmarkStores(b *testing.B) {
 					benchSnapshot(b, p, st, n, typists)
 				})
 			}
-			if k, ok := st.(*keysStore); ok {
+			if k, ok := st.(*redisStore).lay.(*keysLayout); ok {
 				// SCAN's COUNT: fewer round trips against a longer hold of Redis.
 				for _, count := range []int64{100, 10000} {
 					b.Run(fmt.Sprintf("%s/op=snapshot/typists=10/scan_count=%d", pfx, count), func(b *testing.B) {
@@ -394,15 +394,15 @@ func benchSnapshot(b *testing.B, p *privateRedis, st Store, n names.Names, typis
 	for i := range typists {
 		_, _ = st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "room-42", User: "user-" + strconv.Itoa(i), Name: "Some Body", Conn: "gw-a1b2:" + strconv.Itoa(i), Seq: 1})
 	}
-	if users, err := st.Snapshot(ctx, "room-42"); err != nil || len(users) != typists {
-		b.Fatalf("snapshot: %d users, %v; want %d", len(users), err, typists)
+	if snap, err := st.Snapshot(ctx, "room-42", MaxSnapshotLimit); err != nil || len(snap.Users) != typists {
+		b.Fatalf("snapshot: %d users, %v; want %d", len(snap.Users), err, typists)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	stop := p.probe(b)
 	p.serverCost(b, func() {
 		for range b.N {
-			if _, err := st.Snapshot(ctx, "room-42"); err != nil {
+			if _, err := st.Snapshot(ctx, "room-42", MaxSnapshotLimit); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -630,11 +630,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			bs := st.(interface {
-				startCall(protocol.Command) scriptCall
-				stopCall(room, user, conn string, seq uint64, reason string) scriptCall
-				eval(ctx context.Context, name string, calls []scriptCall) ([]any, []error)
-			})
+			bs := st
 			var next atomic.Int64
 			var failed atomic.Int64
 			b.ReportAllocs()
@@ -674,9 +670,9 @@ func BenchmarkCommandThroughput(b *testing.B) {
 					cmd := pending[0]
 					pending = pending[1:]
 					if cmd.Op == protocol.OpStart {
-						calls = append(calls, bs.startCall(cmd))
+						calls = append(calls, bs.commandCall(bs.lua.start, bs.startArgs(cmd)))
 					} else {
-						calls = append(calls, bs.stopCall(cmd.Room, cmd.User, cmd.Conn, cmd.Seq, protocol.ReasonStopped))
+						calls = append(calls, bs.commandCall(bs.lua.stop, stopArgs(cmd, cmd.Room, protocol.ReasonStopped)))
 					}
 					if len(calls) == 64 {
 						flush()

@@ -128,12 +128,12 @@ func (se *storeEnv) sweep() SweepResult {
 
 func (se *storeEnv) typing(room string) []string {
 	se.t.Helper()
-	users, err := se.st.Snapshot(context.Background(), room)
+	snap, err := se.st.Snapshot(context.Background(), room, MaxSnapshotLimit)
 	if err != nil {
 		se.t.Fatalf("snapshot: %v", err)
 	}
 	out := []string{}
-	for _, u := range users {
+	for _, u := range snap.Users {
 		out = append(out, u.User)
 	}
 	return out
@@ -165,10 +165,11 @@ func TestScriptStartAfterUnsweptExpiryDoesNotStop(t *testing.T) {
 		if got := se.typing("r"); len(got) != 0 {
 			t.Fatalf("typing after expiry: %v", got)
 		}
-		se.start("r", "u", "laptop", 0, OutcomeStarted) // visible again: a start is published
+		// Receivers still show u (no stop pushed): the start refreshes them.
+		se.start("r", "u", "laptop", 0, OutcomeRefreshed)
 		r := se.sweep()
-		if r.Stops != 0 || r.Removed != 1 {
-			t.Fatalf("sweep %+v, want the expired entry removed and no stop", r)
+		if r.Stops != 0 || r.Removed != 0 {
+			t.Fatalf("sweep %+v, want nothing expired and no stop", r)
 		}
 		if got := se.typing("r"); !slices.Equal(got, []string{"u"}) {
 			t.Fatalf("typing %v", got)
@@ -224,8 +225,8 @@ func TestScriptParallelSweepsPushEachExpiryOnce(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if total.Stops != 4 || total.Removed != 5 {
-			t.Fatalf("4 parallel sweeps: %+v, want 4 stops and 5 entries", total)
+		if total.Stops != 4 || total.Removed != 4 {
+			t.Fatalf("4 parallel sweeps: %+v, want 4 stops and 4 users", total)
 		}
 		got := map[string]int{}
 		for range 4 {
@@ -244,9 +245,12 @@ func TestScriptParallelSweepsPushEachExpiryOnce(t *testing.T) {
 		if n := gatherSum(t, se.reg, "ellipsis_worker_expired_stops_total", nil); n != 4 {
 			t.Fatalf("expired_stops_total %v", n)
 		}
-		// Names and throttles of the expired typists are gone too.
-		if n := se.rdb.Exists(context.Background(), se.names.NamesKey("r1"), se.names.ThrottleKey("r1", "bob")).Val(); n != 0 {
-			t.Fatalf("%d keys left after expiry", n)
+		// The expired typists are gone from their rooms, and marked hidden.
+		if n := se.rdb.Exists(context.Background(), usersKey(se.names, "r1"), usersKey(se.names, "r2")).Val(); n != 0 {
+			t.Fatalf("%d rooms left after expiry", n)
+		}
+		if p := se.rdb.HGet(context.Background(), userKeyPrefix(se.names, "r1")+"bob", "p").Val(); p != "0" {
+			t.Fatalf("bob's published state %q after expiry, want 0", p)
 		}
 	})
 }
@@ -254,20 +258,20 @@ func TestScriptParallelSweepsPushEachExpiryOnce(t *testing.T) {
 func TestScriptSweepIndexFollowsEarliestEntry(t *testing.T) {
 	forEachStore(t, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
-		room, member := "r", names.Member("u", "c")
+		room, member := "r", "u"
 		idx := func() (float64, bool) {
 			v, err := se.rdb.ZScore(ctx, se.names.SweepKey(names.SweepBucket(room)), names.Enc(room)).Result()
 			return v, err == nil
 		}
 		se.start(room, "u", "c", 0, OutcomeStarted)
-		first := se.rdb.ZScore(ctx, se.names.RoomKey(room), member).Val()
+		first := se.rdb.ZScore(ctx, usersKey(se.names, room), member).Val()
 		v0, ok := idx()
 		if !ok || v0 != first {
 			t.Fatalf("index %v %v, want the entry's expiry %v", v0, ok, first)
 		}
 		se.advance(stTTL / 2)
 		se.start(room, "u", "c", 0, OutcomeRefreshed)
-		second := se.rdb.ZScore(ctx, se.names.RoomKey(room), member).Val()
+		second := se.rdb.ZScore(ctx, usersKey(se.names, room), member).Val()
 		if v, _ := idx(); v != v0 || second <= first {
 			t.Fatalf("index %v after refresh, want the earlier %v (entry now %v)", v, v0, second)
 		}
@@ -313,20 +317,18 @@ func TestScriptKeyTTLs(t *testing.T) {
 		ctx := context.Background()
 		se.start("r", "u", "c", 1, OutcomeStarted)
 		n := se.names
-		for _, k := range []string{n.RoomKey("r"), n.NamesKey("r"), n.SeqKey("r", "c")} {
+		keys := []string{usersKey(n, "r"), userKeyPrefix(n, "r") + "u"}
+		for _, k := range keys {
 			d := se.rdb.PTTL(ctx, k).Val()
-			if d <= stTTL || d > stTTL+DefaultKeyGrace {
-				t.Fatalf("PTTL %s = %s, want in (ttl, ttl+grace]", k, d)
+			if d <= stTTL+DefaultKeyGrace || d > stTTL+DefaultKeyGrace+stThrottle {
+				t.Fatalf("PTTL %s = %s, want in (ttl+grace, ttl+grace+throttle]", k, d)
 			}
-		}
-		if d := se.rdb.PTTL(ctx, n.ThrottleKey("r", "u")).Val(); d <= 0 || d > stThrottle {
-			t.Fatalf("throttle PTTL %s", d)
 		}
 		if se.mr != nil {
 			// An abandoned room frees its memory: no sweeper, no stop, keys gone.
-			se.advance(stTTL + DefaultKeyGrace + time.Second)
-			if c := se.rdb.Exists(ctx, n.RoomKey("r"), n.NamesKey("r"), n.SeqKey("r", "c"), n.ThrottleKey("r", "u")).Val(); c != 0 {
-				t.Fatalf("%d keys outlived ttl + grace", c)
+			se.advance(stTTL + DefaultKeyGrace + stThrottle + time.Second)
+			if c := se.rdb.Exists(ctx, keys...).Val(); c != 0 {
+				t.Fatalf("%d keys outlived ttl + grace + throttle", c)
 			}
 		}
 	})

@@ -14,7 +14,7 @@ import (
 const legacySweepInterval = time.Second
 
 // legacyMigrator is a store that moves the pre-bucket sweep index
-// (redisBase.migrateLegacySweep).
+// (redisStore.migrateLegacySweep).
 type legacyMigrator interface {
 	migrateLegacySweep(ctx context.Context) (int, error)
 }

@@ -146,9 +146,9 @@ func TestStop(t *testing.T) {
 		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "stop", "outcome": "noop"}); n != 1 {
 			t.Fatalf("commands_total{stop,noop} = %v", n)
 		}
-		// Nothing of alice is left in Redis but her seq key.
+		// Nothing of alice is left in Redis but her user hash (seq, rate limit).
 		n := e.names
-		if c := e.rdb.Exists(context.Background(), n.RoomKey("r"), n.NamesKey("r"), n.ThrottleKey("r", "alice")).Val(); c != 0 {
+		if c := e.rdb.Exists(context.Background(), usersKey(n, "r"), pendingKey(n, "r")).Val(); c != 0 {
 			t.Fatalf("%d room keys left after stop", c)
 		}
 	})
@@ -189,8 +189,8 @@ func TestStopWithoutConnClearsEveryConnection(t *testing.T) {
 		if got := typists(e.snapshot("r")); !slices.Equal(got, []string{"bob/"}) {
 			t.Fatalf("snapshot: %v", got)
 		}
-		members := e.rdb.ZRange(context.Background(), e.names.RoomKey("r"), 0, -1).Val()
-		if !slices.Equal(members, []string{"bob:b1"}) {
+		members := e.rdb.ZRange(context.Background(), usersKey(e.names, "r"), 0, -1).Val()
+		if !slices.Equal(members, []string{"bob"}) {
 			t.Fatalf("room members %v", members)
 		}
 	})
@@ -353,8 +353,8 @@ func TestSnapshot(t *testing.T) {
 		e.send(start("r", "bob", "", "b", 1), start("r", "alice", "Alice", "a1", 1), start("r", "alice", "Alice", "a2", 1))
 		// Carol expired; bob and alice live until at least carolDone + 1.5 ttl.
 		time.Sleep(time.Until(carolDone.Add(testTTL + 50*time.Millisecond)))
-		if c := e.rdb.ZCard(context.Background(), e.names.RoomKey("r")).Val(); c != 4 {
-			t.Fatalf("room holds %d entries, want 4 (carol's expired one unswept)", c)
+		if c := e.rdb.ZCard(context.Background(), usersKey(e.names, "r")).Val(); c != 3 {
+			t.Fatalf("room holds %d users, want 3 (carol's expired entry unswept)", c)
 		}
 		r := e.snapshot("r")
 		if r.V != 1 || r.Room != "r" || r.Error != nil {
@@ -468,7 +468,7 @@ func TestIDsEndToEnd(t *testing.T) {
 			}
 		}
 		// Every key holds one room's hash tag, and each room has the same
-		// set of keys: room, names, seq, throttle.
+		// set of keys: the users set and the typist's user hash.
 		perRoom := map[string]int{}
 		iter := e.rdb.Scan(context.Background(), 0, e.cfg.KeyPrefix+"*", 1000).Iterator()
 		for iter.Next(context.Background()) {
@@ -487,8 +487,8 @@ func TestIDsEndToEnd(t *testing.T) {
 			perRoom[room]++
 		}
 		for _, id := range ids {
-			if perRoom[id] != 4 {
-				t.Fatalf("room %q has %d keys, want 4 (%v)", id, perRoom[id], perRoom)
+			if perRoom[id] != 2 {
+				t.Fatalf("room %q has %d keys, want 2 (%v)", id, perRoom[id], perRoom)
 			}
 		}
 		// Expiry, built in Lua from enc(user): exact users and rooms.

@@ -249,7 +249,9 @@ type Config struct {
 	// reply, and so joined, typing and the HTTP read); the snapshot's total
 	// still counts every visible typist (docs/protocol.md, "Snapshots: cap
 	// and total").
-	// ELLIPSIS_SNAPSHOT_MAX, default 100, 1..10000.
+	// ELLIPSIS_SNAPSHOT_MAX, default 100, 1..500 (500 keeps the snapshot
+	// script of the largest room under a millisecond of Redis time:
+	// docs/BENCHMARKS.md).
 	SnapshotMax int
 	// Store is the worker's typing-state layout: "zset" (one sorted set per
 	// room, the default) or "keys" (seed pattern 1: one TTL key per typist,
@@ -625,7 +627,7 @@ func (c *Config) Validate() error {
 	intRange("ELLIPSIS_INBOUND_BURST", c.InboundBurst, 1, 100000)
 	intRange("ELLIPSIS_OUTBOUND_QUEUE", c.OutboundQueue, 1, 1<<20)
 	intRange("ELLIPSIS_WORKER_SHARDS", c.WorkerShards, 1, 4096)
-	intRange("ELLIPSIS_SNAPSHOT_MAX", c.SnapshotMax, 1, 10000)
+	intRange("ELLIPSIS_SNAPSHOT_MAX", c.SnapshotMax, 1, 500)
 	if c.InboundRate <= 0 {
 		bad("ELLIPSIS_INBOUND_RATE: must be positive, got %g", c.InboundRate)
 	}

@@ -329,9 +329,9 @@ func TestSnapshotMax(t *testing.T) {
 		t.Fatalf("1: %d, %v", c.SnapshotMax, err)
 	}
 	for v, want := range map[string]string{
-		"0":     "ELLIPSIS_SNAPSHOT_MAX: must be 1..10000, got 0",
-		"10001": "ELLIPSIS_SNAPSHOT_MAX: must be 1..10000, got 10001",
-		"many":  "ELLIPSIS_SNAPSHOT_MAX: not an integer",
+		"0":    "ELLIPSIS_SNAPSHOT_MAX: must be 1..500, got 0",
+		"501":  "ELLIPSIS_SNAPSHOT_MAX: must be 1..500, got 501",
+		"many": "ELLIPSIS_SNAPSHOT_MAX: not an integer",
 	} {
 		if _, err := load(t, map[string]string{"ELLIPSIS_SNAPSHOT_MAX": v}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", v, err, want)

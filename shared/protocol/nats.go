@@ -35,8 +35,11 @@ const MaxRoomsPerCommand = 1000
 // Seq increases per connection; a command whose Seq is not above the last one
 // applied for that connection and room is stale and ignored. Seq 0 (absent)
 // means "unordered": always applied and never recorded. TsMs is the sender's
-// wall clock (unix ms), informational only: the worker's times come from
-// Redis TIME.
+// wall clock when it sent the command (unix ms, 0 = unknown; every gateway
+// sets it). The worker's times come from Redis TIME; it reads TsMs only to
+// drop a start that is stale by time: sent more than the typing ttl before
+// it is applied, or before the user's last stop without Conn (see the
+// worker's README, "Lua design").
 type Command struct {
 	V     int      `json:"v"`
 	Op    string   `json:"op"`

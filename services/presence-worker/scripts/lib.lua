@@ -1,6 +1,22 @@
 -- lib.lua: helpers prepended to every Ellipsis presence-worker script (see
 -- store.go). It must run on Redis 7 (Lua 5.1) and on miniredis (gopher-lua),
 -- so it uses only the Lua 5.1 base, string, table and math libraries.
+--
+-- The per-(room, user) state every command script reads first is one hash,
+-- typing:user:{R}:enc(user) (docs/ARCHITECTURE.md, "Typing state"):
+--   p      '1' when receivers were last told the user types (typing_start
+--          published, no typing_stop since), else '0' or absent
+--   w      end of the refresh window (unix ms): a start of a shown user
+--          before it publishes nothing (the leading-edge throttle)
+--   g      theoretical arrival time of the event rate limit (gcra below)
+--   x      Redis TIME of the last stop without conn (the platform's
+--          "message posted"): older starts are superseded
+--   n      display name ('' = none)
+--   e, z   the typing_start / typing_stop event a suppressed transition
+--          leaves for the sweeper (the trailing edge)
+--   s:<conn> last applied seq of conn
+--   c:<conn> expiry (unix ms) of conn's entry (store zset; store keys keeps
+--          these in the typist key typing:{R}:enc(user))
 
 -- now_ms returns Redis TIME as integral unix milliseconds. Scores and ts_ms
 -- always come from here, never from a worker's or a client's clock.
@@ -23,49 +39,37 @@ local function seq_le(a, b)
   return a <= b
 end
 
--- seq_stale applies the per-connection order rule (PROTOCOL.md, "Order"):
--- a command whose seq is not above the last one applied for its connection
--- in this room is stale. Otherwise the seq is recorded in seq_key for px ms.
--- seq '0' means unordered: never stale, never recorded.
-local function seq_stale(seq_key, seq, px)
-  if seq == '0' then return false end
-  local last = redis.call('GET', seq_key)
-  if last and seq_le(seq, last) then return true end
-  redis.call('SET', seq_key, seq, 'PX', px)
-  return false
-end
-
--- user_of returns enc(user) of a room member "enc(user):conn"; enc() never
--- yields ':', so the first ':' ends the user.
-local function user_of(member)
-  return string.match(member, '^([^:]*):')
-end
-
--- user_members scans the room's sorted set for the members of one user
--- (prefix = enc(user) .. ':'). It returns the number of live members (score >
--- now), all of the user's members (live or expired, not yet swept) and their
--- scores. Cost O(N) in the room's entries: one entry per typing connection.
-local function user_members(room, prefix, now)
-  local all = redis.call('ZRANGE', room, 0, -1, 'WITHSCORES')
-  local n = #prefix
-  local live, members, scores = 0, {}, {}
-  for i = 1, #all, 2 do
-    local m = all[i]
-    if string.sub(m, 1, n) == prefix then
-      local s = tonumber(all[i + 1])
-      members[#members + 1] = m
-      scores[m] = s
-      if s > now then live = live + 1 end
-    end
+-- gcra is the per-(room, user) event rate limit (issue 13, item 3): a
+-- token bucket of 2 events per throttle window with a burst of 4, as the
+-- generic cell rate algorithm (one number, the theoretical arrival time
+-- tat, instead of a count and a time). Every event published about a user
+-- (start, refresh, stop, and the sweeper's) takes one, so over any span T
+-- receivers get at most 4 + 2 * ceil(T / throttle) events about the user.
+-- Returns allowed, the tat to store when allowed, and when not the unix ms
+-- at which the next event will be allowed.
+local function gcra(tat, now, throttle)
+  local interval = math.max(1, math.floor(throttle / 2))
+  local t = math.max(tonumber(tat or '') or 0, now)
+  if t - now > 3 * interval then
+    return false, t, t - 3 * interval
   end
-  return live, members, scores
+  return true, t + interval, 0
 end
 
--- zrem_all removes members from a sorted set in chunks (unpack has a stack
--- limit in Lua 5.1).
-local function zrem_all(key, members)
-  for i = 1, #members, 100 do
-    redis.call('ZREM', key, unpack(members, i, math.min(i + 99, #members)))
+-- hset writes the field/value list kv to key in one call (nothing when
+-- empty).
+local function hset(key, kv)
+  if #kv > 0 then redis.call('HSET', key, unpack(kv)) end
+end
+
+-- index puts the room in its sweep bucket, due at unix ms due, when the
+-- script has the bucket (standalone and Sentinel: KEYS[bucket]); on Redis
+-- Cluster the bucket is in another hash slot and the worker does it after
+-- the call from the due the script returns (store_apply.go). LT keeps the
+-- earliest due and replaces a sweeper's claim (due.lua).
+local function index(bucket, due, enc_room)
+  if due > 0 and bucket then
+    redis.call('ZADD', bucket, 'LT', itoa(due), enc_room)
   end
 end
 

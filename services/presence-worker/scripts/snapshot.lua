@@ -1,18 +1,21 @@
--- snapshot.lua: who is typing in a room now (read only).
+-- snapshot.lua: who is typing in a room now (read only), in
+-- O(limit + log N) of the room's typists N.
 --
--- KEYS[1] room sorted set  KEYS[2] names hash
+-- KEYS[1] users zset (start.lua)
+-- ARGV[1] user hash key prefix of the room, typing:user:{R}: (+ enc(user))
+-- ARGV[2] max users listed
 --
--- Returns {enc(user)1, name1, enc(user)2, name2, ...}: the distinct users
--- with a live entry (score > now), each once, name '' when none is known.
+-- Returns {total, enc(user)1, name1, enc(user)2, name2, ...}: total is the
+-- number of users with a live entry (score > now); the users listed are the
+-- ARGV[2] most recently active of them, name '' when none is known.
 local now = now_ms()
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. itoa(now), '+inf')
-local seen, out = {}, {}
-for _, m in ipairs(live) do
-  local u = user_of(m)
-  if u and not seen[u] then
-    seen[u] = true
+local live = '(' .. itoa(now)
+local total = redis.call('ZCOUNT', KEYS[1], live, '+inf')
+local out = {total}
+if tonumber(ARGV[2]) > 0 then
+  for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', live, 'LIMIT', 0, tonumber(ARGV[2]))) do
     out[#out + 1] = u
-    out[#out + 1] = redis.call('HGET', KEYS[2], u) or ''
+    out[#out + 1] = redis.call('HGET', ARGV[1] .. u, 'n') or ''
   end
 end
 return out

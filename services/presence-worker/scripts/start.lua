@@ -1,75 +1,96 @@
--- start.lua: apply one typing "start" of a connection in a room, atomically.
+-- start.lua: apply one typing "start" of a connection in a room, atomically,
+-- in O(log N) of the room's typists (N) and O(1) otherwise.
 --
--- KEYS[1] room sorted set   typing:room:{R}      member enc(user):conn, score = expiry (unix ms)
--- KEYS[2] names hash        typing:names:{R}     enc(user) -> display name
--- KEYS[3] seq string        typing:seq:{R}:enc(conn)
--- KEYS[4] throttle string   throttle:typing:{R}:enc(user)   value = end of window (unix ms)
--- KEYS[5] room channel      chat:room:{R}        (a key for cluster routing)
--- ARGV[1] member  ARGV[2] enc(user)  ARGV[3] display name ('' = none)
--- ARGV[4] seq (decimal, '0' = unordered)  ARGV[5] ttl ms  ARGV[6] throttle ms
--- KEYS[6] sweep bucket      typing:sweep:{s<k>}  (standalone and Sentinel only)
--- ARGV[7] key grace ms  ARGV[8] enc(room)  ARGV[9] typing_start event JSON up to "ts_ms":
+-- KEYS[1] user hash       typing:user:{R}:enc(user)   (fields: lib.lua)
+-- KEYS[2] conns hash      field c:<conn> -> expiry: KEYS[1] itself (store
+--                         zset) or typing:{R}:enc(user), which then expires
+--                         (PEXPIREAT) with its latest entry (store keys)
+-- KEYS[3] users zset      typing:users:{R}     enc(user) -> latest expiry (unix ms)
+-- KEYS[4] pending zset    typing:pending:{R}   enc(user) -> when the sweeper settles it
+-- KEYS[5] room channel    chat:room:{R}        (a key for cluster routing)
+-- KEYS[6] sweep bucket    typing:sweep:{s<k>}  (standalone and Sentinel only)
+-- ARGV (store_args.go): 1 conn  2 enc(user)  3 name ('' = none)
+--   4 seq (decimal, '0' = unordered)  5 ts_ms (gateway send time, '0' = none)
+--   6 ttl ms  7 throttle ms  8 key px ms  9 stop guard ms  10 enc(room)
+--   11 typing_start event JSON up to "ts_ms":
 --
--- With KEYS[6] the room enters its sweep bucket in this same atomic step.
--- On Redis Cluster the bucket is in another hash slot, so KEYS[6] is
--- absent and the worker adds the room after the call (store.go, index).
---
--- Returns {outcome, now_ms, expiry_ms} (expiry_ms: the entry's new expiry,
--- 0 when stale); outcome is
---   stale      seq not above the connection's last applied seq: nothing changed
---   started    the user was not visible: entry added, typing_start published
---   refreshed  visible already, throttle window over: entry extended, typing_start published
---   throttled  visible already, inside the window: entry extended, nothing published
-local member, euser, name, seq = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local ttl, throttle, grace = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-
-if seq_stale(KEYS[3], seq, itoa(ttl + grace)) then
-  return {'stale', 0}
-end
+-- Returns {outcome, now_ms, due_ms}; due_ms > 0: the room must be due in its
+-- sweep bucket by then (done here with KEYS[6], by the worker otherwise).
+--   stale       seq not above the connection's last applied seq
+--   late        sent more than ttl ago (ts_ms): never shown
+--   superseded  sent before (or within the stop guard after) the user's last
+--               stop without conn: never shown
+--   started     the user was not shown: entry added, typing_start published
+--   refreshed   shown, refresh window over: entry extended, typing_start published
+--   throttled   shown, inside the window (or no event allowed): entry extended
+--   coalesced   not shown, the event rate limit is spent: entry added, the
+--               sweeper publishes typing_start when an event is allowed again
+local conn, euser, name, seq = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ts, ttl, throttle = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local keypx, guard = ARGV[8], tonumber(ARGV[9])
+local user, conns, users = KEYS[1], KEYS[2], KEYS[3]
 
 local now = now_ms()
-
--- Visible before = the user has a live entry on any connection. The
--- connection's own entry answers the common case (a refresh) in O(log N).
-local visible = false
-local own = redis.call('ZSCORE', KEYS[1], member)
-if own and tonumber(own) > now then
-  visible = true
-else
-  local live = user_members(KEYS[1], euser .. ':', now)
-  visible = live > 0
+local seqf = 's:' .. conn
+local f = redis.call('HMGET', user, seqf, 'p', 'w', 'x', 'n', 'g')
+if seq ~= '0' and f[1] and seq_le(seq, f[1]) then
+  return {'stale', now, 0}
+end
+if ts > 0 then
+  if now - ts > ttl then return {'late', now, 0} end
+  if f[4] and ts < tonumber(f[4]) + guard then return {'superseded', now, 0} end
 end
 
 local expiry = now + ttl
-redis.call('ZADD', KEYS[1], itoa(expiry), member)
--- The room frees its memory on its own when nobody refreshes it: the seed's
--- fail-safe TTL at room granularity.
-redis.call('PEXPIRE', KEYS[1], itoa(ttl + grace))
+local kv = {}
+if seq ~= '0' then kv[#kv + 1] = seqf; kv[#kv + 1] = seq end
 -- A start without a name (a platform service's) keeps the name another
--- connection of the user gave; the name goes when the user stops showing.
-if name ~= '' then
-  redis.call('HSET', KEYS[2], euser, name)
-  redis.call('PEXPIRE', KEYS[2], itoa(ttl + grace))
+-- connection of the user gave.
+if name ~= '' and name ~= f[5] then kv[#kv + 1] = 'n'; kv[#kv + 1] = name end
+if conns == user then
+  kv[#kv + 1] = 'c:' .. conn; kv[#kv + 1] = itoa(expiry)
+else
+  redis.call('HSET', conns, 'c:' .. conn, itoa(expiry))
+  redis.call('PEXPIREAT', conns, itoa(expiry))
 end
--- Earliest due time wins (LT also adds, and replaces a sweeper's claim).
-if KEYS[6] then
-  redis.call('ZADD', KEYS[6], 'LT', itoa(expiry), ARGV[8])
+-- Every entry is written now + ttl, so the user's score only grows here; a
+-- new member may be the room's earliest expiry: index it.
+local due = 0
+if redis.call('ZADD', users, itoa(expiry), euser) == 1 then
+  due = expiry
+  redis.call('PEXPIRE', users, keypx)
 end
 
--- The throttle holds the end of its window and is checked against TIME, so
--- it behaves as SET NX PX on Redis and does not depend on key-expiry clocks
--- on servers whose TTLs lag (miniredis without ClockTTL).
-local window_end = now + throttle
-local outcome
-if not visible then
-  outcome = 'started'
-else
-  local until_ms = tonumber(redis.call('GET', KEYS[4]) or '')
-  if until_ms and until_ms > now then
-    return {'throttled', now, expiry}
-  end
-  outcome = 'refreshed'
+local shown = f[2] == '1'
+if shown and (tonumber(f[3] or '') or 0) > now then
+  hset(user, kv)
+  index(KEYS[6], due, ARGV[10])
+  return {'throttled', now, due}
 end
-redis.call('SET', KEYS[4], itoa(window_end), 'PX', itoa(throttle))
-redis.call(PUBLISH, KEYS[5], ARGV[9] .. itoa(now) .. '}')
-return {outcome, now, expiry}
+
+-- A transition, or a refresh after its window: one event if allowed.
+local ok, tat, next_ms = gcra(f[6], now, throttle)
+local outcome
+if ok then
+  redis.call(PUBLISH, KEYS[5], ARGV[11] .. itoa(now) .. '}')
+  kv[#kv + 1] = 'p'; kv[#kv + 1] = '1'
+  kv[#kv + 1] = 'w'; kv[#kv + 1] = itoa(now + throttle)
+  kv[#kv + 1] = 'g'; kv[#kv + 1] = itoa(tat)
+  outcome = shown and 'refreshed' or 'started'
+elseif shown then
+  kv[#kv + 1] = 'w'; kv[#kv + 1] = itoa(now + throttle)
+  outcome = 'throttled'
+else
+  kv[#kv + 1] = 'e'; kv[#kv + 1] = ARGV[11]
+  redis.call('ZADD', KEYS[4], itoa(next_ms), euser)
+  redis.call('PEXPIRE', KEYS[4], keypx)
+  if due == 0 or next_ms < due then due = next_ms end
+  outcome = 'coalesced'
+end
+hset(user, kv)
+-- The hash and the room's set outlive every entry: they are renewed at least
+-- once per refresh window, and live ttl + grace + throttle.
+redis.call('PEXPIRE', user, keypx)
+redis.call('PEXPIRE', users, keypx)
+index(KEYS[6], due, ARGV[10])
+return {outcome, now, due}

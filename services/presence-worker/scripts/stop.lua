@@ -1,48 +1,93 @@
 -- stop.lua: end one connection's entry (or all of a user's entries) in a
--- room, atomically: typing_stop, leave, and each room of a disconnect.
+-- room, atomically: typing_stop, leave, and each room of a disconnect. Cost
+-- O(log N) of the room's typists plus the user's own connections.
 --
--- KEYS[1] room sorted set  KEYS[2] names hash  KEYS[3] seq string (unused
--- without conn)  KEYS[4] throttle string  KEYS[5] room channel
--- ARGV[1] member enc(user):conn, '' = every connection of the user
--- ARGV[2] enc(user)  ARGV[3] seq (decimal, '0' = unordered)  ARGV[4] seq key PX ms
--- ARGV[5] typing_stop event JSON up to "ts_ms":
+-- KEYS and ARGV as start.lua, with ARGV[1] conn '' = every connection of
+-- the user (seq then ignored, and the stop time recorded in field x so
+-- that starts sent before it are superseded), ARGV[3] unused and ARGV[11]
+-- the typing_stop event JSON up to "ts_ms":.
 --
--- Returns {outcome, now_ms}; outcome is
---   stale    seq not above the connection's last applied seq: nothing changed
---   stopped  the user had entries (shown to receivers) and has no live one
---            left: the user's entries, name and throttle are removed and
---            typing_stop is published
---   noop     nothing visible changed (no entry, or another connection of the
---            user is still typing)
-local member, euser, seq = ARGV[1], ARGV[2], ARGV[3]
-
-if member ~= '' and seq_stale(KEYS[3], seq, ARGV[4]) then
-  return {'stale', 0}
-end
+-- Returns {outcome, now_ms, due_ms} (due_ms as start.lua); outcome is
+--   stale      seq not above the connection's last applied seq: nothing changed
+--   stopped    the user was shown and has no live entry left: typing_stop published
+--   coalesced  the same, but the event rate limit is spent: the sweeper
+--              publishes typing_stop when an event is allowed again
+--   noop       nothing visible changed (not shown, or another connection of
+--              the user is still typing)
+local conn, euser, seq = ARGV[1], ARGV[2], ARGV[4]
+local throttle, keypx = tonumber(ARGV[7]), ARGV[8]
+local user, conns, users = KEYS[1], KEYS[2], KEYS[3]
 
 local now = now_ms()
-local live, members, scores = user_members(KEYS[1], euser .. ':', now)
--- Shown = the user has any entry, live or expired but not yet swept: no
--- typing_stop has been pushed for it yet, so receivers still show the user.
-local shown = #members > 0
+local seqf = 's:' .. conn
+local f = redis.call('HMGET', user, seqf, 'p', 'g')
+local ordered = conn ~= '' and seq ~= '0'
+if ordered and f[1] and seq_le(seq, f[1]) then
+  return {'stale', now, 0}
+end
 
-if member ~= '' then
-  local s = scores[member]
-  if s and s > now then live = live - 1 end
-  if live > 0 then
-    -- Another device of the user is still typing: drop this entry only.
-    if s then redis.call('ZREM', KEYS[1], member) end
-    return {'noop', now}
+-- The user's connections: one field each, a handful at most.
+local all = redis.call('HGETALL', conns)
+local me = 'c:' .. conn
+local latest, before, cfields, dead = 0, 0, {}, {}
+for i = 1, #all, 2 do
+  local k = all[i]
+  if string.sub(k, 1, 2) == 'c:' then
+    local e = tonumber(all[i + 1])
+    cfields[#cfields + 1] = k
+    if e > before then before = e end
+    if k == me or e <= now then
+      dead[#dead + 1] = k
+    elseif e > latest then
+      latest = e
+    end
   end
 end
 
--- No live entry remains: clear the user's leftovers so the sweeper does not
--- push a second (expired) stop for them.
-zrem_all(KEYS[1], members)
-redis.call('HDEL', KEYS[2], euser)
-redis.call('DEL', KEYS[4])
-if not shown then
-  return {'noop', now}
+local kv = {}
+if ordered then kv[#kv + 1] = seqf; kv[#kv + 1] = seq end
+local due = 0
+if conn ~= '' and latest > now then
+  -- Another device of the user is still typing: drop this entry (and
+  -- expired ones) only; the user's expiry becomes the latest left.
+  if #dead > 0 then redis.call('HDEL', conns, unpack(dead)) end
+  if conns ~= user then redis.call('PEXPIREAT', conns, itoa(latest)) end
+  if latest < before then
+    redis.call('ZADD', users, 'XX', itoa(latest), euser)
+    due = latest
+  end
+  hset(user, kv)
+  index(KEYS[6], due, ARGV[10])
+  return {'noop', now, due}
 end
-redis.call(PUBLISH, KEYS[5], ARGV[5] .. itoa(now) .. '}')
-return {'stopped', now}
+
+-- No live entry remains.
+if conns ~= user then
+  redis.call('DEL', conns)
+elseif #cfields > 0 then
+  redis.call('HDEL', conns, unpack(cfields))
+end
+redis.call('ZREM', users, euser)
+if conn == '' then kv[#kv + 1] = 'x'; kv[#kv + 1] = itoa(now) end
+local outcome = 'noop'
+if f[2] == '1' then
+  local ok, tat, next_ms = gcra(f[3], now, throttle)
+  if ok then
+    redis.call(PUBLISH, KEYS[5], ARGV[11] .. itoa(now) .. '}')
+    kv[#kv + 1] = 'p'; kv[#kv + 1] = '0'
+    kv[#kv + 1] = 'g'; kv[#kv + 1] = itoa(tat)
+    outcome = 'stopped'
+  else
+    kv[#kv + 1] = 'z'; kv[#kv + 1] = ARGV[11]
+    redis.call('ZADD', KEYS[4], itoa(next_ms), euser)
+    redis.call('PEXPIRE', KEYS[4], keypx)
+    due = next_ms
+    outcome = 'coalesced'
+  end
+end
+if #kv > 0 then
+  hset(user, kv)
+  redis.call('PEXPIRE', user, keypx)
+end
+index(KEYS[6], due, ARGV[10])
+return {outcome, now, due}

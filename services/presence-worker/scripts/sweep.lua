@@ -1,47 +1,79 @@
--- sweep.lua: push typing_stop(expired) for the entries of one room whose
--- time ran out, atomically, and report when the room is next due. Any
--- number of workers may sweep the same room: the first run removes the
--- expired entries, later runs find none, so each expired typist yields
--- exactly one stop.
+-- sweep.lua: settle one due room, atomically, touching only what is due:
+-- push typing_stop(expired) for the users whose last entry ran out, publish
+-- the final state of users whose transitions were coalesced (the trailing
+-- edge of the event rate limit), and report when the room is next due. Any
+-- number of workers may sweep the same room: the first run removes what is
+-- due, later runs find nothing, so each event is published once.
 --
--- KEYS[1] room sorted set  KEYS[2] names hash  KEYS[3] room channel
--- ARGV[1] throttle key prefix of the room, throttle:typing:{R}: (+ enc(user))
--- ARGV[2] typing_stop JSON up to and including "user":
--- ARGV[3] the rest up to and including "ts_ms": (',"reason":"expired","ts_ms":')
+-- KEYS[1] users zset  KEYS[2] pending zset  KEYS[3] room channel (start.lua)
+-- ARGV[1] user hash key prefix of the room, typing:user:{R}: (+ enc(user))
+-- ARGV[2] conns key prefix, typing:{R}: (store keys), '' = in the user hash
+-- ARGV[3] typing_stop JSON up to and including "user":
+-- ARGV[4] the rest up to and including "ts_ms": (',"reason":"expired","ts_ms":')
+-- ARGV[5] throttle ms  ARGV[6] key px ms  ARGV[7] max users per kind per call
 --
--- Returns {stops_published, entries_removed, now_ms, next_due_ms}; next_due_ms
--- is the room's earliest remaining expiry, -1 when none is left (the worker
--- then reschedules the room in its sweep bucket: reschedule.lua).
+-- Cost O((E + P) log N): E expired and P pending users read, at most
+-- ARGV[7] each; when either hit the limit the room is due again at once.
+--
+-- Returns {stops_published, entries_removed, now_ms, next_due_ms,
+-- starts_published}; next_due_ms is -1 when the room holds nobody.
+local users, pending, channel = KEYS[1], KEYS[2], KEYS[3]
+local throttle, keypx, limit = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 local now = now_ms()
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', itoa(now))
-local stops = 0
-if #expired > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', itoa(now))
-  local seen, users = {}, {}
-  for _, m in ipairs(expired) do
-    local u = user_of(m)
-    if u and not seen[u] then
-      seen[u] = true
-      users[#users + 1] = u
-    end
+local stops, starts = 0, 0
+
+-- settle tells receivers u's true state (visible) if they were last told
+-- otherwise and the rate limit allows an event now; if it does not, u waits
+-- in the pending set until it does. expired_stop is the stop to publish for
+-- an expiry (nil: the one the suppressed stop left, else expired).
+local function settle(u, visible, expired_stop)
+  local key = ARGV[1] .. u
+  local f = redis.call('HMGET', key, 'p', 'g', 'e', 'z')
+  if (f[1] == '1') == visible then return end
+  local ok, tat, next_ms = gcra(f[2], now, throttle)
+  if not ok then
+    if expired_stop then redis.call('HSET', key, 'z', expired_stop) end
+    redis.call('ZADD', pending, itoa(next_ms), u)
+    return
   end
-  -- Users with a live entry left (another connection, or a new start after
-  -- the expiry) are still visible: no stop for them.
-  local alive = {}
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    local u = user_of(m)
-    if u then alive[u] = true end
+  if visible then
+    if not f[3] then return end -- no start event left: nothing to show
+    redis.call(PUBLISH, channel, f[3] .. itoa(now) .. '}')
+    starts = starts + 1
+  else
+    redis.call(PUBLISH, channel, (expired_stop or f[4] or (ARGV[3] .. json_str(pct_dec(u)) .. ARGV[4])) .. itoa(now) .. '}')
+    stops = stops + 1
   end
-  for _, u in ipairs(users) do
-    if not alive[u] then
-      redis.call('HDEL', KEYS[2], u)
-      redis.call('DEL', ARGV[1] .. u)
-      redis.call(PUBLISH, KEYS[3], ARGV[2] .. json_str(pct_dec(u)) .. ARGV[3] .. itoa(now) .. '}')
-      stops = stops + 1
+  redis.call('HSET', key, 'p', visible and '1' or '0', 'g', itoa(tat))
+  redis.call('PEXPIRE', key, keypx)
+end
+
+-- Users whose latest entry ran out: every entry of theirs has.
+local expired = redis.call('ZRANGEBYSCORE', users, '-inf', itoa(now), 'LIMIT', 0, limit)
+for _, u in ipairs(expired) do
+  redis.call('ZREM', users, u)
+  if ARGV[2] ~= '' then redis.call('DEL', ARGV[2] .. u) end -- expires this very ms
+  settle(u, false, ARGV[3] .. json_str(pct_dec(u)) .. ARGV[4])
+end
+
+-- Users whose coalesced transition is due: publish their true state.
+local due = redis.call('ZRANGEBYSCORE', pending, '-inf', itoa(now), 'LIMIT', 0, limit)
+for _, u in ipairs(due) do
+  redis.call('ZREM', pending, u)
+  local s = tonumber(redis.call('ZSCORE', users, u) or '')
+  settle(u, s ~= nil and s > now, nil)
+end
+
+local next_due = -1
+if #expired >= limit or #due >= limit then
+  next_due = now
+else
+  for _, k in ipairs({users, pending}) do
+    local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    if #first > 0 then
+      local s = tonumber(first[2])
+      if next_due < 0 or s < next_due then next_due = s end
     end
   end
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local next_due = -1
-if #first > 0 then next_due = tonumber(first[2]) end
-return {stops, #expired, now, next_due}
+return {stops, #expired, now, next_due, starts}

@@ -1,0 +1,83 @@
+package worker
+
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// Keys of the typing state besides those of shared/names (see
+// docs/ARCHITECTURE.md, "Typing state"); all of a room's keys share its
+// hash tag {enc(room)}, so one script may touch them on Redis Cluster.
+//
+//	typing:user:{R}:enc(user)  hash: the user's state in the room (scripts/lib.lua)
+//	typing:users:{R}           sorted set: enc(user) -> latest expiry (unix ms)
+//	typing:pending:{R}         sorted set: enc(user) -> when the sweeper settles
+//	                           a coalesced transition (unix ms)
+
+// userKeyPrefix is typing:user:{R}: , to which enc(user) is appended.
+func userKeyPrefix(n names.Names, room string) string {
+	return n.KeyPrefix() + "typing:user:" + names.RoomTag(room) + ":"
+}
+
+func usersKey(n names.Names, room string) string {
+	return n.KeyPrefix() + "typing:users:" + names.RoomTag(room)
+}
+
+func pendingKey(n names.Names, room string) string {
+	return n.KeyPrefix() + "typing:pending:" + names.RoomTag(room)
+}
+
+// cmdArgs are the inputs of one start or stop script call (one room of a
+// disconnect): the one place where the scripts' KEYS and ARGV are built
+// (scripts/start.lua documents them).
+type cmdArgs struct {
+	Room, User string
+	// Conn is the connection; "" (stop only) is every connection of User.
+	Conn string
+	Name string // display name, start only
+	// Seq orders the connection's commands; 0 is unordered.
+	Seq uint64
+	// TsMs is the gateway's send time (protocol.Command.TsMs), 0 unknown.
+	TsMs int64
+	// Event is the room event to publish, JSON up to "ts_ms":.
+	Event []byte
+}
+
+// startArgs are the start script's inputs for cmd.
+func (st *redisStore) startArgs(cmd protocol.Command) cmdArgs {
+	return cmdArgs{Room: cmd.Room, User: cmd.User, Conn: cmd.Conn, Name: cmd.Name, Seq: cmd.Seq, TsMs: cmd.TsMs,
+		Event: protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: cmd.Room, User: cmd.User, Name: cmd.Name, TTLMs: st.ttlMs})}
+}
+
+// stopArgs are the stop script's inputs for cmd in room with reason.
+// Without Conn the stop ends every connection of the user and its Seq is
+// ignored.
+func stopArgs(cmd protocol.Command, room, reason string) cmdArgs {
+	a := cmdArgs{Room: room, User: cmd.User, Conn: cmd.Conn, Seq: cmd.Seq, TsMs: cmd.TsMs, Event: stopEvent(room, cmd.User, reason)}
+	if a.Conn == "" {
+		a.Seq = 0
+	}
+	return a
+}
+
+// commandCall builds the script call of a (st.lua.start or st.lua.stop).
+func (st *redisStore) commandCall(script *redis.Script, a cmdArgs) scriptCall {
+	n := st.names
+	user := userKeyPrefix(n, a.Room) + names.Enc(a.User)
+	keys := []string{user, st.lay.connsKey(n, a.Room, a.User, user), usersKey(n, a.Room), pendingKey(n, a.Room), n.RoomChannel(a.Room)}
+	if !st.indexAfter {
+		keys = append(keys, n.SweepKey(names.SweepBucket(a.Room)))
+	}
+	args := []any{a.Conn, names.Enc(a.User), a.Name, strconv.FormatUint(a.Seq, 10), a.TsMs,
+		st.ttlMs, st.throttleMs, st.keyPxMs, st.guardMs, names.Enc(a.Room), a.Event}
+	return scriptCall{script, keys, args}
+}
+
+// stopEvent is the typing_stop event of user in room, up to "ts_ms":.
+func stopEvent(room, user, reason string) []byte {
+	return protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: user, Reason: reason})
+}

@@ -1,0 +1,180 @@
+package worker
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// BenchmarkRoomSize measures the Redis time of each typing command against
+// the number of live entries in the room (issue 13, item 2: a throttled
+// refresh at most 10 µs, a state change at most 25 µs, at 10, 1,000 and
+// 10,000 live entries), on a private redis-server, from INFO commandstats
+// (usec of EVALSHA and EVAL) read around each single operation, so the
+// room stays at its size: every new user is stopped again.
+//
+//	go test -run '^$' -bench RoomSize -benchtime 300x -timeout 20m
+//
+//	op=refresh      a start of a visible user inside the throttle window (throttled)
+//	op=first_start  a start of a user not yet typing (started)
+//	op=stop         that user's stop (stopped)
+//	op=sweep        one Sweep with one expired entry in the room (all its scripts)
+//
+// The metrics are srv-µs/op, the server's mean time per operation, and its
+// median and 10th percentile (p50-, p10-srv-µs/op): on a loaded machine
+// the server thread is descheduled now and then inside a call, which
+// inflates the mean; the low percentile is closest to the cost on an idle
+// core.
+func BenchmarkRoomSize(b *testing.B) {
+	p := startPrivateRedis(b)
+	ctx := context.Background()
+	b.Run("op=eval_return_1", func(b *testing.B) {
+		// The machine's floor: an empty script, EVALSHA "return 1".
+		script := redisScriptReturn1
+		_ = script.Load(ctx, p.rdb).Err()
+		var s samples
+		for range b.N {
+			before := evalsUsec(b, p)
+			if err := script.Run(ctx, p.rdb, nil).Err(); err != nil {
+				b.Fatal(err)
+			}
+			s.add(evalsUsec(b, p) - before)
+		}
+		s.report(b)
+	})
+	for _, size := range []int{10, 1000, 10000} {
+		for _, kind := range storeKinds {
+			pfx := "entries=" + strconv.Itoa(size) + "/store=" + kind
+			st, n := benchStore(b, kind, p.rdb)
+			fillRoom(b, st, "big", size)
+			evals := func() int64 { return evalsUsec(b, p) }
+			measure := func(b *testing.B, f func(i int)) {
+				var s samples
+				for i := range b.N {
+					before := evals()
+					f(i)
+					s.add(evals() - before)
+				}
+				s.report(b)
+			}
+			b.Run(pfx+"/op=refresh", func(b *testing.B) {
+				ok := mustOutcome(b, OutcomeThrottled)
+				cmd := protocol.Command{V: 1, Op: "start", Room: "big", User: "user-1", Name: "Some Body", Conn: "gw:1"}
+				measure(b, func(int) { ok(st.Start(ctx, cmd)) })
+			})
+			b.Run(pfx+"/op=first_start", func(b *testing.B) {
+				ok, okStop := mustOutcome(b, OutcomeStarted), mustOutcome(b, OutcomeStopped)
+				var s samples
+				for range b.N {
+					i := strconv.FormatInt(runID.Add(1), 10)
+					u, c := "new-"+i, "gw:n"+i
+					before := evals()
+					ok(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: u, Name: "New", Conn: c}))
+					s.add(evals() - before)
+					okStop(st.Stop(ctx, protocol.Command{V: 1, Op: "stop", Room: "big", User: u, Conn: c}, protocol.ReasonStopped))
+				}
+				s.report(b)
+			})
+			b.Run(pfx+"/op=stop", func(b *testing.B) {
+				ok := mustOutcome(b, OutcomeStopped)
+				var s samples
+				for range b.N {
+					i := strconv.FormatInt(runID.Add(1), 10)
+					u := "stop-" + i
+					_, _ = st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: u, Conn: "gw:s" + i})
+					before := evals()
+					ok(st.Stop(ctx, protocol.Command{V: 1, Op: "stop", Room: "big", User: u, Conn: "gw:s" + i}, protocol.ReasonStopped))
+					s.add(evals() - before)
+				}
+				s.report(b)
+			})
+			b.Run(pfx+"/op=sweep", func(b *testing.B) {
+				m, _ := newMetrics(prometheus.NewRegistry(), false)
+				short, err := newStore(kind, testPubSub, p.rdb, n, 20*time.Millisecond, 10*time.Millisecond, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = st.Sweep(ctx) // settle the index
+				var s samples
+				for range b.N {
+					_, _ = short.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: "exp-" + strconv.FormatInt(runID.Add(1), 10), Conn: "gw:e"})
+					time.Sleep(30 * time.Millisecond)
+					before := evals()
+					res, err := st.Sweep(ctx)
+					s.add(evals() - before)
+					if err != nil || res.Stops != 1 {
+						b.Fatalf("sweep: %+v, %v; want 1 stop", res, err)
+					}
+				}
+				s.report(b)
+			})
+			p.dropPrefix(b, n.KeyPrefix())
+		}
+	}
+}
+
+// fillRoom adds size typists (one connection each) to room, 256 starts per
+// pipeline.
+func fillRoom(b *testing.B, st Store, room string, size int) {
+	b.Helper()
+	var cmds []protocol.Command
+	flush := func() {
+		_, errs := st.Apply(context.Background(), cmds)
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		cmds = cmds[:0]
+	}
+	for i := range size {
+		cmds = append(cmds, protocol.Command{V: 1, Op: "start", Room: room, User: "user-" + strconv.Itoa(i), Name: "Some Body", Conn: "gw:" + strconv.Itoa(i), Seq: 1})
+		if len(cmds) == 256 {
+			flush()
+		}
+	}
+	if len(cmds) > 0 {
+		flush()
+	}
+}
+
+// runID makes the users of every run of a benchmark function distinct (the
+// framework runs it more than once).
+var runID atomic.Int64
+
+// samples are per-operation server times in µs.
+type samples []int64
+
+func (s *samples) add(usec int64) { *s = append(*s, usec) }
+
+func (s samples) report(b *testing.B) {
+	if len(s) == 0 {
+		return
+	}
+	var sum int64
+	for _, v := range s {
+		sum += v
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	b.ReportMetric(float64(sum)/float64(len(s)), "srv-µs/op")
+	b.ReportMetric(float64(sorted[len(sorted)/2]), "p50-srv-µs/op")
+	b.ReportMetric(float64(sorted[len(sorted)/10]), "p10-srv-µs/op")
+}
+
+var redisScriptReturn1 = redis.NewScript("return 1")
+
+// evalsUsec is the server's total time in EVALSHA and EVAL so far (µs).
+func evalsUsec(b *testing.B, p *privateRedis) int64 {
+	s := p.cmdStats(b)
+	return s["evalsha"].usec + s["eval"].usec
+}
