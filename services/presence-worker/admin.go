@@ -21,7 +21,7 @@ const (
 	readyPingTimeout = time.Second
 )
 
-// startAdmin serves the admin listener bound in Start (PROTOCOL.md,
+// startAdmin serves the admin listener bound in Start (docs/protocol.md,
 // "Admin listener"):
 //
 //	GET /healthz  200 {"status":"ok"}: the process is alive

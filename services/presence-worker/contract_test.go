@@ -428,7 +428,7 @@ func TestContractSnapshotNames(t *testing.T) {
 	})
 }
 
-// protocolIDs are PROTOCOL.md's example ids ("Terms") and look-alikes of
+// protocolIDs are docs/protocol.md's example ids ("Terms and ids") and look-alikes of
 // them after encoding, tag parsing or glob matching.
 var protocolIDs = []string{"42", "room:42", "!abc:matrix.org", "a*b?c[d]", "{x}", "café ☕", "a b",
 	"x", "a%20b", "a%2520b", "room%3A42", "%7Bx%7D", "a\\b", `q"uote`, "*", "?", "[", "]", "\\",

@@ -39,7 +39,7 @@ const (
 	testTTL      = time.Second
 	testThrottle = 300 * time.Millisecond
 	testSweep    = 100 * time.Millisecond
-	// expiryBound is PROTOCOL.md's bound for an expired entry's stop to
+	// expiryBound is docs/protocol.md's bound ("Timing") for an expired entry's stop to
 	// reach receivers: ttl + 1 s.
 	expiryBound = testTTL + time.Second
 	// waitLong bounds waits for things that should happen at once; it only

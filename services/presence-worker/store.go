@@ -103,12 +103,12 @@ const (
 	// "message posted") a start sent by the user's gateway (Command.TsMs)
 	// is still taken as sent before it and dropped (OutcomeSuperseded): the
 	// gateways' clocks may be this far from Redis TIME. A start sent a
-	// second or more after the stop shows (issue 13, item 5).
+	// second or more after the stop shows.
 	StopGuard = 500 * time.Millisecond
 
 	// MaxSnapshotLimit bounds the users one snapshot lists: the snapshot
 	// script reads one name per listed user, and 500 keep it far below a
-	// millisecond of Redis (issue 13, item 8).
+	// millisecond of Redis.
 	MaxSnapshotLimit = 500
 
 	// redisAttempts bounds the tries of one script call (or pipeline).

@@ -15,7 +15,7 @@ const (
 	OutcomeRefreshed = "refreshed" // start of a visible user after the throttle window; typing_start published
 	OutcomeThrottled = "throttled" // start of a visible user inside the window; entry extended, nothing published
 	// OutcomeCoalesced: a start or stop changed what receivers should show
-	// while the user's event rate limit was spent (issue 13, item 3); the
+	// while the user's event rate limit was spent; the
 	// state is applied and the sweeper publishes the user's final state
 	// when an event is allowed again.
 	OutcomeCoalesced = "coalesced"

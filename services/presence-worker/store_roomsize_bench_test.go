@@ -16,9 +16,9 @@ import (
 )
 
 // BenchmarkRoomSize measures the Redis time of each typing command against
-// the number of live entries in the room (issue 13, item 2: a throttled
-// refresh at most 10 µs, a state change at most 25 µs, at 10, 1,000 and
-// 10,000 live entries), on a private redis-server, from INFO commandstats
+// the number of live entries in the room (the goal: a throttled refresh
+// at most 10 µs, a state change at most 25 µs, at 10, 1,000 and 10,000
+// live entries), on a private redis-server, from INFO commandstats
 // (usec of EVALSHA and EVAL) read around each single operation, so the
 // room stays at its size: every new user is stopped again.
 //

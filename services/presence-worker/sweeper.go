@@ -23,7 +23,7 @@ type legacyMigrator interface {
 // Every worker sweeps: the per-room sweep script is atomic, so parallel
 // sweeps of one room publish each expired typist's stop once. An entry that
 // expires at T is pushed by T + SweepInterval + one round trip, well inside
-// PROTOCOL.md's ttl + 1 s with the default 250 ms interval.
+// docs/protocol.md's ttl + 1 s ("Timing") with the default 250 ms interval.
 func (s *Server) sweepLoop(ctx context.Context) {
 	defer s.sweepWG.Done()
 	log := s.log.Named("sweeper")

@@ -1,6 +1,6 @@
 // Package worker is the Ellipsis presence worker: it owns all typing state
 // in Redis and turns typing commands from NATS into normalized room events
-// on Redis Pub/Sub (PROTOCOL.md, "NATS" and "Redis"; docs/ARCHITECTURE.md).
+// on Redis Pub/Sub (docs/protocol.md, "NATS" and "Redis"; docs/ARCHITECTURE.md).
 //
 //	gateway ─NATS <prefix>.typing.v1.cmd (queue group presence-worker)─► worker ─Lua─► Redis
 //	                                                                        └─PUBLISH chat:room:{enc(room)}─► gateways
@@ -308,7 +308,7 @@ func (s *Server) AdminAddr() string {
 	return s.adminAddr
 }
 
-// Shutdown stops the worker gracefully (PROTOCOL.md, "Worker shutdown"):
+// Shutdown stops the worker gracefully (docs/protocol.md, "Outages and shutdown"):
 //
 //  1. /readyz turns 503;
 //  2. the NATS connection is drained: no new commands or snapshot requests

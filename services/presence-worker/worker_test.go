@@ -434,7 +434,7 @@ func TestInvalidPayloadsAreCountedAndDropped(t *testing.T) {
 	})
 }
 
-// The ids of PROTOCOL.md ("Terms") work end to end, and distinct ids never
+// The ids of docs/protocol.md ("Terms and ids") work end to end, and distinct ids never
 // share keys, even ids that look like another's encoding.
 func TestIDsEndToEnd(t *testing.T) {
 	ids := []string{"42", "room:42", "!abc:matrix.org", "a*b?c[d]", "{x}", "café ☕", "a b",

@@ -217,7 +217,7 @@ func TestSlowClientNeverStallsTheRoom(t *testing.T) {
 	}
 }
 
-// Issue #3 item 9 and issue 13 item 6, worker side. The worker's Redis
+// The worker side of backpressure. The worker's Redis
 // hangs (SIGSTOP), so the shard of the flooding connection stops. Its
 // queue fills, and dispatch drops what does not fit instead of waiting
 // (which would stall every shard behind the one NATS delivery goroutine):

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkJoinUnderFanOut: join latency in one room while a
-// 10,000-member room fans out 100 events/s (issue 12, item 2), on the
+// 10,000-member room fans out 100 events/s, on the
 // in-memory broker (so only the hub's locks are measured).
 //
 //	cd services/gateway && go test -run '^$' -bench JoinUnderFanOut -benchtime 5s ./internal/hub

@@ -157,8 +157,8 @@ func TestInboundGuardLazyWindow(t *testing.T) {
 }
 
 // The cost of a frame over the limit (admit's reject path, the window
-// allocated already) against decoding the same frame, which the gateway
-// did before the limit until issue 12. docs/BENCHMARKS.md has the numbers.
+// allocated already) against decoding the same frame, which is what a
+// limit checked after decoding would cost. docs/BENCHMARKS.md has the numbers.
 func BenchmarkInboundReject(b *testing.B) {
 	g := newInboundGuard(origin, 1e-9, 1, 1<<30)
 	g.admit(origin)

@@ -13,10 +13,9 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// The contract suite, continued: constant cost (item 1), transitions
-// throttled with an exact final state (item 3), bounded snapshots (item 4)
-// and stale starts never shown (item 5) of issue 13, on both stores and
-// both backends.
+// The contract suite, continued: constant cost, transitions throttled
+// with an exact final state, bounded snapshots and stale starts never
+// shown, on both stores and both backends.
 
 // redisNowMs is Redis TIME in unix ms: the frozen clock on miniredis.
 func (se *storeEnv) redisNowMs() int64 {
