@@ -50,3 +50,34 @@ func TestLabelsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// The NATS error kinds are exported as zero before any error, so alerts on
+// increase() see the first one (docs/metrics.md; deploy/monitoring).
+func TestNATSErrorKindsExportedAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := newMetrics(reg, false); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "ellipsis_worker_nats_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && m.GetCounter().GetValue() == 0 {
+					kinds[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	for _, k := range []string{"slow_consumer", "disconnect", "async", "reply"} {
+		if !kinds[k] {
+			t.Errorf("ellipsis_worker_nats_errors_total{kind=%q} is not exported at 0 (got %v)", k, kinds)
+		}
+	}
+}
