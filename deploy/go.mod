@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/ellipsis-chat/ellipsis/shared v0.0.0
+	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674
 	github.com/moby/patternmatcher v0.6.1
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2
 	github.com/prometheus/common v0.72.0

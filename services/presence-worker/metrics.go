@@ -116,11 +116,15 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	m.snapshots = reg1(m.snapshots).(*prometheus.CounterVec)
 	m.queued = reg1(m.queued).(prometheus.Gauge)
 	m.snapshotsCut = reg1(m.snapshotsCut).(*prometheus.CounterVec)
-	// Export the NATS error kinds as zero from the start, as the gateway
-	// does: an alert on rate() or increase() then sees the first error
-	// (a series born at 1 has no increase to show).
+	// Export the NATS error kinds and the snapshot cut reasons as zero from
+	// the start, as the gateway does: an alert on rate() or increase()
+	// then sees the first one (a series born at 1 has no increase to show)
+	// and the dashboard (deploy/monitoring) finds the series.
 	for _, kind := range []string{"slow_consumer", "disconnect", "async", "reply"} {
 		m.natsErrors.WithLabelValues(kind)
+	}
+	for _, reason := range []string{"max", "payload"} {
+		m.snapshotsCut.WithLabelValues(reason)
 	}
 	if private {
 		// A private registry is this worker's alone: add the process and Go

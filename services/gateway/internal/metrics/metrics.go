@@ -108,6 +108,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	// Export every error code at zero from the start, so that the error
+	// frames panel and the alert on code="unavailable" (deploy/monitoring)
+	// see the first one; the set is fixed and small.
+	for code := range errorCodes {
+		m.errors.WithLabelValues(code)
+	}
 	return m, nil
 }
 
