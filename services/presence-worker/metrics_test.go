@@ -51,9 +51,10 @@ func TestLabelsAreBounded(t *testing.T) {
 	}
 }
 
-// The NATS error kinds are exported as zero before any error, so alerts on
-// increase() see the first one (docs/metrics.md; deploy/monitoring).
-func TestNATSErrorKindsExportedAtZero(t *testing.T) {
+// The NATS error kinds and the snapshot cut reasons are exported as zero
+// before the first one, so alerts on increase() see it and the dashboard
+// finds the series (docs/metrics.md; deploy/monitoring).
+func TestLabelledCountersExportedAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	if _, err := newMetrics(reg, false); err != nil {
 		t.Fatal(err)
@@ -62,22 +63,27 @@ func TestNATSErrorKindsExportedAtZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]bool{}
+	want := map[string][]string{
+		"ellipsis_worker_nats_errors_total":   {"slow_consumer", "disconnect", "async", "reply"},
+		"ellipsis_worker_snapshots_cut_total": {"max", "payload"},
+	}
+	got := map[string]map[string]bool{}
 	for _, mf := range mfs {
-		if mf.GetName() != "ellipsis_worker_nats_errors_total" {
+		if want[mf.GetName()] == nil {
 			continue
 		}
+		got[mf.GetName()] = map[string]bool{}
 		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && m.GetCounter().GetValue() == 0 {
-					kinds[l.GetValue()] = true
-				}
+			if m.GetCounter().GetValue() == 0 && len(m.GetLabel()) == 1 {
+				got[mf.GetName()][m.GetLabel()[0].GetValue()] = true
 			}
 		}
 	}
-	for _, k := range []string{"slow_consumer", "disconnect", "async", "reply"} {
-		if !kinds[k] {
-			t.Errorf("ellipsis_worker_nats_errors_total{kind=%q} is not exported at 0 (got %v)", k, kinds)
+	for name, values := range want {
+		for _, v := range values {
+			if !got[name][v] {
+				t.Errorf("%s{%q} is not exported at 0 (got %v)", name, v, got[name])
+			}
 		}
 	}
 }
