@@ -87,3 +87,37 @@ func TestLabelledCountersExportedAtZero(t *testing.T) {
 		}
 	}
 }
+
+// nats_connected follows the watched connection: 0 before one is watched.
+func TestNATSConnectedGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "ellipsis_worker_nats_connected" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no ellipsis_worker_nats_connected")
+		return -1
+	}
+	if v := value(); v != 0 {
+		t.Fatalf("before watchNATS: %v, want 0", v)
+	}
+	up := true
+	m.watchNATS(func() bool { return up })
+	if v := value(); v != 1 {
+		t.Fatalf("connected: %v, want 1", v)
+	}
+	up = false
+	if v := value(); v != 0 {
+		t.Fatalf("disconnected: %v, want 0", v)
+	}
+}

@@ -116,9 +116,9 @@ func TestSecurityAndNATSLabels(t *testing.T) {
 		total += len(f.GetMetric())
 	}
 	// 6 reasons, 4 results, 3 NATS kinds (exported at zero), and the
-	// unlabelled jwks_refresh_failures_total.
-	if total != 6+4+3+1 {
-		t.Fatalf("%d series, want 14", total)
+	// unlabelled jwks_refresh_failures_total and nats_connected.
+	if total != 6+4+3+2 {
+		t.Fatalf("%d series, want 15", total)
 	}
 }
 
@@ -159,5 +159,39 @@ func TestErrorCodesExportedAtZero(t *testing.T) {
 	}
 	if len(got) != len(errorCodes) {
 		t.Errorf("errors_total exported at 0: %v, want the %d codes", got, len(errorCodes))
+	}
+}
+
+// nats_connected follows the watched connection: 0 before one is watched.
+func TestNATSConnectedGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n, err := NewNATS(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func() float64 {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "ellipsis_gateway_nats_connected" {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no ellipsis_gateway_nats_connected")
+		return -1
+	}
+	if v := value(); v != 0 {
+		t.Fatalf("before WatchConnection: %v, want 0", v)
+	}
+	up := true
+	n.WatchConnection(func() bool { return up })
+	if v := value(); v != 1 {
+		t.Fatalf("connected: %v, want 1", v)
+	}
+	up = false
+	if v := value(); v != 0 {
+		t.Fatalf("disconnected: %v, want 0", v)
 	}
 }
