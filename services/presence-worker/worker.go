@@ -158,7 +158,8 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
-	if err := reg.Register(buildinfo.Collector(config.ServiceWorker)); err != nil {
+	// A second worker on a shared registry finds the same build info there.
+	if err := reg.Register(buildinfo.Collector(config.ServiceWorker)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
 	if err := checkScripts(); err != nil {
