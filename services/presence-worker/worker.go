@@ -158,7 +158,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
-	// A second worker on a shared registry finds the same build info there.
+	// Workers sharing one registry (tests, the dev stack) share the gauge.
 	if err := reg.Register(buildinfo.Collector(config.ServiceWorker)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
