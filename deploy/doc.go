@@ -20,6 +20,12 @@
 //   - skaffold.yaml validates against skaffold's JSON schema, its paths
 //     exist, its artifacts are the images the manifests use and its port
 //     forwards are ports the gateway Service has;
+//   - the monitoring (monitoring/): the alerting rules parse with
+//     Prometheus's rule parser and match the PrometheusRule prod renders,
+//     the dashboard's queries parse as PromQL and use the datasource
+//     variable, and every metric the two query is exported by the running
+//     gateway and presence worker (built, started against the test Redis
+//     and NATS, driven over a WebSocket, scraped);
 //   - the real kustomize CLI (kustomize on PATH, or `go tool kustomize`,
 //     pinned in go.mod) renders the same objects, and the real skaffold CLI
 //     renders every profile when it is on PATH;

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -81,6 +82,8 @@ type rendered struct {
 	hpas         map[string]*autoscalingv2.HorizontalPodAutoscaler
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	netpols      map[string]*networkingv1.NetworkPolicy
+	promRules    map[string]*monitoringv1.PrometheusRule
+	podMonitors  map[string]*monitoringv1.PodMonitor
 	kindsAndName []string // "Kind/name" of every object, in order
 }
 
@@ -92,6 +95,7 @@ var strictDecoder = func() runtime.Decoder {
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, appsv1.AddToScheme, autoscalingv2.AddToScheme,
 		policyv1.AddToScheme, networkingv1.AddToScheme,
+		monitoringv1.AddToScheme, // PrometheusRule, PodMonitor (deploy/monitoring)
 	} {
 		if err := add(scheme); err != nil {
 			panic(err)
@@ -138,6 +142,8 @@ func render(t testing.TB, dir string) *rendered {
 		hpas:        map[string]*autoscalingv2.HorizontalPodAutoscaler{},
 		pdbs:        map[string]*policyv1.PodDisruptionBudget{},
 		netpols:     map[string]*networkingv1.NetworkPolicy{},
+		promRules:   map[string]*monitoringv1.PrometheusRule{},
+		podMonitors: map[string]*monitoringv1.PodMonitor{},
 	}
 	var errs []string
 	for _, res := range resMap.Resources() {
@@ -178,6 +184,10 @@ func render(t testing.TB, dir string) *rendered {
 			r.pdbs[name] = o
 		case *networkingv1.NetworkPolicy:
 			r.netpols[name] = o
+		case *monitoringv1.PrometheusRule:
+			r.promRules[name] = o
+		case *monitoringv1.PodMonitor:
+			r.podMonitors[name] = o
 		default:
 			errs = append(errs, fmt.Sprintf("%s: kind %T has no check here; add one", key, obj))
 		}

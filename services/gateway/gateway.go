@@ -273,6 +273,7 @@ func (s *Server) Start(ctx context.Context) error {
 		s.log.Warn("nats not connected at start; retrying in the background", zap.Strings("urls", s.cfg.NATSServers()))
 	}
 	s.pres = pres
+	s.natsMet.WatchConnection(pres.Connected)
 	broker := pubsub.NewRedis(pubsub.RedisOptions{
 		Client:       s.rdb,
 		Sharded:      s.cfg.RedisPubSubMode() == redisconn.PubSubSharded,

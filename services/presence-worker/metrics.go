@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -24,6 +25,10 @@ type metrics struct {
 	snapshots       *prometheus.CounterVec // {outcome}: ok, bad_request, unavailable, internal
 	queued          prometheus.Gauge       // commands waiting in the shards' queues, all shards
 	snapshotsCut    *prometheus.CounterVec // {reason}: max, payload
+
+	// natsConnected is read by the nats_connected gauge at each scrape;
+	// nil until the connection exists (see watchNATS).
+	natsConnected atomic.Pointer[func() bool]
 }
 
 // newMetrics builds the collectors and registers them on reg. A collector
@@ -104,6 +109,27 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	m.snapshots = reg1(m.snapshots).(*prometheus.CounterVec)
 	m.queued = reg1(m.queued).(prometheus.Gauge)
 	m.snapshotsCut = reg1(m.snapshotsCut).(*prometheus.CounterVec)
+	// On a registry shared by two workers the first one's gauge stays: it
+	// reports that worker's connection.
+	reg1(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "nats_connected",
+		Help: "1 while the worker's NATS connection is up, 0 while it is down or reconnecting (and before it is made).",
+	}, func() float64 {
+		if f := m.natsConnected.Load(); f != nil && (*f)() {
+			return 1
+		}
+		return 0
+	}))
+	// Export the NATS error kinds and the snapshot cut reasons as zero from
+	// the start, as the gateway does: an alert on rate() or increase()
+	// then sees the first one (a series born at 1 has no increase to show)
+	// and the dashboard (deploy/monitoring) finds the series.
+	for _, kind := range []string{"slow_consumer", "disconnect", "async", "reply"} {
+		m.natsErrors.WithLabelValues(kind)
+	}
+	for _, reason := range []string{"max", "payload"} {
+		m.snapshotsCut.WithLabelValues(reason)
+	}
 	if private {
 		// A private registry is this worker's alone: add the process and Go
 		// runtime collectors. A shared registry's owner adds them once.
@@ -115,6 +141,11 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	}
 	return m, nil
 }
+
+// watchNATS makes nats_connected report connected() from now on; it is
+// read at every scrape and must not block (nats.go's IsConnected takes the
+// connection's lock only).
+func (m *metrics) watchNATS(connected func() bool) { m.natsConnected.Store(&connected) }
 
 // Label values that come from a NATS payload (any service on the subjects
 // can publish one) are mapped to fixed sets, so no publisher can create new

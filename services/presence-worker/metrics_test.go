@@ -50,3 +50,74 @@ func TestLabelsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// The NATS error kinds and the snapshot cut reasons are exported as zero
+// before the first one, so alerts on increase() see it and the dashboard
+// finds the series (docs/metrics.md; deploy/monitoring).
+func TestLabelledCountersExportedAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := newMetrics(reg, false); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"ellipsis_worker_nats_errors_total":   {"slow_consumer", "disconnect", "async", "reply"},
+		"ellipsis_worker_snapshots_cut_total": {"max", "payload"},
+	}
+	got := map[string]map[string]bool{}
+	for _, mf := range mfs {
+		if want[mf.GetName()] == nil {
+			continue
+		}
+		got[mf.GetName()] = map[string]bool{}
+		for _, m := range mf.GetMetric() {
+			if m.GetCounter().GetValue() == 0 && len(m.GetLabel()) == 1 {
+				got[mf.GetName()][m.GetLabel()[0].GetValue()] = true
+			}
+		}
+	}
+	for name, values := range want {
+		for _, v := range values {
+			if !got[name][v] {
+				t.Errorf("%s{%q} is not exported at 0 (got %v)", name, v, got[name])
+			}
+		}
+	}
+}
+
+// nats_connected follows the watched connection: 0 before one is watched.
+func TestNATSConnectedGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "ellipsis_worker_nats_connected" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no ellipsis_worker_nats_connected")
+		return -1
+	}
+	if v := value(); v != 0 {
+		t.Fatalf("before watchNATS: %v, want 0", v)
+	}
+	up := true
+	m.watchNATS(func() bool { return up })
+	if v := value(); v != 1 {
+		t.Fatalf("connected: %v, want 1", v)
+	}
+	up = false
+	if v := value(); v != 0 {
+		t.Fatalf("disconnected: %v, want 0", v)
+	}
+}

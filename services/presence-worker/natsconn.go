@@ -102,6 +102,7 @@ func (s *Server) connectNATS(ctx context.Context) error {
 		return fmt.Errorf("worker: NATS: %w", err)
 	}
 	s.nc = nc
+	s.m.watchNATS(nc.IsConnected)
 	if !nc.IsConnected() {
 		log.Warn("NATS not reachable yet, reconnecting in the background", zap.Strings("servers", s.cfg.NATSServers()))
 	}

@@ -63,6 +63,10 @@ func TestNATSOutageAndRestart(t *testing.T) {
 		t.Fatalf("GET typing during the NATS outage: %d %q, want 503 naming NATS", st, msg)
 	}
 	t.Logf("%d frames refused while NATS was down; HTTP snapshot: %s", refused, msg)
+	if metric(t, g.adminAddr, "ellipsis_gateway_nats_connected") != 0 ||
+		metric(t, w.adminAddr, "ellipsis_worker_nats_connected") != 0 {
+		t.Fatal("nats_connected is not 0 on both services during the NATS outage")
+	}
 
 	since := bob.mark()
 	back := time.Now()
@@ -91,6 +95,10 @@ func TestNATSOutageAndRestart(t *testing.T) {
 		ok = bob.waitFrame(m, isStart(room, "alice"), 2*time.Second, "typing_start after the NATS restart").at
 	}
 	recordRecovery(t, "NATS restart: keystroke path works again", ok.Sub(back))
+	if metric(t, g.adminAddr, "ellipsis_gateway_nats_connected") != 1 ||
+		metric(t, w.adminAddr, "ellipsis_worker_nats_connected") != 1 {
+		t.Fatal("nats_connected is not 1 on both services once NATS is back")
+	}
 	if metric(t, g.adminAddr, "ellipsis_gateway_nats_errors_total", `kind="disconnect"`) != 1 ||
 		metric(t, w.adminAddr, "ellipsis_worker_nats_errors_total", `kind="disconnect"`) != 1 {
 		t.Fatal("the NATS disconnect was not counted once by each service (nats_errors_total{kind=\"disconnect\"})")

@@ -115,8 +115,10 @@ func TestSecurityAndNATSLabels(t *testing.T) {
 	for _, f := range families {
 		total += len(f.GetMetric())
 	}
-	if total != 6+4+3 {
-		t.Fatalf("%d series, want 13", total)
+	// 6 reasons, 4 results, 3 NATS kinds (exported at zero), and the
+	// unlabelled jwks_refresh_failures_total and nats_connected.
+	if total != 6+4+3+2 {
+		t.Fatalf("%d series, want 15", total)
 	}
 }
 
@@ -126,4 +128,70 @@ func set(vs ...string) map[string]bool {
 		m[v] = true
 	}
 	return m
+}
+
+// Every error code is exported at zero before the first error frame, so
+// the alert on code="unavailable" (deploy/monitoring) sees the first one.
+func TestErrorCodesExportedAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, f := range families {
+		if f.GetName() != "ellipsis_gateway_errors_total" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			if mt.GetCounter().GetValue() == 0 {
+				got[mt.GetLabel()[0].GetValue()] = true
+			}
+		}
+	}
+	for code := range errorCodes {
+		if !got[code] {
+			t.Errorf("errors_total{code=%q} not exported at 0", code)
+		}
+	}
+	if len(got) != len(errorCodes) {
+		t.Errorf("errors_total exported at 0: %v, want the %d codes", got, len(errorCodes))
+	}
+}
+
+// nats_connected follows the watched connection: 0 before one is watched.
+func TestNATSConnectedGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n, err := NewNATS(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func() float64 {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "ellipsis_gateway_nats_connected" {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no ellipsis_gateway_nats_connected")
+		return -1
+	}
+	if v := value(); v != 0 {
+		t.Fatalf("before WatchConnection: %v, want 0", v)
+	}
+	up := true
+	n.WatchConnection(func() bool { return up })
+	if v := value(); v != 1 {
+		t.Fatalf("connected: %v, want 1", v)
+	}
+	up = false
+	if v := value(); v != 0 {
+		t.Fatalf("disconnected: %v, want 0", v)
+	}
 }

@@ -28,6 +28,10 @@ type Metrics struct {
 	// RedisLinks is the number of Redis Pub/Sub connections of the hub: 1,
 	// or one per Cluster master with sharded Pub/Sub.
 	RedisLinks prometheus.Gauge
+	// RedisLinksDown is the number of those links that are down now: a
+	// connection was lost or failed and none answered a PING since (the
+	// links /readyz reports; 0 when all are up).
+	RedisLinksDown prometheus.Gauge
 	// RedisChannelMoves counts room channels resubscribed on another
 	// Cluster master after their slot moved (resharding, failover).
 	RedisChannelMoves prometheus.Counter
@@ -77,6 +81,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		JoinedRooms:        prometheus.NewGauge(prometheus.GaugeOpts(opts("joined_rooms", "Joined (connection, room) pairs."))),
 		RedisSubscriptions: prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_subscriptions", "Room channels subscribed on Redis Pub/Sub."))),
 		RedisLinks:         prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links", "Redis Pub/Sub connections: 1, or one per Cluster master with sharded Pub/Sub."))),
+		RedisLinksDown:     prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links_down", "Redis Pub/Sub connections down now (lost or failed, no PING answered since); /readyz is 503 while it is above 0."))),
 		RedisChannelMoves:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_channel_moves_total", "Room channels resubscribed on another Redis Cluster master after their slot moved."))),
 		RedisLinkTimeouts:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_pubsub_ping_timeouts_total", "Redis Pub/Sub connections closed and redialed after missing a health PING."))),
 		RateLimited:        prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
@@ -96,12 +101,18 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		commands:  prometheus.NewCounterVec(prometheus.CounterOpts(opts("commands_published_total", "Typing commands published on NATS by op.")), []string{"op"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisChannelMoves, m.RedisLinkTimeouts, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
+		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
 		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	// Export every error code at zero from the start, so that the error
+	// frames panel and the alert on code="unavailable" (deploy/monitoring)
+	// see the first one; the set is fixed and small.
+	for code := range errorCodes {
+		m.errors.WithLabelValues(code)
 	}
 	return m, nil
 }

@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // NATS error kinds (label kind of ellipsis_gateway_nats_errors_total).
 const (
@@ -12,7 +16,8 @@ const (
 // NATS counts the trouble of the gateway's NATS connection. The log lines
 // about it are rate-limited; the counter is not.
 type NATS struct {
-	errors *prometheus.CounterVec // label kind
+	errors    *prometheus.CounterVec // label kind
+	connected atomic.Pointer[func() bool]
 }
 
 // NewNATS creates the NATS metrics and registers them on reg.
@@ -24,6 +29,18 @@ func NewNATS(reg prometheus.Registerer) (*NATS, error) {
 	if err := reg.Register(n.errors); err != nil {
 		return nil, err
 	}
+	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: Subsystem, Name: "nats_connected",
+		Help: "1 while the gateway's NATS connection is up, 0 while it is down or reconnecting (and before Start).",
+	}, func() float64 {
+		if f := n.connected.Load(); f != nil && (*f)() {
+			return 1
+		}
+		return 0
+	})
+	if err := reg.Register(up); err != nil {
+		return nil, err
+	}
 	for _, k := range []string{NATSDisconnect, NATSSlowConsumer, NATSAsync} {
 		n.errors.WithLabelValues(k) // export zeros, for alerts on rate()
 	}
@@ -32,3 +49,8 @@ func NewNATS(reg prometheus.Registerer) (*NATS, error) {
 
 // Error counts one NATS problem of kind (one of the NATS* constants).
 func (n *NATS) Error(kind string) { n.errors.WithLabelValues(kind).Inc() }
+
+// WatchConnection makes ellipsis_gateway_nats_connected report connected()
+// from now on; it is read at every scrape, so it must not block (nats.go's
+// IsConnected takes the connection's lock only).
+func (n *NATS) WatchConnection(connected func() bool) { n.connected.Store(&connected) }

@@ -219,6 +219,7 @@ func (r *Redis) removeLinkLocked(l *link) {
 	l.removed = true
 	l.redial("link removed")
 	r.met.RedisLinks.Set(float64(len(r.links)))
+	r.countDownLocked()
 }
 
 // dropped handles a server-sent sunsubscribe of name on l: our own

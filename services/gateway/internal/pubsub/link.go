@@ -222,6 +222,7 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 	wasUp = l.up
 	if l.gen == gen {
 		l.up, l.down, l.lastErr = false, true, err.Error()
+		r.countDownLocked()
 		for _, c := range l.chans {
 			if c.confirmed {
 				c.confirmed, c.lost = false, true
@@ -367,6 +368,7 @@ func (r *Redis) pong(l *link, gen uint64, token string) {
 	delete(l.tokens, token)
 	wasDown := l.down
 	l.up, l.down, l.everUp, l.lastErr = true, false, true, ""
+	r.countDownLocked()
 	var confirmed []*channel
 	for _, c := range cs {
 		if c.link == l && l.sent[c.name] && !c.confirmed {

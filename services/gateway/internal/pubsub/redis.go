@@ -309,7 +309,7 @@ func (r *Redis) Health() Health {
 		h.Down = map[string]string{"cluster": r.probeErr}
 	}
 	for _, l := range r.links {
-		if l.down || (!l.up && l.everUp) {
+		if l.downLocked() {
 			if h.Down == nil {
 				h.Down = map[string]string{}
 			}
@@ -318,6 +318,24 @@ func (r *Redis) Health() Health {
 		}
 	}
 	return h
+}
+
+// downLocked reports whether l counts as down for [Redis.Health] and the
+// redis_pubsub_links_down gauge: a connection was lost or failed and none
+// answered a PING since. A link still dialling its first connection is
+// not down. r.mu is held.
+func (l *link) downLocked() bool { return l.down || (!l.up && l.everUp) }
+
+// countDownLocked sets the redis_pubsub_links_down gauge from the links'
+// state; r.mu is held.
+func (r *Redis) countDownLocked() {
+	n := 0
+	for _, l := range r.links {
+		if l.downLocked() {
+			n++
+		}
+	}
+	r.met.RedisLinksDown.Set(float64(n))
 }
 
 // restoredLocked collects the lost channels among cs that are confirmed

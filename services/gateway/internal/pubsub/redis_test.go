@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
@@ -258,6 +259,9 @@ func TestSilentLinkDeathNoticedAndRestored(t *testing.T) {
 	frozen := time.Now()
 	waitFor(t, "link noticed dead", 5*time.Second, func() bool { return !b.Health().OK })
 	noticed := time.Since(frozen)
+	if got := testutil.ToFloat64(b.met.RedisLinksDown); got != 1 {
+		t.Errorf("redis_pubsub_links_down = %v while the link is down, want 1", got)
+	}
 	t.Logf("silent link death noticed after %v (interval %v + timeout %v)", noticed, interval, timeout)
 	if noticed > interval+timeout+time.Second {
 		t.Fatalf("noticed after %v, want within interval+timeout (+1 s slack)", noticed)
@@ -273,6 +277,9 @@ func TestSilentLinkDeathNoticedAndRestored(t *testing.T) {
 	px.Freeze(false)
 	px.Cut() // the frozen connections are abandoned by the broker anyway
 	waitFor(t, "link restored", 10*time.Second, func() bool { return b.Health().OK })
+	if got := testutil.ToFloat64(b.met.RedisLinksDown); got != 0 {
+		t.Errorf("redis_pubsub_links_down = %v once the link is restored, want 0", got)
+	}
 	waitFor(t, "channels reported restored", 5*time.Second, func() bool {
 		_, r := rec.snapshot()
 		return len(r) > 0
