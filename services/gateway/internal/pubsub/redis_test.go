@@ -359,3 +359,108 @@ func TestSlowLinkStaysUp(t *testing.T) {
 		t.Fatalf("the slow link was redialed: total_connections_received %d -> %d", before, after)
 	}
 }
+
+// A flapping path (frozen and thawed every 300 ms, and cut now and then)
+// while channels are subscribed and unsubscribed concurrently: every
+// Subscribe returns within its deadline (+1 s), and once the path is
+// healthy again Redis has exactly the channels with subscribers
+// (PUBSUB CHANNELS / SHARDCHANNELS on the private Redis).
+func TestFlappingLinkKeepsSubscriptionsConsistent(t *testing.T) {
+	forEachMode(t, func(t *testing.T, sharded bool) {
+		addr := privateRedis(t)
+		px, err := faultproxy.New(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+		t.Cleanup(func() { rdb.Close() })
+		direct := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { direct.Close() })
+		b, _ := newBroker(t, rdb, sharded, 300*time.Millisecond, 200*time.Millisecond)
+
+		stop := make(chan struct{})
+		flapDone := make(chan struct{})
+		go func() {
+			defer close(flapDone)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					px.Freeze(false)
+					return
+				case <-time.After(300 * time.Millisecond):
+				}
+				px.Freeze(i%2 == 0)
+				if i%7 == 6 {
+					px.Cut()
+				}
+			}
+		}()
+		const deadline = 500 * time.Millisecond
+		var mu sync.Mutex
+		refs := map[string]int{}
+		var wg sync.WaitGroup
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				held := map[string]int{}
+				for j := 0; j < 150; j++ {
+					ch := "flap" + strconv.Itoa((w*3+j)%12)
+					if held[ch] > 0 && j%2 == 1 {
+						b.Unsubscribe(ch)
+						held[ch]--
+						mu.Lock()
+						refs[ch]--
+						mu.Unlock()
+						continue
+					}
+					mu.Lock()
+					refs[ch]++
+					mu.Unlock()
+					held[ch]++
+					ctx, cancel := context.WithTimeout(context.Background(), deadline)
+					start := time.Now()
+					_ = b.Subscribe(ctx, ch) // counted whatever the outcome
+					cancel()
+					if took := time.Since(start); took > deadline+time.Second {
+						t.Errorf("Subscribe(%s) took %v with a %v deadline", ch, took, deadline)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+		close(stop)
+		<-flapDone
+		var want []string
+		mu.Lock()
+		for ch, n := range refs {
+			if n > 0 {
+				want = append(want, ch)
+			}
+		}
+		mu.Unlock()
+		slices.Sort(want)
+		ctx := context.Background()
+		var got []string
+		for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if got = channels(ctx, direct, sharded, "flap*"); slices.Equal(got, want) && b.Health().OK {
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("Redis has channels %v after the path healed, want those with subscribers %v", got, want)
+		}
+		// And they deliver: every wanted channel is confirmed.
+		for _, ch := range want {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := b.Subscribe(cctx, ch)
+			cancel()
+			b.Unsubscribe(ch)
+			if err != nil {
+				t.Fatalf("Subscribe(%s) after the path healed: %v", ch, err)
+			}
+		}
+	})
+}
