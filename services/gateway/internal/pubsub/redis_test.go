@@ -464,3 +464,51 @@ func TestFlappingLinkKeepsSubscriptionsConsistent(t *testing.T) {
 		}
 	})
 }
+
+// Issue 12 item 3, many joins at once: a session serves one frame at a
+// time, so a client that (re)joins five rooms while Redis is frozen makes
+// five Subscribes one after the other. Once the first batch of
+// subscriptions went unanswered for PingTimeout the link counts as
+// stalled: the later Subscribes fail at once instead of each waiting for
+// its own deadline until the next health PING (here far away), and the
+// link is declared down and redialed.
+func TestFrozenLinkFailsLaterSubscribesFast(t *testing.T) {
+	addr := privateRedis(t)
+	px, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	const interval, timeout, deadline = time.Minute, 500 * time.Millisecond, time.Second
+	b, _ := newBroker(t, rdb, false, interval, timeout)
+	ctx := context.Background()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	if err := b.Subscribe(cctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	px.Freeze(true)
+	start := time.Now()
+	for i := 0; i < 5; i++ {
+		cctx, cancel := context.WithTimeout(ctx, deadline)
+		err := b.Subscribe(cctx, "burst"+strconv.Itoa(i))
+		cancel()
+		if err == nil {
+			t.Fatalf("Subscribe %d confirmed with Redis frozen", i)
+		}
+	}
+	if took := time.Since(start); took > deadline+time.Second {
+		t.Fatalf("five Subscribes one after the other took %v with Redis frozen; want the later ones to fail fast (all within %v)", took, deadline+time.Second)
+	}
+	waitFor(t, "the stalled link reported down", 3*time.Second, func() bool { return !b.Health().OK })
+	px.Freeze(false)
+	px.Cut()
+	waitFor(t, "link back", 10*time.Second, func() bool { return b.Health().OK })
+	cctx, cancel = context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := b.Subscribe(cctx, "after"); err != nil {
+		t.Fatalf("Subscribe after the thaw: %v", err)
+	}
+}
