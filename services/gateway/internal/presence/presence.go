@@ -107,9 +107,9 @@ const (
 	PingInterval = 5 * time.Second
 	MaxPingsOut  = 2
 	// statusPoll is how often the connection status is observed for
-	// Connected and Status; statusStale is how old the last observation
-	// may be before the connection counts as unresponsive (nats.go's lock
-	// held by a blocked write), so readiness and joins never wait on it.
+	// Connected and Status; a reading of it that has waited statusStale
+	// (on nats.go's lock, held by a blocked write) makes the connection
+	// count as unresponsive, so readiness and joins never wait on it.
 	statusPoll  = 100 * time.Millisecond
 	statusStale = time.Second
 )
@@ -117,7 +117,6 @@ const (
 // observed is one reading of the connection status.
 type observed struct {
 	status nats.Status
-	at     time.Time
 }
 
 // Client publishes commands and requests snapshots. All methods are safe
@@ -132,8 +131,11 @@ type Client struct {
 	mu          sync.Mutex
 	onReconnect func()
 
-	// state is the last status read by watchStatus (nil before the first).
-	state atomic.Pointer[observed]
+	// state is the last status read by watchStatus (nil before the first);
+	// reading is the unix ns at which its reading in progress began (0:
+	// none in progress).
+	state   atomic.Pointer[observed]
+	reading atomic.Int64
 }
 
 // Connect dials NATS (urls as in ELLIPSIS_NATS_URL) and returns at once,
@@ -246,27 +248,34 @@ func (c *Client) watchStatus() {
 	t := time.NewTicker(statusPoll)
 	defer t.Stop()
 	for {
-		c.state.Store(&observed{status: c.nc.Status(), at: time.Now()})
+		c.reading.Store(time.Now().UnixNano())
+		c.state.Store(&observed{status: c.nc.Status()})
+		c.reading.Store(0)
 		select {
 		case <-c.closed:
+			c.state.Store(&observed{status: nats.CLOSED})
 			return
 		case <-t.C:
 		}
 	}
 }
 
-// observe returns the last status read and whether it is fresh (read
-// within statusStale); no I/O, no nats.go lock.
+// observe returns the last status read and whether it is fresh (no
+// reading has been waiting for statusStale); no I/O, no nats.go lock.
 func (c *Client) observe() (nats.Status, bool) {
+	fresh := true
+	if r := c.reading.Load(); r != 0 && time.Now().UnixNano()-r > int64(statusStale) {
+		fresh = false
+	}
 	o := c.state.Load()
 	if o == nil {
-		return nats.CONNECTING, true
+		return nats.CONNECTING, fresh
 	}
-	return o.status, time.Since(o.at) <= statusStale
+	return o.status, fresh
 }
 
 // Connected reports whether NATS is connected, as observed at most
-// statusPoll ago; false when the status could not be read for
+// statusPoll ago; false while a reading of the status has waited
 // statusStale (a write to NATS is blocked). It never waits.
 func (c *Client) Connected() bool {
 	st, fresh := c.observe()
