@@ -439,7 +439,7 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_SWEEP_INTERVAL", "worker: how often expired entries are swept", func() (func(string) error, func() string) { return dur(&c.SweepInterval) })
 	add("ELLIPSIS_SNAPSHOT_TIMEOUT", "gateway: snapshot request timeout", func() (func(string) error, func() string) { return dur(&c.SnapshotTimeout) })
 	add("ELLIPSIS_PUBSUB_PING_INTERVAL", "gateway: health PING interval of each Redis Pub/Sub connection", func() (func(string) error, func() string) { return dur(&c.PubSubPingInterval) })
-	add("ELLIPSIS_PUBSUB_PING_TIMEOUT", "gateway: a Pub/Sub connection silent this long after a PING is redialed (< interval)", func() (func(string) error, func() string) { return dur(&c.PubSubPingTimeout) })
+	add("ELLIPSIS_PUBSUB_PING_TIMEOUT", "gateway: a Pub/Sub connection silent this long after a PING (health or subscription confirmation) is redialed (< interval)", func() (func(string) error, func() string) { return dur(&c.PubSubPingTimeout) })
 	add("ELLIPSIS_MAX_FRAME_BYTES", "largest inbound WebSocket message, bytes", func() (func(string) error, func() string) { return integer(&c.MaxFrameBytes) })
 	add("ELLIPSIS_MAX_ROOMS_PER_CONN", "joined rooms per connection", func() (func(string) error, func() string) { return integer(&c.MaxRoomsPerConn) })
 	add("ELLIPSIS_INBOUND_RATE", "inbound frames per second per connection", func() (func(string) error, func() string) { return float(&c.InboundRate) })

@@ -82,8 +82,10 @@ func (h *Hub) Sync(ctx context.Context, kind SyncKind, room string, m Member, id
 }
 
 // push sends m an unasked typing snapshot of room, after events for it
-// were dropped while it was held; bounded by ReadyTimeout. A failure is
-// left to the client (its next sync) and to later events.
+// were dropped while it was held; bounded by ReadyTimeout. When that
+// snapshot fails, or events overflow again while it is awaited, the room
+// is queued for a resync (resync.go: retried with its own backoff), so the
+// member is never left without the events it missed.
 func (h *Hub) push(room string, m Member) {
 	hd := h.Hold(room, m)
 	if hd == nil {
@@ -94,9 +96,11 @@ func (h *Hub) push(room string, m Member) {
 	cancel()
 	var frame []byte
 	if err == nil {
-		frame, _ = protocol.Encode(protocol.NewTypingSnapshot(room, snap.WithoutUser(m.User()), ""))
+		frame, err = protocol.Encode(protocol.NewTypingSnapshot(room, snap.WithoutUser(m.User()), ""))
 	}
-	h.Release(hd, frame, protocol.TypeTyping)
+	if h.Release(hd, frame, protocol.TypeTyping) || err != nil {
+		h.resync.enqueue(room)
+	}
 }
 
 // IsUnavailable reports whether err is a subscription or snapshot failure

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -92,7 +93,31 @@ const (
 	ReconnectJitterTLS = time.Second
 	// ConnectTimeout bounds one dial (nats.go default 2s).
 	ConnectTimeout = 2 * time.Second
+	// FlusherTimeout bounds one write to the NATS socket (nats.go default
+	// 1 minute). nats.go writes while holding its connection lock, which
+	// every publish, request and status check waits on: against a NATS
+	// that stopped reading (a silent partition) the whole gateway would
+	// wait that long. A write that makes no progress within it fails (a
+	// partial one ends the connection, which is then redialed).
+	FlusherTimeout = 2 * time.Second
+	// PingInterval and MaxPingsOut: a NATS connection that answers no
+	// PING for PingInterval * MaxPingsOut is declared dead and redialed
+	// (nats.go defaults 2 minutes and 2: a silent partition would go
+	// unnoticed for about 4 minutes).
+	PingInterval = 5 * time.Second
+	MaxPingsOut  = 2
+	// statusPoll is how often the connection status is observed for
+	// Connected and Status; a reading of it that has waited statusStale
+	// (on nats.go's lock, held by a blocked write) makes the connection
+	// count as unresponsive, so readiness and joins never wait on it.
+	statusPoll  = 100 * time.Millisecond
+	statusStale = time.Second
 )
+
+// observed is one reading of the connection status.
+type observed struct {
+	status nats.Status
+}
 
 // Client publishes commands and requests snapshots. All methods are safe
 // for concurrent use.
@@ -105,6 +130,12 @@ type Client struct {
 
 	mu          sync.Mutex
 	onReconnect func()
+
+	// state is the last status read by watchStatus (nil before the first);
+	// reading is the unix ns at which its reading in progress began (0:
+	// none in progress).
+	state   atomic.Pointer[observed]
+	reading atomic.Int64
 }
 
 // Connect dials NATS (urls as in ELLIPSIS_NATS_URL) and returns at once,
@@ -119,6 +150,11 @@ type Client struct {
 //     disconnected, so a publish fails at once and a command answered
 //     unavailable is never sent later.
 //   - Timeout(2s): dial timeout.
+//   - FlusherTimeout(2s), PingInterval(5s), MaxPingsOutstanding(2): a NATS
+//     that stops reading holds nats.go's connection lock for at most 2 s
+//     per write, and a silent partition is noticed (and redialed) within
+//     about 10 to 15 s; Connected and Status read a status cached every
+//     100 ms, so /readyz and joins never wait on that lock.
 //   - Disconnect/Reconnect/Closed/Error handlers log; the reconnect (and
 //     first connect) handler calls the function set by [Client.OnReconnect]
 //     so the hub can resync its rooms.
@@ -145,6 +181,9 @@ func Connect(urls []string, n names.Names, snapshotTimeout time.Duration, log *z
 		nats.ReconnectJitter(ReconnectJitter, ReconnectJitterTLS),
 		nats.ReconnectBufSize(-1),
 		nats.Timeout(ConnectTimeout),
+		nats.FlusherTimeout(FlusherTimeout),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			log.Info("nats connected", zap.String("url", nc.ConnectedUrlRedacted()))
 			c.reconnected()
@@ -181,6 +220,7 @@ func Connect(urls []string, n names.Names, snapshotTimeout time.Duration, log *z
 		return nil, fmt.Errorf("presence: nats connect: %w", err)
 	}
 	c.nc = nc
+	go c.watchStatus() // ends when the connection is closed (Close)
 	return c, nil
 }
 
@@ -201,17 +241,62 @@ func (c *Client) reconnected() {
 	}
 }
 
-// Connected reports whether NATS is connected now.
-func (c *Client) Connected() bool { return c.nc.IsConnected() }
+// watchStatus reads the connection status every statusPoll until the
+// connection is closed, for Connected and Status. A read may wait on
+// nats.go's connection lock (up to FlusherTimeout); the callers never do.
+func (c *Client) watchStatus() {
+	t := time.NewTicker(statusPoll)
+	defer t.Stop()
+	for {
+		c.reading.Store(time.Now().UnixNano())
+		c.state.Store(&observed{status: c.nc.Status()})
+		c.reading.Store(0)
+		select {
+		case <-c.closed:
+			c.state.Store(&observed{status: nats.CLOSED})
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// observe returns the last status read and whether it is fresh (no
+// reading has been waiting for statusStale); no I/O, no nats.go lock.
+func (c *Client) observe() (nats.Status, bool) {
+	fresh := true
+	if r := c.reading.Load(); r != 0 && time.Now().UnixNano()-r > int64(statusStale) {
+		fresh = false
+	}
+	o := c.state.Load()
+	if o == nil {
+		return nats.CONNECTING, fresh
+	}
+	return o.status, fresh
+}
+
+// Connected reports whether NATS is connected, as observed at most
+// statusPoll ago; false while a reading of the status has waited
+// statusStale (a write to NATS is blocked). It never waits.
+func (c *Client) Connected() bool {
+	st, fresh := c.observe()
+	return fresh && st == nats.CONNECTED
+}
 
 // Status describes the connection for readiness ("CONNECTED",
-// "RECONNECTING", ...).
-func (c *Client) Status() string { return c.nc.Status().String() }
+// "RECONNECTING", ..., or "UNRESPONSIVE" while a write to NATS is
+// blocked). It never waits.
+func (c *Client) Status() string {
+	st, fresh := c.observe()
+	if !fresh {
+		return "UNRESPONSIVE (a write to NATS is blocked)"
+	}
+	return st.String()
+}
 
 // Publish sends cmd on the command subject. It fails with an error wrapping
 // [ErrUnavailable] when NATS is not connected; nothing is buffered for later.
 func (c *Client) Publish(cmd *protocol.Command) error {
-	if !c.nc.IsConnected() {
+	if !c.Connected() {
 		return unavailable("NATS not connected", nil)
 	}
 	data, err := json.Marshal(cmd)
@@ -273,7 +358,7 @@ func (c *Client) Request(ctx context.Context, subject string, data []byte) ([]by
 // nats.go's (ErrConnectionReconnecting when not connected), for
 // requestError to classify.
 func (c *Client) request(ctx context.Context, subject string, data []byte, timeout time.Duration) ([]byte, error) {
-	if !c.nc.IsConnected() {
+	if !c.Connected() {
 		return nil, nats.ErrConnectionReconnecting
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)

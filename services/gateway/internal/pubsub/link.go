@@ -44,12 +44,21 @@ type link struct {
 	removed bool // dropped from Redis.links (Cluster): the supervisor ends
 
 	lastReply atomic.Int64 // unix ns of the last reply read, any kind; no lock
+	// awaiting is the unix ns at which the writer sent a PING token (a
+	// liveness PING, or the confirmation of a batch of subscriptions) with
+	// no reply of any kind read since; 0 when every request was followed
+	// by a reply. Set by the writer right before the write (current
+	// connection, once up: sendingToken), cleared by the reader on every
+	// reply; no lock. See stalled.
+	awaiting atomic.Int64
+	// stall (capacity 1) tells the supervisor that awaiting was set.
+	stall chan struct{}
 }
 
 func (r *Redis) newLinkLocked(addr string, node *redis.Client) *link {
 	return &link{
 		r: r, addr: addr, node: node,
-		kick: make(chan struct{}, 1), redialCh: make(chan string, 1),
+		kick: make(chan struct{}, 1), redialCh: make(chan string, 1), stall: make(chan struct{}, 1),
 		chans: map[string]*channel{}, sent: map[string]bool{},
 		unsubPending: map[string]int{}, tokens: map[string][]*channel{},
 	}
@@ -83,6 +92,40 @@ func (l *link) isDown() bool {
 	l.r.mu.Lock()
 	defer l.r.mu.Unlock()
 	return l.down
+}
+
+// stalled reports whether a request sent on l's connection has had no
+// reply of any kind for PingTimeout or more at now (unix ns): the same
+// verdict as a missed health PING, reached as soon as any request (a
+// subscription batch's confirmation) goes unanswered, so that joins fail
+// fast instead of each waiting for its own deadline until the next health
+// PING. It also returns the moment it becomes (or became) stalled; 0 when
+// nothing is awaited.
+func (l *link) stalled(now int64) (bool, int64) {
+	w := l.awaiting.Load()
+	if w == 0 {
+		return false, 0
+	}
+	at := w + int64(l.r.opts.PingTimeout)
+	return now >= at, at
+}
+
+// sendingToken records, right before the writer of connection gen sends a
+// PING token, that a reply is awaited from now (for stalled), and wakes
+// the supervisor to watch it. It is recorded before the write so that the
+// reader, which clears it on the reply, always comes after. Only once the
+// connection is up: its first PING (dial and handshake included) is held
+// to the health PING's bound instead.
+func (l *link) sendingToken(gen uint64) {
+	l.r.mu.Lock()
+	current := l.gen == gen && l.up
+	l.r.mu.Unlock()
+	if current && l.awaiting.CompareAndSwap(0, time.Now().UnixNano()) {
+		select {
+		case l.stall <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // redial asks the supervisor to abandon the current connection and dial
@@ -174,6 +217,7 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 	}
 	l.gen++
 	gen := l.gen
+	l.awaiting.Store(0)
 	clear(l.sent)
 	clear(l.unsubPending)
 	clear(l.tokens)
@@ -187,6 +231,7 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 	ping := time.NewTicker(r.opts.PingInterval)
 	var deadline <-chan time.Time
 	var asked int64
+	var stallCheck <-chan time.Time // armed while a request is awaited
 	for err == nil {
 		select {
 		case <-r.ctx.Done():
@@ -208,6 +253,21 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 			if l.lastReply.Load() < asked {
 				err = fmt.Errorf("no reply to PING within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT)", r.opts.PingTimeout)
 				r.met.RedisLinkTimeouts.Inc()
+			}
+		case <-l.stall:
+			if stallCheck == nil {
+				if _, at := l.stalled(0); at != 0 {
+					stallCheck = time.After(time.Duration(at - time.Now().UnixNano()))
+				}
+			}
+		case <-stallCheck:
+			stallCheck = nil
+			now := time.Now().UnixNano()
+			if stalled, at := l.stalled(now); stalled {
+				err = fmt.Errorf("no reply to a request within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT)", r.opts.PingTimeout)
+				r.met.RedisLinkTimeouts.Inc()
+			} else if at != 0 {
+				stallCheck = time.After(time.Duration(at - now))
 			}
 		}
 	}
@@ -303,6 +363,7 @@ func (r *Redis) writeConn(ctx context.Context, l *link, ps *redis.PubSub, gen ui
 			}
 		}
 		if token != "" {
+			l.sendingToken(gen)
 			if err := ps.Ping(ctx, token); err != nil {
 				return err
 			}
@@ -336,12 +397,14 @@ func (r *Redis) readConn(ctx context.Context, l *link, ps *redis.PubSub, gen uin
 			var reply redis.Error
 			if errors.As(err, &reply) {
 				l.lastReply.Store(time.Now().UnixNano())
+				l.awaiting.Store(0)
 				r.serverError(l, reply.Error())
 				continue
 			}
 			return err
 		}
 		l.lastReply.Store(time.Now().UnixNano())
+		l.awaiting.Store(0)
 		switch m := msg.(type) {
 		case *redis.Message:
 			r.h.HandleMessage(m.Channel, m.Payload)

@@ -49,7 +49,8 @@ type RedisOptions struct {
 	WatchMaster func(ctx context.Context, changed func(addr string))
 	// PingInterval is how often every link is PINGed; PingTimeout is how
 	// long a link may stay silent after a PING before it is closed and
-	// redialed (a silent partition: no reset, no data). A new connection
+	// redialed (a silent partition: no reset, no data); a subscription
+	// batch unanswered for PingTimeout counts the same. A new connection
 	// must answer its first PING within PingInterval + PingTimeout,
 	// dial and handshake included. Zero means DefaultPingInterval and
 	// DefaultPingTimeout.
@@ -83,7 +84,13 @@ type RedisOptions struct {
 //
 // Every PingInterval the supervisor asks for a PING; when no reply of any
 // kind arrived within PingTimeout the connection is declared dead, closed
-// and redialed. Health() reports the state cached by the links.
+// and redialed. Any other request's PING token (the confirmation of a
+// batch of subscriptions) is held to the same rule at once: no reply of
+// any kind within PingTimeout of it and the link is stalled (link.stalled)
+// — Subscribe then fails at once and the connection is redialed — so a
+// client joining many rooms of a frozen Redis does not wait for each
+// join's own deadline until the next health PING. Health() reports the
+// state cached by the links.
 //
 // # Lock order
 //
@@ -243,13 +250,40 @@ func (r *Redis) Subscribe(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	select {
-	case <-ready:
-		return nil
-	case <-r.ctx.Done():
-		return ErrClosed
-	case <-ctx.Done():
-		return fmt.Errorf("%w: subscription not confirmed in time", ErrUnavailable)
+	// A link with a request unanswered for PingTimeout is as good as down
+	// (link.stalled): fail at once, or as soon as it gets there.
+	var stall <-chan time.Time
+	if l != nil {
+		now := time.Now().UnixNano()
+		stalled, at := l.stalled(now)
+		if stalled {
+			return fmt.Errorf("%w: redis pubsub link %s unresponsive (no reply within %v)", ErrUnavailable, l.name(), r.opts.PingTimeout)
+		}
+		if at != 0 {
+			t := time.NewTimer(time.Duration(at - now))
+			defer t.Stop()
+			stall = t.C
+		}
+	}
+	for {
+		select {
+		case <-ready:
+			return nil
+		case <-r.ctx.Done():
+			return ErrClosed
+		case <-ctx.Done():
+			return fmt.Errorf("%w: subscription not confirmed in time", ErrUnavailable)
+		case <-stall:
+			stall = nil
+			now := time.Now().UnixNano()
+			if stalled, at := l.stalled(now); stalled {
+				return fmt.Errorf("%w: redis pubsub link %s unresponsive (no reply within %v)", ErrUnavailable, l.name(), r.opts.PingTimeout)
+			} else if at != 0 {
+				t := time.NewTimer(time.Duration(at - now))
+				defer t.Stop()
+				stall = t.C
+			}
+		}
 	}
 }
 

@@ -6,9 +6,10 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Inbound abuse accounting (docs/protocol.md, "Limits"): every client frame and
-// WebSocket ping takes a token of the connection's bucket before anything
-// else is done with it (no UTF-8 check, no JSON decoding). A frame without
+// Inbound abuse accounting (docs/protocol.md, "Limits"): every client frame,
+// WebSocket ping and WebSocket pong takes a token of the connection's
+// bucket before anything else is done with it (no UTF-8 check, no JSON
+// decoding). A frame without
 // a token is rejected: the client hears about it at most once per
 // [NoticeInterval] (one rate_limited error frame; the others are dropped
 // silently and only counted), and more than Config.MaxRejectedWindow rejected

@@ -452,7 +452,13 @@ func (c *Conn) readLoop() {
 	defer close(c.readerDone)
 	c.ws.SetReadLimit(int64(c.cfg.MaxFrameBytes))
 	_ = c.ws.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
+	// A pong (the answer to our ping, or an unsolicited one: RFC 6455
+	// section 5.5.3) takes a token of the inbound bucket like any client
+	// frame, so a flood of them is closed (1008) like a flood of frames;
+	// it extends the read deadline either way, so a client at its limit
+	// is not dropped as silent. Runs on the reader.
 	c.ws.SetPongHandler(func(string) error {
+		c.allowInbound()
 		return c.ws.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
 	})
 	// A client's WebSocket pings take a token of the inbound bucket like

@@ -1,0 +1,234 @@
+package pubsub
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
+)
+
+// Network faults against a private Redis behind shared/faultproxy: a
+// flapping path, a frozen one under a burst of Subscribes, and Close
+// while Redis hangs (issue 12 items 3 and 4).
+
+// A flapping path (frozen and thawed every 300 ms, and cut now and then)
+// while channels are subscribed and unsubscribed concurrently: every
+// Subscribe returns within its deadline (+1 s), and once the path is
+// healthy again Redis has exactly the channels with subscribers
+// (PUBSUB CHANNELS / SHARDCHANNELS on the private Redis).
+func TestFlappingLinkKeepsSubscriptionsConsistent(t *testing.T) {
+	forEachMode(t, func(t *testing.T, sharded bool) {
+		addr := privateRedis(t)
+		px, err := faultproxy.New(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+		t.Cleanup(func() { rdb.Close() })
+		direct := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { direct.Close() })
+		b, _ := newBroker(t, rdb, sharded, 300*time.Millisecond, 200*time.Millisecond)
+
+		stop := make(chan struct{})
+		flapDone := make(chan struct{})
+		go func() {
+			defer close(flapDone)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					px.Freeze(false)
+					return
+				case <-time.After(300 * time.Millisecond):
+				}
+				px.Freeze(i%2 == 0)
+				if i%7 == 6 {
+					px.Cut()
+				}
+			}
+		}()
+		const deadline = 500 * time.Millisecond
+		var mu sync.Mutex
+		refs := map[string]int{}
+		var wg sync.WaitGroup
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				held := map[string]int{}
+				for j := 0; j < 150; j++ {
+					ch := "flap" + strconv.Itoa((w*3+j)%12)
+					if held[ch] > 0 && j%2 == 1 {
+						b.Unsubscribe(ch)
+						held[ch]--
+						mu.Lock()
+						refs[ch]--
+						mu.Unlock()
+						continue
+					}
+					mu.Lock()
+					refs[ch]++
+					mu.Unlock()
+					held[ch]++
+					ctx, cancel := context.WithTimeout(context.Background(), deadline)
+					start := time.Now()
+					_ = b.Subscribe(ctx, ch) // counted whatever the outcome
+					cancel()
+					if took := time.Since(start); took > deadline+time.Second {
+						t.Errorf("Subscribe(%s) took %v with a %v deadline", ch, took, deadline)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+		close(stop)
+		<-flapDone
+		var want []string
+		mu.Lock()
+		for ch, n := range refs {
+			if n > 0 {
+				want = append(want, ch)
+			}
+		}
+		mu.Unlock()
+		slices.Sort(want)
+		ctx := context.Background()
+		var got []string
+		for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if got = channels(ctx, direct, sharded, "flap*"); slices.Equal(got, want) && b.Health().OK {
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("Redis has channels %v after the path healed, want those with subscribers %v", got, want)
+		}
+		// And they deliver: every wanted channel is confirmed.
+		for _, ch := range want {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := b.Subscribe(cctx, ch)
+			cancel()
+			b.Unsubscribe(ch)
+			if err != nil {
+				t.Fatalf("Subscribe(%s) after the path healed: %v", ch, err)
+			}
+		}
+	})
+}
+
+// Issue 12 item 3, many joins at once: a session serves one frame at a
+// time, so a client that (re)joins five rooms while Redis is frozen makes
+// five Subscribes one after the other. Once the first batch of
+// subscriptions went unanswered for PingTimeout the link counts as
+// stalled: the later Subscribes fail at once instead of each waiting for
+// its own deadline until the next health PING (here far away), and the
+// link is declared down and redialed.
+func TestFrozenLinkFailsLaterSubscribesFast(t *testing.T) {
+	addr := privateRedis(t)
+	px, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	const interval, timeout, deadline = time.Minute, 500 * time.Millisecond, time.Second
+	b, _ := newBroker(t, rdb, false, interval, timeout)
+	ctx := context.Background()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	if err := b.Subscribe(cctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	px.Freeze(true)
+	start := time.Now()
+	for i := 0; i < 5; i++ {
+		cctx, cancel := context.WithTimeout(ctx, deadline)
+		err := b.Subscribe(cctx, "burst"+strconv.Itoa(i))
+		cancel()
+		if err == nil {
+			t.Fatalf("Subscribe %d confirmed with Redis frozen", i)
+		}
+	}
+	if took := time.Since(start); took > deadline+time.Second {
+		t.Fatalf("five Subscribes one after the other took %v with Redis frozen; want the later ones to fail fast (all within %v)", took, deadline+time.Second)
+	}
+	waitFor(t, "the stalled link reported down", 3*time.Second, func() bool { return !b.Health().OK })
+	px.Freeze(false)
+	px.Cut()
+	waitFor(t, "link back", 10*time.Second, func() bool { return b.Health().OK })
+	cctx, cancel = context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := b.Subscribe(cctx, "after"); err != nil {
+		t.Fatalf("Subscribe after the thaw: %v", err)
+	}
+}
+
+// Closing the broker (gateway shutdown) with Redis frozen, or with the
+// link redialing into a blackhole, ends within the client's dial and
+// write timeouts (+1 s): shutdown never hangs on Redis.
+func TestCloseBoundedWhenRedisHangs(t *testing.T) {
+	for _, mode := range []string{"frozen", "blackholed"} {
+		t.Run(mode, func(t *testing.T) {
+			addr := privateRedis(t)
+			px, err := faultproxy.New(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { px.Close() })
+			const dial, rw = time.Second, time.Second
+			rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw})
+			t.Cleanup(func() { rdb.Close() })
+			met, err := metrics.New(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := NewRedis(RedisOptions{Client: rdb, PingInterval: 300 * time.Millisecond, PingTimeout: 200 * time.Millisecond, Metrics: met})
+			b.Start(&recorder{})
+			cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if err := b.Subscribe(cctx, "c"); err != nil {
+				t.Fatal(err)
+			}
+			if mode == "frozen" {
+				px.Freeze(true)
+			} else {
+				px.Blackhole(true)
+				px.Cut()
+			}
+			time.Sleep(700 * time.Millisecond) // a health PING missed, a redial under way
+			// Joins in flight while it closes end too.
+			errs := make(chan error, 3)
+			for i := 0; i < 3; i++ {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					errs <- b.Subscribe(ctx, "new"+strconv.Itoa(i))
+				}()
+			}
+			start := time.Now()
+			b.Close()
+			if took := time.Since(start); took > dial+rw+time.Second {
+				t.Fatalf("Close took %v with Redis %s (dial and write timeouts %v, %v)", took, mode, dial, rw)
+			}
+			for i := 0; i < 3; i++ {
+				select {
+				case err := <-errs:
+					if err == nil {
+						t.Fatal("a Subscribe succeeded with Redis hung")
+					}
+				case <-time.After(3 * time.Second):
+					t.Fatal("a Subscribe in flight did not end with Close")
+				}
+			}
+		})
+	}
+}
