@@ -159,7 +159,7 @@ func TestSnapshotReplyFitsServerMaxPayload(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w := e.startWorker(func(c *config.Config) { c.SnapshotMax = 10000 })
+	w := e.startWorker(func(c *config.Config) { c.SnapshotMax = 500 })
 
 	// Rounds of 500 starts, each processed before the next is sent (a
 	// burst of 3000 would overflow the shards' queues: dispatch sheds
@@ -220,7 +220,7 @@ func TestSnapshotReplyFitsServerMaxPayload(t *testing.T) {
 	}
 	r, size := ask()
 	if size > maxPayload || r.Total != typing || len(r.Users) == 0 || len(r.Users) >= typing || !sortedSubset(r.Users, users) {
-		t.Fatalf("SNAPSHOT_MAX 10000: %d bytes, total %d, %d listed (want <= %d bytes, total %d, a sorted subset)", size, r.Total, len(r.Users), maxPayload, typing)
+		t.Fatalf("SNAPSHOT_MAX 500: %d bytes, total %d, %d listed (want <= %d bytes, total %d, a sorted subset)", size, r.Total, len(r.Users), maxPayload, typing)
 	}
 	t.Logf("3000 typists, max_payload %d: %d listed in %d bytes", maxPayload, len(r.Users), size)
 	if n := e.metric("ellipsis_worker_snapshots_cut_total", map[string]string{"reason": "payload"}); n != 1 {

@@ -25,7 +25,7 @@ import (
 // "expired but not yet swept" states are reachable on both.
 
 const (
-	stTTL      = 400 * time.Millisecond
+	stTTL      = time.Second // long enough that a loaded machine does not expire live entries between two steps
 	stThrottle = 150 * time.Millisecond
 	stMargin   = 30 * time.Millisecond
 )
