@@ -20,9 +20,10 @@ import (
 //
 // Bounds: at most [MaxLanes] rooms have a lane per connection; a join or
 // sync of another room then makes the reader wait until a lane ends or the
-// connection closes (backpressure: nothing more is read meanwhile, as
-// before lanes). A lane queues at most [LaneQueue] frames behind the one in
-// flight; a frame over it is answered `unavailable` (with its room and id)
+// connection closes (backpressure: nothing more is read meanwhile, so a
+// ping waits too; a client rejoining many rooms at once gets its answers
+// 8 rooms at a time). A lane queues at most [LaneQueue] frames behind the
+// one in flight; a frame over it is answered `unavailable` (with its room and id)
 // and dropped. The inbound rate limit (inbound.go) bounds how fast either
 // fills. On close the connection's context is cancelled, the lanes drop
 // their queued frames, and Serve waits for them before it publishes the
