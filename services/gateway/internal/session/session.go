@@ -4,12 +4,15 @@
 // the authenticated user, the connection id and a sequence number, and
 // writes server frames.
 //
-// Each connection has exactly two goroutines, as in gorilla/websocket's
+// Each connection has two long-lived goroutines, as in gorilla/websocket's
 // examples/chat/client.go: the reader (the caller of [Conn.Serve]) reads and
-// handles frames one at a time, so a join completes before the next frame is
-// handled; the writer owns every data write and the pings. Other goroutines
-// (the hub's fan-out, shutdown) only queue frames with [Conn.Send] or ask for
-// a close with [Conn.Close]; neither ever blocks.
+// handles frames; the writer owns every data write and the pings. A join or
+// sync, which waits on the network, runs in its room's lane (lanes.go): a
+// goroutine that lives while the room has a frame in flight and serves the
+// room's later frames in order, so pings and other rooms' frames never wait
+// behind it. Other goroutines (the hub's fan-out, shutdown) only queue
+// frames with [Conn.Send] or ask for a close with [Conn.Close]; neither
+// ever blocks.
 package session
 
 import (
@@ -149,9 +152,11 @@ type Conn struct {
 	cancel      context.CancelFunc
 
 	inbound inboundGuard // inbound token bucket and abuse count; reader only
+	lanes   lanes        // per-room FIFOs of joins and syncs in flight (lanes.go)
 
 	mu           sync.Mutex
 	rooms        map[string]struct{} // joined rooms (joined frame queued)
+	joining      int                 // joins in flight of rooms not in rooms (count against MaxRooms)
 	seq          uint64              // last seq published
 	disconnected bool                // disconnect published: publish nothing more
 }
@@ -210,9 +215,10 @@ func (c *Conn) ID() string { return c.id }
 func (c *Conn) User() string { return c.ident.User }
 
 // Serve runs the connection until it is closed: the writer goroutine is
-// started, the calling goroutine reads. When reading ends it publishes the
-// disconnect command (once, if rooms were joined), leaves every room and
-// waits for the writer.
+// started, the calling goroutine reads. When reading ends (the connection's
+// context is cancelled then) it waits for the room lanes to end, publishes
+// the disconnect command (once, if rooms were joined), leaves every room
+// and waits for the writer.
 func (c *Conn) Serve() {
 	c.met.Connections.Inc()
 	defer c.met.Connections.Dec()
@@ -223,15 +229,25 @@ func (c *Conn) Serve() {
 	}
 	c.logAt(zapcore.DebugLevel, "connection open")
 	c.readLoop()
+	rooms := c.leaveAll()
+	<-c.writerDone
+	c.met.Close(c.finalCode)
+	c.logAt(zapcore.DebugLevel, "connection closed", zap.Int("code", c.finalCode), zap.Int("rooms", len(rooms)))
+}
+
+// leaveAll ends a closing connection's rooms: it waits for the room lanes
+// (their requests are cancelled, and no join commits once closing), then
+// publishes the disconnect command and leaves every joined room. It
+// returns the rooms left.
+func (c *Conn) leaveAll() []string {
+	c.waitLanes()
 	c.Disconnect()
 	c.mu.Lock()
 	rooms := c.joinedRooms()
 	c.rooms = map[string]struct{}{}
 	c.mu.Unlock()
 	c.deps.Hub.LeaveAll(c, rooms...)
-	<-c.writerDone
-	c.met.Close(c.finalCode)
-	c.logAt(zapcore.DebugLevel, "connection closed", zap.Int("code", c.finalCode), zap.Int("rooms", len(rooms)))
+	return rooms
 }
 
 // Close asks for the connection to be closed with code (RFC 6455) and
@@ -523,18 +539,11 @@ func (c *Conn) handle(mt int, data []byte) {
 		return
 	}
 	c.met.FrameIn(f.Type)
-	switch f.Type {
-	case protocol.TypePing:
+	if f.Type == protocol.TypePing {
 		c.reply(protocol.TypePong, protocol.NewPong(f.ID))
-	case protocol.TypeJoin:
-		c.join(f)
-	case protocol.TypeLeave:
-		c.leave(f)
-	case protocol.TypeTypingStart, protocol.TypeTypingStop:
-		c.typing(f)
-	case protocol.TypeSync:
-		c.sync(f)
+		return
 	}
+	c.dispatch(f) // at once, or in the room's lane behind its frame in flight
 }
 
 // allowInbound takes a token of the inbound bucket for one client frame
@@ -590,19 +599,36 @@ func (c *Conn) isJoined(room string) bool {
 	return ok
 }
 
+// join serves a join in the room's lane. A join of a room not yet joined
+// reserves a place among MaxRooms (c.joining) until it commits or fails,
+// so joins in flight count against the limit.
 func (c *Conn) join(f protocol.ClientFrame) {
 	c.mu.Lock()
 	_, already := c.rooms[f.Room]
-	n, gone := len(c.rooms), c.disconnected
+	n, gone := len(c.rooms)+c.joining, c.disconnected
+	reserved := !gone && !already && n < c.cfg.MaxRooms
+	if reserved {
+		c.joining++
+	}
 	c.mu.Unlock()
 	switch {
 	case gone:
 		c.unavailable(f, "gateway shutting down; reconnect")
 		return
-	case !already && n >= c.cfg.MaxRooms:
+	case !already && !reserved:
 		c.sendError(protocol.CodeRoomLimit, fmt.Sprintf("at most %d rooms per connection; leave one first", c.cfg.MaxRooms), f.Room, f.ID)
 		return
-	case !c.deps.Backend.Connected():
+	}
+	if reserved {
+		defer func() {
+			c.mu.Lock()
+			if reserved {
+				c.joining--
+			}
+			c.mu.Unlock()
+		}()
+	}
+	if !c.deps.Backend.Connected() {
 		c.unavailable(f, "presence backend unavailable (NATS); retry")
 		return
 	}
@@ -619,12 +645,17 @@ func (c *Conn) join(f protocol.ClientFrame) {
 		}
 	}
 	// The room is added to c.rooms only once the snapshot is in, and not
-	// after the disconnect command went out (shutdown).
+	// after the disconnect command went out (shutdown) or a close began
+	// (Serve has taken or is about to take the list of rooms to leave).
 	commit := func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.disconnected {
+		if c.disconnected || c.closing() {
 			return false
+		}
+		if reserved {
+			reserved = false
+			c.joining--
 		}
 		c.rooms[f.Room] = struct{}{}
 		return true
