@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,12 +104,22 @@ func TestMultiDeviceOneTypistAcrossGateways(t *testing.T) {
 		r.waitShown(room, "alice", 2*time.Second)
 	}
 	// Receivers show alice after the first device's start; wait until the
-	// workers applied both devices' starts (two entries in the room), or a
-	// phone stop could be applied before the laptop's first start.
-	roomKey := names.New(ps.s.cfg.KeyPrefix, "").RoomKey(room)
-	for deadline := time.Now().Add(3 * time.Second); ps.s.rdb.ZCard(context.Background(), roomKey).Val() != 2; {
+	// workers applied both devices' starts (two connection entries, c:<conn>,
+	// in alice's hash in the room: docs/protocol.md, "Keys"), or a phone
+	// stop could be applied before the laptop's first start.
+	userKey := ps.s.cfg.KeyPrefix + "typing:user:" + names.RoomTag(room) + ":" + names.Enc("alice")
+	conns := func() int {
+		n := 0
+		for _, f := range ps.s.rdb.HKeys(context.Background(), userKey).Val() {
+			if strings.HasPrefix(f, "c:") {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(3 * time.Second); conns() != 2; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the two devices' entries are not both in %s", roomKey)
+			t.Fatalf("the two devices' entries are not both in %s", userKey)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
