@@ -410,9 +410,14 @@ func (d *driver) run(rooms []string, n, rate int) (elapsed, maxLag time.Duration
 		if seq%2 == 0 {
 			op = protocol.OpStop
 		}
+		// Each typist starts once and stops once (a new typist per pair in
+		// the room), as people do: one typist toggling ten times a second
+		// would be coalesced by the workers' transition rate limit, and
+		// the events would no longer be one per command.
+		pair := strconv.FormatUint((seq+1)/2, 10)
 		cmd := protocol.Command{
 			V: protocol.Version, Op: op, Room: rooms[r],
-			User: "t" + strconv.Itoa(r), Conn: "c" + strconv.Itoa(r), Seq: seq,
+			User: "t" + strconv.Itoa(r) + "-" + pair, Conn: "c" + strconv.Itoa(r) + "-" + pair, Seq: 2 - seq%2,
 			TsMs: time.Now().UnixMilli(),
 		}
 		if op == protocol.OpStart {
