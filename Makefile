@@ -51,9 +51,10 @@ build:
 	$(GO) build -ldflags "-X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=$(VERSION)" -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen ./tools/cmd/ellipsis-token
 
 ## test: vet, go.mod tidiness, every module's tests with -race, a short run of each fuzz target, and the JS SDK's
-## unit, replay and Chromium tests, against a private Redis and NATS that scripts/testenv.sh starts on spare ports
+## unit, replay and Chromium tests, against a private Redis and NATS that scripts/testenv.sh starts on spare ports.
+## A failing step does not stop the others (--keep-going): one run shows every failure, and make still fails.
 test:
-	scripts/testenv.sh $(MAKE) --no-print-directory test-all
+	scripts/testenv.sh $(MAKE) --no-print-directory --keep-going test-all
 
 test-all: vet tidy-check unit fuzz-smoke js
 
@@ -65,8 +66,10 @@ vet:
 tidy-check:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m: go.mod/go.sum not tidy: run (cd $$m && go mod tidy)"; exit 1; }; done; echo "== every module is tidy"
 
+## unit: every module's tests, all of them even when one fails; the failed modules are listed at the end
 unit:
-	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...); done
+	@failed=; for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || failed="$$failed $$m"; done; \
+	  if [ -n "$$failed" ]; then echo "== FAILED in:$$failed"; exit 1; fi
 
 fuzz-smoke:
 	@set -e; cd shared; for t in FuzzDecodeClientFrame FuzzDecodeCommand FuzzDecodeRoomEvent; do \

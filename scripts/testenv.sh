@@ -19,7 +19,7 @@ set -euo pipefail
 die() { echo "testenv: $*" >&2; exit 1; }
 
 apt_updated=
-need() { # need BINARY PACKAGE
+need() { # need BINARY DEBIAN_PACKAGE HOMEBREW_FORMULA
   command -v "$1" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "testenv: $1 not found; installing Debian's $2" >&2
@@ -27,7 +27,7 @@ need() { # need BINARY PACKAGE
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null || die "apt-get install $2 failed; install it yourself"
     command -v "$1" >/dev/null 2>&1 && return 0
   fi
-  die "$1 is needed by the tests: install it (Debian/Ubuntu: apt-get install $2; macOS: brew install ${2%-server}) or set ELLIPSIS_TEST_REDIS_URL and ELLIPSIS_TEST_NATS_URL"
+  die "$1 is needed by the tests: install it (Debian/Ubuntu: apt-get install $2; macOS: brew install $3) or set ELLIPSIS_TEST_REDIS_URL and ELLIPSIS_TEST_NATS_URL"
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -81,13 +81,13 @@ start_on() {
 }
 
 if [ -z "${ELLIPSIS_TEST_REDIS_URL:-}" ]; then
-  need redis-server redis-server
+  need redis-server redis-server redis
   start_on redis-server "$dir/redis.log" redis-server --bind 127.0.0.1 --port '{PORT}' \
     --save '' --appendonly no --dir "$dir" --daemonize no --loglevel warning
   export ELLIPSIS_TEST_REDIS_URL="redis://127.0.0.1:$started_port"
 fi
 if [ -z "${ELLIPSIS_TEST_NATS_URL:-}" ]; then
-  need nats-server nats-server
+  need nats-server nats-server nats-server
   mkdir -p "$dir/nats"
   start_on nats-server "$dir/nats.log" nats-server -a 127.0.0.1 -p '{PORT}' -js -sd "$dir/nats"
   export ELLIPSIS_TEST_NATS_URL="nats://127.0.0.1:$started_port"
@@ -96,8 +96,8 @@ echo "testenv: Redis $ELLIPSIS_TEST_REDIS_URL, NATS $ELLIPSIS_TEST_NATS_URL" >&2
 
 # The need() above also serves the tests that start servers of their own
 # (outage, Cluster and Sentinel tests run redis-server and nats-server).
-need redis-server redis-server
-need nats-server nats-server
+need redis-server redis-server redis
+need nats-server nats-server nats-server
 
 set +e
 "$@"

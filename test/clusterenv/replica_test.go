@@ -66,10 +66,16 @@ func TestRedisAddReplicaFailover(t *testing.T) {
 	}
 
 	key, slot := keyOn(t, c, "fo", 1)
-	if err := c.Client().Set(ctx, key, "v1", 0).Err(); err != nil {
-		t.Fatalf("SET %s: %v", key, err)
+	// SET and WAIT in one pipeline, so on one connection: WAIT waits only
+	// for the writes of its own connection (Redis docs, WAIT), so after a
+	// SET made elsewhere it returns at once and the kill could lose the key.
+	pipe := c.Node(1).Pipeline()
+	pipe.Set(ctx, key, "v1", 0)
+	wait := pipe.Do(ctx, "WAIT", 1, 2000)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatalf("SET %s + WAIT on master 1: %v", key, err)
 	}
-	if n, err := c.Node(1).Do(ctx, "WAIT", 1, 2000).Int(); err != nil || n != 1 {
+	if n, err := wait.Int(); err != nil || n != 1 {
 		t.Fatalf("WAIT 1 2000 on master 1 = %d, %v; want 1 replica", n, err)
 	}
 

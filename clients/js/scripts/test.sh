@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test of the browser SDK (clients/js), independent of the Makefile:
-#   1. npm ci (devDependencies only: playwright-core, typescript, @asyncapi/parser)
+#   1. npm ci --prefer-offline (devDependencies only: playwright-core, typescript, @asyncapi/parser)
 #   2. types: tsc --strict on types/usage.ts against src/ellipsis.d.ts
 #   3. unit tests (node --test, fake timers; docs/asyncapi.yaml parsed and
 #      its examples validated) and the keystroke replay of
@@ -26,7 +26,10 @@ start=$SECONDS
 step() { printf '\n== clients/js [%ss]: %s\n' "$((SECONDS - start))" "$*"; }
 
 step "npm ci"
-npm ci --no-audit --no-fund --loglevel=error
+# --prefer-offline: packages already in npm's cache are used without asking
+# the registry again, so a second run works offline (without it, npm retries
+# the registry for about a minute per request before using its cache).
+npm ci --prefer-offline --no-audit --no-fund --loglevel=error
 
 mkdir -p test-artifacts
 bindir="$(mktemp -d "${TMPDIR:-/tmp}/ellipsis-e2e-bin.XXXXXX")"

@@ -73,14 +73,11 @@ func run() int {
     NATS:        %s (%s)
     Redis:       %s (%s)
 
-  Open %s in two browser tabs (or two browsers), enter a different user
-  in each, join the same room, and type in one: the other shows
-  "… is typing". Or run the scripted users: make demo
-
+%s
   Ctrl-C stops the stack.
 
 `, st.URL(), st.WebSocketURL(), cfg.Auth, authHint(cfg.Auth), adminLine(st.AdminAddr()),
-		backends.Redact(b.NATSURL), b.NATSSource, backends.Redact(b.RedisURL), b.RedisSource, st.URL())
+		backends.Redact(b.NATSURL), b.NATSSource, backends.Redact(b.RedisURL), b.RedisSource, openHint(cfg.Auth, st.URL()))
 
 	<-ctx.Done()
 	stop() // a second Ctrl-C kills the process at once
@@ -100,6 +97,23 @@ func adminLine(addr string) string {
 		return "(disabled: ELLIPSIS_ADMIN_ADDR is empty)"
 	}
 	return "http://" + devstack.BrowserHost(addr) + "/healthz  /readyz  /metrics"
+}
+
+// openHint tells how to see the indicator in two tabs: with auth none any
+// name will do; with jwt each tab needs a token (README, "Quick start").
+func openHint(mode, url string) string {
+	if mode == config.AuthNone {
+		return fmt.Sprintf(`  Open %s in two browser tabs (or two browsers), enter a different user
+  in each, join the same room, and type in one: the other shows
+  "… is typing". Or run the scripted users: make demo
+`, url)
+	}
+	return fmt.Sprintf(`  Auth is jwt: each tab needs its own token. Mint one per user with
+    go run ./tools/cmd/ellipsis-token -sub alice -name Alice   (HS256: -secret-file or $ELLIPSIS_JWT_SECRET; JWKS: -key)
+  open %s?room=lobby&token=<the token> in two tabs, one token each,
+  and type in one: the other shows "… is typing". Or run the scripted users:
+  make demo (HS256: with ELLIPSIS_JWT_SECRET set)
+`, url)
 }
 
 func authHint(mode string) string {

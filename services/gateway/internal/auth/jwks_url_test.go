@@ -43,7 +43,10 @@ func newJWKSServer(t *testing.T, tls bool, body []byte) *jwksServer {
 		s.mu.Unlock()
 		if hang {
 			<-r.Context().Done() // the client gives up
-			return
+			// Abort: returning would send an empty 200, which a client
+			// still reading (its close racing the reply) takes as an
+			// empty, invalid JWKS instead of a timeout.
+			panic(http.ErrAbortHandler)
 		}
 		if s.conditional && status == http.StatusOK {
 			sum := sha256.Sum256(body)
