@@ -303,8 +303,18 @@ test("more typists than the snapshot lists: \"N people are typing…\" from tota
     const j = await bob.page.evaluate(() => ({ listed: window.ellipsisDemo.room.typists.length, total: window.ellipsisDemo.room.total }));
     assert.deepEqual(j, { listed: 2, total: 3 }, "the joined snapshot: two listed, three counted");
     await lineBecomes(bob.page, "3 people are typing…", 5000);
-    // Dan's refresh (15 s after his first key) lists him: names again.
-    await lineBecomes(bob.page, "Alice, Carol and Dan are typing…", 25_000);
+    // The refresh (15 s after the first key) of the typist the cut list
+    // left out lists him: names again. Which one was left out is the
+    // store's choice (it lists the most recently active), so the order of
+    // the names is not fixed.
+    await bob.page.waitForFunction(
+      () => {
+        const text = document.getElementById("typing").dataset.text || "";
+        return ["Alice", "Carol", "Dan"].every((n) => text.includes(n)) && text.endsWith(" are typing…");
+      },
+      null,
+      { timeout: 25_000, polling: 50 },
+    );
     await Promise.all(typing);
   } finally {
     for (const u of users) await u.close();
