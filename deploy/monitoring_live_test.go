@@ -49,7 +49,7 @@ func testBackends() (redisURL, natsURL string) {
 // queries name them.
 func TestMonitoringQueriesOnlyExportedMetrics(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs both services")
+		t.Skip("-short: builds and runs both services against Redis and NATS; make test runs it (no -short)")
 	}
 	queried := queriedMetrics(t)
 	gw, wk := startServices(t)

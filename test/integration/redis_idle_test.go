@@ -52,7 +52,7 @@ func subscriberIDs(t *testing.T, addr string) []string {
 // Skipped with -short.
 func TestGatewayIdleLinkNeverRedialed(t *testing.T) {
 	if testing.Short() {
-		t.Skip("60 s")
+		t.Skip("-short: watches an idle link for 60 s; make test runs it (no -short)")
 	}
 	t.Parallel()
 	r := startPrivateRedis(t)

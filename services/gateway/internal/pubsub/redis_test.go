@@ -300,7 +300,7 @@ func TestSilentLinkDeathNoticedAndRestored(t *testing.T) {
 // new connection. Skipped with -short.
 func TestIdleLinkNeverRedialed(t *testing.T) {
 	if testing.Short() {
-		t.Skip("60 s")
+		t.Skip("-short: watches an idle link for 60 s; make test runs it (no -short)")
 	}
 	t.Parallel()
 	addr := privateRedis(t)
