@@ -227,14 +227,3 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 		s.rl.Warn("nats-reply", "snapshot reply failed", zap.Error(err))
 	}
 }
-
-// capSnapshot lists the first max of users (the store's list, sorted by
-// user) with Total = len(users). It stands in for the store cutting the
-// list itself (and counting the rest without reading them).
-func capSnapshot(users []protocol.Typist, max int) protocol.Snapshot {
-	total := len(users)
-	if len(users) > max {
-		users = users[:max]
-	}
-	return protocol.Snapshot{Users: users, Total: total}
-}

@@ -35,19 +35,6 @@ func bigTypists(n int) []protocol.Typist {
 	return out
 }
 
-func TestCapSnapshot(t *testing.T) {
-	users := bigTypists(5)
-	if s := capSnapshot(users, 3); len(s.Users) != 3 || s.Total != 5 || s.Users[2] != users[2] || !s.Cut() {
-		t.Fatalf("cap 3 of 5: %d listed, total %d", len(s.Users), s.Total)
-	}
-	if s := capSnapshot(users, 5); len(s.Users) != 5 || s.Total != 5 || s.Cut() {
-		t.Fatalf("cap 5 of 5: %d listed, total %d", len(s.Users), s.Total)
-	}
-	if s := capSnapshot(nil, 5); len(s.Users) != 0 || s.Total != 0 {
-		t.Fatalf("empty: %+v", s)
-	}
-}
-
 // A reply never exceeds maxPayload, lists as many typists as fit (a
 // prefix of the list), and keeps total; one that fits is not touched.
 func TestEncodeSnapshotReplyFitsPayload(t *testing.T) {

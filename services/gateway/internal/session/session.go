@@ -94,8 +94,6 @@ type Backend interface {
 	Connected() bool
 	// Publish sends one command, or fails at once (never buffers it).
 	Publish(cmd *protocol.Command) error
-	// Snapshot returns who is typing in room.
-	Snapshot(ctx context.Context, room string) (protocol.Snapshot, error)
 }
 
 // Rooms is the hub as a connection sees it (*hub.Hub implements it).
