@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -140,7 +141,7 @@ func callCount(cmd protocol.Command) int {
 func (s *Server) dispatch(cmd protocol.Command) {
 	select {
 	case <-s.quit:
-		s.m.commands.WithLabelValues(opLabel(cmd.Op), OutcomeError).Inc()
+		s.m.commands.WithLabelValues(opLabel(cmd.Op), store.OutcomeError).Inc()
 		return
 	default:
 	}
@@ -214,7 +215,7 @@ func (s *Server) applyBatch(ctx context.Context, cmds []protocol.Command) {
 			continue // an op DecodeCommand does not admit
 		}
 		if err != nil {
-			outcome = OutcomeError
+			outcome = store.OutcomeError
 			s.rl.Error("command-"+cmd.Op, "typing command failed",
 				zap.String("op", cmd.Op), zap.String("room", cmd.Room), zap.Int("rooms", len(cmd.Rooms)),
 				zap.String("user_id", cmd.User), zap.String("conn_id", cmd.Conn), zap.Error(err))

@@ -14,13 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // dispatchServer is a Server with just what dispatch and the shards need,
 // on st, with nShards shard queues (not started).
-func dispatchServer(t *testing.T, st Store, nShards int) (*Server, *prometheus.Registry) {
+func dispatchServer(t *testing.T, st store.Store, nShards int) (*Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg, false)
@@ -49,13 +50,13 @@ func dispatchServer(t *testing.T, st Store, nShards int) (*Server, *prometheus.R
 // records, per connection, the seqs applied, in order, and the worst time
 // from a command's dispatch (sentAt, by key) to its Apply on another shard.
 type slowShardStore struct {
-	Store   // only Apply is called
-	shardOf func(protocol.Command) int
-	slow    int
-	delay   time.Duration
-	release chan struct{}
-	keys    map[string]int // conn/seq -> index in sentAt; read-only once fed
-	sentAt  []atomic.Int64 // unix ns at dispatch
+	store.Store // only Apply is called
+	shardOf     func(protocol.Command) int
+	slow        int
+	delay       time.Duration
+	release     chan struct{}
+	keys        map[string]int // conn/seq -> index in sentAt; read-only once fed
+	sentAt      []atomic.Int64 // unix ns at dispatch
 
 	mu      sync.Mutex
 	seqs    map[string][]uint64
@@ -96,9 +97,9 @@ func (f *slowShardStore) Apply(_ context.Context, cmds []protocol.Command) ([]st
 	}
 	outs := make([]string, len(cmds))
 	for i, c := range cmds {
-		outs[i] = OutcomeStarted
+		outs[i] = store.OutcomeStarted
 		if c.Op != protocol.OpStart {
-			outs[i] = OutcomeStopped
+			outs[i] = store.OutcomeStopped
 		}
 	}
 	return outs, make([]error, len(cmds))
@@ -320,18 +321,18 @@ func TestDispatchOverflowRule(t *testing.T) {
 
 	close(s.quit)
 	s.dispatch(start("r", "u", "", "c", 30000))
-	if got := count(protocol.OpStart, OutcomeError); got != 1 {
+	if got := count(protocol.OpStart, store.OutcomeError); got != 1 {
 		t.Errorf("after quit: commands_total{op=start,outcome=error} = %v, want 1", got)
 	}
 }
 
 // nopStore applies nothing: the shards only take their queues.
-type nopStore struct{ Store }
+type nopStore struct{ store.Store }
 
 func (nopStore) Apply(_ context.Context, cmds []protocol.Command) ([]string, []error) {
 	outs := make([]string, len(cmds))
 	for i := range outs {
-		outs[i] = OutcomeThrottled
+		outs[i] = store.OutcomeThrottled
 	}
 	return outs, make([]error, len(cmds))
 }

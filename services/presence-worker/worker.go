@@ -37,6 +37,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
@@ -101,7 +102,7 @@ type Server struct {
 	stopping atomic.Bool // set when Shutdown begins
 
 	rdb redis.UniversalClient
-	st  Store
+	st  store.Store
 	nc  *nats.Conn
 	// natsClosed is closed by the NATS ClosedHandler.
 	natsClosed     chan struct{}
@@ -162,7 +163,7 @@ func New(opts Options) (*Server, error) {
 	if err := reg.Register(buildinfo.Collector(config.ServiceWorker)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
-	if err := checkScripts(); err != nil {
+	if err := store.CheckScripts(); err != nil {
 		return nil, err
 	}
 	batch := opts.commandBatch
@@ -235,7 +236,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 
 	s.rdb = s.redisOpts.NewClient()
-	if s.st, err = newStore(s.cfg.Store, s.cfg.RedisPubSubMode(), s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, s.m, s.log.Named("store"), s.rl); err != nil {
+	if s.st, err = store.New(s.cfg.Store, s.cfg.RedisPubSubMode(), s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, &s.m.Metrics, s.log.Named("store"), s.rl); err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -1,4 +1,7 @@
-package worker
+// Package store keeps the presence worker's typing state in Redis: the
+// [Store] interface and its Redis implementation, two layouts (zset, keys)
+// over one engine, and the Lua scripts (scripts/).
+package store
 
 import (
 	"context"
@@ -8,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -33,7 +37,7 @@ import (
 // (contract_test.go); README.md says where they differ in cost.
 //
 // Errors are Redis failures after retries, or an unexpected script reply;
-// Snapshot's errors are *snapshotError, which carry the reply code.
+// Snapshot's errors are *SnapshotError, which carry the reply code.
 type Store interface {
 	// Prepare loads the store's scripts on the server, so the first
 	// commands use EVALSHA at once. Failure is not fatal: calls fall back
@@ -78,6 +82,23 @@ type Store interface {
 	Snapshot(ctx context.Context, room string, limit int) (protocol.Snapshot, error)
 }
 
+// Metrics are the store's collectors; the worker makes and registers them
+// (ellipsis_worker_*, see the worker's README).
+type Metrics struct {
+	ScriptDuration  *prometheus.HistogramVec // {script}, seconds per script call or pipeline
+	RedisErrors     prometheus.Counter       // failed Redis tries
+	EventsPublished *prometheus.CounterVec   // {type}
+	ExpiredStops    prometheus.Counter       // typing_stop published by the sweep
+	SweepLag        prometheus.Histogram     // seconds between a room's due time and its sweep
+}
+
+// RateLog writes repetitive log lines (Redis errors, malformed members) at
+// most once per key per interval; the worker's rate-limited logger.
+type RateLog interface {
+	Warn(key, msg string, fields ...zap.Field)
+	Error(key, msg string, fields ...zap.Field)
+}
+
 // SweepResult sums one [Store.Sweep].
 type SweepResult struct {
 	Rooms   int // due rooms swept
@@ -111,8 +132,8 @@ const (
 	// millisecond of Redis.
 	MaxSnapshotLimit = 500
 
-	// redisAttempts bounds the tries of one script call (or pipeline).
-	redisAttempts = 4
+	// RedisAttempts bounds the tries of one script call (or pipeline).
+	RedisAttempts = 4
 	// redisBackoffMin and redisBackoffMax bound the jittered exponential
 	// backoff between tries: 50ms, 100ms, 200ms, ... capped at 1s.
 	redisBackoffMin = 50 * time.Millisecond
@@ -159,7 +180,7 @@ const (
 	scriptBatch = "batch"
 )
 
-// ErrUnknownStore is returned by newStore for a kind other than
+// ErrUnknownStore is returned by New for a kind other than
 // config.StoreZSet and config.StoreKeys (config.Validate rejects those
 // first, naming ELLIPSIS_STORE).
 var ErrUnknownStore = errors.New("worker: unknown store")
@@ -184,11 +205,11 @@ type redisStore struct {
 
 var _ Store = (*redisStore)(nil)
 
-// newStore builds the store of kind (config.StoreZSet or config.StoreKeys)
+// New builds the store of kind (config.StoreZSet or config.StoreKeys)
 // on rdb, publishing room events with PUBLISH (pubsub
 // redisconn.PubSubClassic) or SPUBLISH (redisconn.PubSubSharded). It does
 // no I/O.
-func newStore(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *metrics, log *zap.Logger, rl *rateLog) (*redisStore, error) {
+func New(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *Metrics, log *zap.Logger, rl RateLog) (*redisStore, error) {
 	st := &redisStore{engine: engine{
 		rdb: rdb, names: n, m: m, log: log, rl: rl,
 		indexAfter: isCluster(rdb),
@@ -219,12 +240,12 @@ func newStore(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl
 	return st, nil
 }
 
-// checkScripts builds every store's scripts once, so a broken embed fails
+// CheckScripts builds every store's scripts once, so a broken embed fails
 // New instead of the first command.
-func checkScripts() error {
+func CheckScripts() error {
 	for _, kind := range []string{config.StoreZSet, config.StoreKeys} {
 		for _, pubsub := range []string{redisconn.PubSubClassic, redisconn.PubSubSharded} {
-			if _, err := newStore(kind, pubsub, nil, names.Names{}, time.Second, time.Second, nil, nil, nil); err != nil {
+			if _, err := New(kind, pubsub, nil, names.Names{}, time.Second, time.Second, nil, nil, nil); err != nil {
 				return err
 			}
 		}

@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"
@@ -159,7 +159,7 @@ func (st *redisStore) applyRun(ctx context.Context, cmds []protocol.Command, out
 	for _, cmd := range cmds {
 		switch cmd.Op {
 		case protocol.OpStart, protocol.OpStop, protocol.OpLeave, protocol.OpDisconnect:
-			st.m.scriptDuration.WithLabelValues(commandScript(cmd.Op)).Observe(took)
+			st.m.ScriptDuration.WithLabelValues(commandScript(cmd.Op)).Observe(took)
 		}
 	}
 }
@@ -218,7 +218,7 @@ func (st *redisStore) callOutcome(res any, err error) (string, error) {
 		return OutcomeError, err
 	}
 	if typ := publishedBy(out); typ != "" {
-		st.m.eventsPublished.WithLabelValues(typ).Inc()
+		st.m.EventsPublished.WithLabelValues(typ).Inc()
 	}
 	return out, nil
 }
