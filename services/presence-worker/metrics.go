@@ -63,7 +63,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 		},
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "commands_total",
-			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown; other) and outcome (started, refreshed, throttled, stopped, noop, stale, invalid, error; shed and overflow: dropped because the command's shard queue was past its start room or full).",
+			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown; other) and outcome (" + outcomeLabels() + "; shed and overflow: dropped because the command's shard queue was past its start room or full).",
 		}, []string{"op", "outcome"}),
 		natsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "nats_errors_total",
@@ -172,6 +172,25 @@ func boundedLabel(set map[string]bool, v string) string {
 		return v
 	}
 	return labelOther
+}
+
+// command counts one command in commands_total: op (opLabel) and the
+// outcome, whose label is [store.Outcome.String] (a closed set).
+func (m *metrics) command(op string, o store.Outcome) {
+	m.commands.WithLabelValues(opLabel(op), o.String()).Inc()
+}
+
+// outcomeLabels are the outcome label values of commands_total, for its
+// help text.
+func outcomeLabels() string {
+	var b strings.Builder
+	for i, o := range store.Outcomes() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(o.String())
+	}
+	return b.String()
 }
 
 // opLabel is the op label of commands_total.

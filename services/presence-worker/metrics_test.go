@@ -37,7 +37,7 @@ func TestLabelsAreBounded(t *testing.T) {
 	}
 	for i := range 1000 {
 		s := "x" + strconv.Itoa(i)
-		m.commands.WithLabelValues(opLabel(s), store.OutcomeInvalid).Inc()
+		m.commands.WithLabelValues(opLabel(s), store.OutcomeInvalid.String()).Inc()
 		m.invalidPayloads.WithLabelValues(fieldLabel(s)).Inc()
 		m.invalidPayloads.WithLabelValues(fieldLabel(s + "[1]")).Inc()
 		m.snapshots.WithLabelValues(snapshotLabel(s)).Inc()

@@ -160,7 +160,7 @@ func (s *Server) dropInvalid(msg *nats.Msg, err error) {
 		field = fieldLabel(fe.Field) // rooms[17] -> rooms; a fixed set
 	}
 	s.m.invalidPayloads.WithLabelValues(field).Inc()
-	s.m.commands.WithLabelValues("unknown", store.OutcomeInvalid).Inc()
+	s.m.command("unknown", store.OutcomeInvalid)
 	s.rl.Warn("invalid-command", "dropping invalid command",
 		zap.String("subject", msg.Subject), zap.String("field", field), zap.Int("bytes", len(msg.Data)), zap.Error(err))
 }

@@ -28,12 +28,12 @@ type fakeStore struct {
 	applied     chan int // receives each batch's length
 }
 
-func (f *fakeStore) Apply(_ context.Context, cmds []protocol.Command) ([]string, []error) {
+func (f *fakeStore) Apply(_ context.Context, cmds []protocol.Command) ([]store.Outcome, []error) {
 	f.mu.Lock()
 	f.batches = append(f.batches, slices.Clone(cmds))
 	f.mu.Unlock()
 	f.applied <- len(cmds)
-	outs := make([]string, len(cmds))
+	outs := make([]store.Outcome, len(cmds))
 	for i := range outs {
 		outs[i] = store.OutcomeStarted
 	}
@@ -135,7 +135,7 @@ func TestShardBatchesWhatIsQueued(t *testing.T) {
 			t.Fatalf("command %d applied with seq %d: order lost", i, c.Seq)
 		}
 	}
-	if n := gatherSumB(s.m, store.OutcomeStarted); n != 111 {
+	if n := gatherSumB(s.m, store.OutcomeStarted.String()); n != 111 {
 		t.Fatalf("commands_total %v, want 111 (one per command)", n)
 	}
 }
@@ -169,13 +169,13 @@ func TestBatchedCommandsKeepConnectionOrder(t *testing.T) {
 		count := func(op, outcome string) float64 {
 			return e.metric("ellipsis_worker_commands_total", map[string]string{"op": op, "outcome": outcome})
 		}
-		if n := count("start", store.OutcomeStarted); n != 150 {
+		if n := count("start", store.OutcomeStarted.String()); n != 150 {
 			t.Errorf("started %v, want 150", n)
 		}
-		if n := count("start", store.OutcomeThrottled) + count("start", store.OutcomeRefreshed); n != 50 {
+		if n := count("start", store.OutcomeThrottled.String()) + count("start", store.OutcomeRefreshed.String()); n != 50 {
 			t.Errorf("refreshes %v, want 50", n)
 		}
-		if n := count("stop", store.OutcomeStopped); n != 100 {
+		if n := count("stop", store.OutcomeStopped.String()); n != 100 {
 			t.Errorf("stopped %v, want 100", n)
 		}
 		if n := e.processed(); n != float64(len(cmds)) {

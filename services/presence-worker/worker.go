@@ -236,7 +236,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 
 	s.rdb = s.redisOpts.NewClient()
-	if s.st, err = store.New(s.cfg.Store, s.cfg.RedisPubSubMode(), s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, &s.m.Metrics, s.log.Named("store"), s.rl); err != nil {
+	if s.st, err = store.New(store.Options{Kind: s.cfg.Store, PubSub: s.cfg.RedisPubSubMode(), Redis: s.rdb, Names: s.names, TTL: s.cfg.TypingTTL, Throttle: s.cfg.TypingThrottle, Metrics: &s.m.Metrics, Log: s.log.Named("store"), RateLog: s.rl}); err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)

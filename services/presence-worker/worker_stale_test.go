@@ -123,7 +123,7 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 
 		// Another worker applies the chat service's "message posted".
 		m, _ := newMetrics(prometheus.NewRegistry(), false)
-		other, err := store.New(e.cfg.Store, be.pubsub, e.rdb, e.names, testTTL, testThrottle, &m.Metrics, zap.NewNop(), newRateLog(zap.NewNop(), time.Second))
+		other, err := store.New(store.Options{Kind: e.cfg.Store, PubSub: be.pubsub, Redis: e.rdb, Names: e.names, TTL: testTTL, Throttle: testThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: newRateLog(zap.NewNop(), time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,13 +135,13 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 		proxy.resume()
 		defer func() {
 			if t.Failed() {
-				for _, o := range []string{store.OutcomeStarted, store.OutcomeRefreshed, store.OutcomeThrottled, store.OutcomeStale, store.OutcomeError, store.OutcomeSuperseded} {
+				for _, o := range []string{store.OutcomeStarted.String(), store.OutcomeRefreshed.String(), store.OutcomeThrottled.String(), store.OutcomeStale.String(), store.OutcomeError.String(), store.OutcomeSuperseded.String()} {
 					t.Logf("start %s: %v", o, e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": o}))
 				}
 			}
 		}()
 		e.eventually("the held start dropped as superseded", func() bool {
-			return e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": store.OutcomeSuperseded}) == 1
+			return e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": store.OutcomeSuperseded.String()}) == 1
 		})
 		s.expectNone(300 * time.Millisecond)
 		if got := typists(e.snapshot("r")); len(got) != 0 {
@@ -152,7 +152,7 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 		late := start("r", "bob", "Bob", "c2", 1)
 		late.TsMs = time.Now().Add(-2 * testTTL).UnixMilli()
 		e.send(late)
-		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": store.OutcomeLate}); n != 1 {
+		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": store.OutcomeLate.String()}); n != 1 {
 			t.Fatalf("commands_total{start,late} = %v", n)
 		}
 		s.expectNone(200 * time.Millisecond)

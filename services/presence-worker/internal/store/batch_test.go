@@ -133,7 +133,7 @@ func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
 		t.Fatal(err)
 	}
 	n := names.New("t-"+randHex(5)+":", "")
-	st, err := New(kind, be.pubsub, srdb, n, 10*time.Second, 5*time.Second, m, testLogger(), testRateLog{zap.NewNop()})
+	st, err := New(Options{Kind: kind, PubSub: be.pubsub, Redis: srdb, Names: n, TTL: 10 * time.Second, Throttle: 5 * time.Second, Metrics: m, Log: testLogger(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,12 +168,12 @@ func forEachKindAndBackend(t *testing.T, f func(t *testing.T, be backend, kind s
 // oneByOne applies cmds one at a time with Start, Stop and Disconnect, as
 // the shards did before batching, and returns each command's outcome as
 // Apply reports it.
-func oneByOne(t *testing.T, st Store, cmds []protocol.Command) []string {
+func oneByOne(t *testing.T, st Store, cmds []protocol.Command) []Outcome {
 	t.Helper()
 	ctx := context.Background()
-	var outs []string
+	var outs []Outcome
 	for _, c := range cmds {
-		var out string
+		var out Outcome
 		var err error
 		switch c.Op {
 		case protocol.OpStart:
@@ -183,7 +183,7 @@ func oneByOne(t *testing.T, st Store, cmds []protocol.Command) []string {
 		case protocol.OpLeave:
 			out, err = st.Stop(ctx, c, protocol.ReasonLeft)
 		case protocol.OpDisconnect:
-			var rooms []string
+			var rooms []Outcome
 			rooms, err = st.Disconnect(ctx, c)
 			out = disconnectOutcome(rooms, err)
 		}
@@ -196,7 +196,7 @@ func oneByOne(t *testing.T, st Store, cmds []protocol.Command) []string {
 }
 
 // applied applies cmds with one Apply and fails on any error.
-func applied(t *testing.T, st Store, cmds []protocol.Command) []string {
+func applied(t *testing.T, st Store, cmds []protocol.Command) []Outcome {
 	t.Helper()
 	outs, errs := st.Apply(context.Background(), cmds)
 	if len(outs) != len(cmds) || len(errs) != len(cmds) {
@@ -251,7 +251,7 @@ func TestContractApplyMatchesOneByOne(t *testing.T) {
 			stop("r3", "erin", "e1", 4),
 			stop("r2", "dave", "d1", 0), // unordered
 		}
-		want := []string{
+		want := []Outcome{
 			OutcomeStarted, OutcomeThrottled, OutcomeThrottled, OutcomeNoop,
 			OutcomeStarted, OutcomeStale, OutcomeStopped, OutcomeStarted,
 			OutcomeStopped, OutcomeStarted, OutcomeThrottled,
@@ -329,7 +329,7 @@ func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
 			start("r1", "u3", "", "c3", 1),
 		})
 		// The three lost replies ran on the first try: their reruns are stale.
-		if want := []string{OutcomeStarted, OutcomeStale, OutcomeStale, OutcomeStale}; !slices.Equal(got, want) {
+		if want := []Outcome{OutcomeStarted, OutcomeStale, OutcomeStale, OutcomeStale}; !slices.Equal(got, want) {
 			t.Fatalf("outcomes %v, want %v", got, want)
 		}
 		ev := eventsByRoom(s, 300*time.Millisecond)["r1"]
@@ -362,7 +362,7 @@ func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
 			start("r1", "u2", "", "c2", 0),
 			stop("r1", "u2", "", 0),
 		})
-		if want := []string{OutcomeThrottled, OutcomeNoop, OutcomeThrottled, OutcomeNoop}; !slices.Equal(got, want) {
+		if want := []Outcome{OutcomeThrottled, OutcomeNoop, OutcomeThrottled, OutcomeNoop}; !slices.Equal(got, want) {
 			t.Fatalf("outcomes %v, want %v (the reruns of applied commands)", got, want)
 		}
 		ev := eventsByRoom(s, 300*time.Millisecond)["r1"]
@@ -417,7 +417,7 @@ func TestApplyRetryAfterLaterCallRanIsStale(t *testing.T) {
 			stop("r1", "u1", "c1", 2),
 			start("r1", "u2", "", "c2", 1),
 		})
-		if want := []string{OutcomeStale, OutcomeNoop, OutcomeStarted}; !slices.Equal(got, want) {
+		if want := []Outcome{OutcomeStale, OutcomeNoop, OutcomeStarted}; !slices.Equal(got, want) {
 			t.Fatalf("outcomes %v, want %v", got, want)
 		}
 		if ev := eventsByRoom(s, 300*time.Millisecond)["r1"]; !slices.Equal(ev, []string{"typing_start u2"}) {
@@ -442,7 +442,7 @@ func TestApplyReloadsFlushedScripts(t *testing.T) {
 				start("r1", "u2", "", "c2", 1),
 				stop("r1", "u1", "c1", 2),
 			})
-			if want := []string{OutcomeStarted, OutcomeStarted, OutcomeStopped}; !slices.Equal(got, want) {
+			if want := []Outcome{OutcomeStarted, OutcomeStarted, OutcomeStopped}; !slices.Equal(got, want) {
 				t.Fatalf("outcomes %v, want %v", got, want)
 			}
 			if pipes, singles := e.hook.sent(); !slices.Equal(pipes, []int{3, 3}) || len(singles) != 2 {
@@ -464,7 +464,7 @@ func TestApplyLostUnorderedStartReplyStillIndexed(t *testing.T) {
 		e.hook.mu.Lock()
 		e.hook.loseEveryOtherReply = true
 		e.hook.mu.Unlock()
-		if got := applied(t, e.st, []protocol.Command{start("r1", "u1", "", "c1", 0)}); !slices.Equal(got, []string{OutcomeThrottled}) {
+		if got := applied(t, e.st, []protocol.Command{start("r1", "u1", "", "c1", 0)}); !slices.Equal(got, []Outcome{OutcomeThrottled}) {
 			t.Fatalf("outcomes %v, want the rerun's throttled", got)
 		}
 		bucket := e.names.SweepKey(names.SweepBucket("r1"))

@@ -265,7 +265,7 @@ func benchStore(b *testing.B, kind string, rdb redis.UniversalClient) (Store, na
 		b.Fatal(err)
 	}
 	n := names.New("b:", "")
-	st, err := New(kind, testPubSub, rdb, n, time.Hour, 30*time.Minute, m, zap.NewNop(), testRateLog{zap.NewNop()})
+	st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: time.Hour, Throttle: 30 * time.Minute, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -275,8 +275,8 @@ func benchStore(b *testing.B, kind string, rdb redis.UniversalClient) (Store, na
 	return st, n
 }
 
-func mustOutcome(b *testing.B, want string) func(string, error) {
-	return func(out string, err error) {
+func mustOutcome(b *testing.B, want Outcome) func(Outcome, error) {
+	return func(out Outcome, err error) {
 		if err != nil || out != want {
 			b.Fatalf("outcome %q, %v; want %q", out, err, want)
 		}
@@ -573,11 +573,11 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := New(kind, testPubSub, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), testRateLog{zap.NewNop()})
+			st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.DefaultTypingTTL, Throttle: config.DefaultTypingThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 			if err != nil {
 				b.Fatal(err)
 			}
-			bs := st
+			bs := st.(*redisStore)
 			var next atomic.Int64
 			var failed atomic.Int64
 			b.ReportAllocs()

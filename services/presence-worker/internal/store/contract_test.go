@@ -52,7 +52,7 @@ func forEachKindTTL(t *testing.T, ttl time.Duration, f func(t *testing.T, se *st
 	}
 }
 
-func (se *storeEnv) startNamed(room, user, name, conn string, seq uint64, want ...string) {
+func (se *storeEnv) startNamed(room, user, name, conn string, seq uint64, want ...Outcome) {
 	se.t.Helper()
 	out, err := se.st.Start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: name})
 	if err != nil || !slices.Contains(want, out) {
@@ -60,7 +60,7 @@ func (se *storeEnv) startNamed(room, user, name, conn string, seq uint64, want .
 	}
 }
 
-func (se *storeEnv) stopReason(room, user, conn string, seq uint64, reason, want string) {
+func (se *storeEnv) stopReason(room, user, conn string, seq uint64, reason string, want Outcome) {
 	se.t.Helper()
 	out, err := se.st.Stop(context.Background(), protocol.Command{V: 1, Op: "stop", Room: room, User: user, Conn: conn, Seq: seq}, reason)
 	if err != nil || out != want {
@@ -250,7 +250,7 @@ func TestContractDisconnect(t *testing.T) {
 		se.startNamed("r2", "u", "", "c", 2, OutcomeStarted)
 		se.startNamed("r2", "u", "", "other", 1, OutcomeThrottled) // another device in r2
 		outs, err := se.st.Disconnect(context.Background(), protocol.Command{V: 1, Op: "disconnect", Rooms: []string{"r1", "r2", "r3"}, User: "u", Conn: "c", Seq: 3})
-		if err != nil || !slices.Equal(outs, []string{OutcomeStopped, OutcomeNoop, OutcomeNoop}) {
+		if err != nil || !slices.Equal(outs, []Outcome{OutcomeStopped, OutcomeNoop, OutcomeNoop}) {
 			t.Fatalf("disconnect: %v, %v", outs, err)
 		}
 		s.expect(protocol.TypeTypingStart, "r1", "u", "", waitLong)
@@ -545,7 +545,7 @@ func TestContractGlobKeyPrefix(t *testing.T) {
 			prefixes := []string{base + "[ab]*:", base + "a-x:", base + "b:", base + "\\:"}
 			stores := map[string]Store{}
 			for _, p := range prefixes {
-				st, err := New(config.StoreKeys, testPubSub, rdb, names.New(p, ""), stTTL, stThrottle, m, zap.NewNop(), testRateLog{zap.NewNop()})
+				st, err := New(Options{Kind: config.StoreKeys, PubSub: testPubSub, Redis: rdb, Names: names.New(p, ""), TTL: stTTL, Throttle: stThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -632,14 +632,14 @@ func TestContractLegacySweepIndexMigrated(t *testing.T) {
 // New names ELLIPSIS_STORE; see TestContractStoreSelection there).
 func TestNewSelectsLayout(t *testing.T) {
 	m, _ := newMetrics(prometheus.NewRegistry(), false)
-	if _, err := New("", testPubSub, nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil); !errors.Is(err, ErrUnknownStore) {
+	if _, err := New(Options{Kind: "", PubSub: testPubSub, Names: names.New("", ""), TTL: time.Second, Throttle: 0, Metrics: m, Log: zap.NewNop()}); !errors.Is(err, ErrUnknownStore) {
 		t.Fatalf("New(\"\"): %v, want ErrUnknownStore", err)
 	}
-	st, err := New(config.StoreKeys, testPubSub, nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil)
+	st, err := New(Options{Kind: config.StoreKeys, PubSub: testPubSub, Names: names.New("", ""), TTL: time.Second, Throttle: 0, Metrics: m, Log: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("New(keys): %v", err)
 	}
-	if _, ok := st.lay.(*keysLayout); !ok {
+	if _, ok := st.(*redisStore).lay.(*keysLayout); !ok {
 		t.Fatalf("New(keys): %T, %v", st, err)
 	}
 }

@@ -99,7 +99,7 @@ func BenchmarkRoomSize(b *testing.B) {
 			})
 			b.Run(pfx+"/op=sweep", func(b *testing.B) {
 				m, _ := newMetrics(prometheus.NewRegistry(), false)
-				short, err := New(kind, testPubSub, p.rdb, n, 20*time.Millisecond, 10*time.Millisecond, m, zap.NewNop(), testRateLog{zap.NewNop()})
+				short, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: p.rdb, Names: n, TTL: 20 * time.Millisecond, Throttle: 10 * time.Millisecond, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -46,27 +46,27 @@ type Store interface {
 	// Start applies a start command (Room, User, Conn set) and returns
 	// OutcomeStarted, OutcomeRefreshed, OutcomeThrottled, OutcomeCoalesced,
 	// OutcomeStale, OutcomeLate or OutcomeSuperseded.
-	Start(ctx context.Context, cmd protocol.Command) (string, error)
+	Start(ctx context.Context, cmd protocol.Command) (Outcome, error)
 	// Stop applies a stop or leave command, reason protocol.ReasonStopped
 	// or protocol.ReasonLeft, and returns OutcomeStopped, OutcomeCoalesced,
 	// OutcomeNoop or OutcomeStale. Without Conn it ends every connection of
 	// the user in the room, ignores Seq, and supersedes the user's starts
 	// sent before it (see scripts/start.lua).
-	Stop(ctx context.Context, cmd protocol.Command, reason string) (string, error)
+	Stop(ctx context.Context, cmd protocol.Command, reason string) (Outcome, error)
 	// Disconnect stops the connection in every room of cmd.Rooms with
 	// reason protocol.ReasonDisconnected and returns one outcome per room
 	// (OutcomeError for a room that failed); the error joins the rooms'.
-	Disconnect(ctx context.Context, cmd protocol.Command) ([]string, error)
+	Disconnect(ctx context.Context, cmd protocol.Command) ([]Outcome, error)
 	// Apply applies cmds in order, each as Start, Stop (op stop: reason
 	// stopped; op leave: left) or Disconnect would, and returns one outcome
 	// and one error per command; a disconnect's outcome sums its rooms'
 	// (see disconnectOutcome), and an op DecodeCommand does not admit gets
-	// "" and no error. The script calls of consecutive ordered commands
+	// OutcomeNone and no error. The script calls of consecutive ordered commands
 	// (Seq and Conn set) go out as one pipeline, one round trip, retried
 	// as one; an unordered command is sent alone, after the commands before
 	// it have finished and before those after it start, exactly as Start,
 	// Stop and Disconnect send it. Why: [redisStore.apply].
-	Apply(ctx context.Context, cmds []protocol.Command) ([]string, []error)
+	Apply(ctx context.Context, cmds []protocol.Command) ([]Outcome, []error)
 	// Sweep settles the rooms due in the sweep index (every bucket, so
 	// every shard of a Cluster): typing_stop(expired) for every typist whose
 	// time ran out, and the final state of every user whose transitions
@@ -98,6 +98,24 @@ type RateLog interface {
 	Warn(key, msg string, fields ...zap.Field)
 	Error(key, msg string, fields ...zap.Field)
 }
+
+// unregisteredMetrics are collectors nobody gathers, for a store built
+// without Options.Metrics.
+func unregisteredMetrics() *Metrics {
+	return &Metrics{
+		ScriptDuration:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "script_duration_seconds"}, []string{"script"}),
+		RedisErrors:     prometheus.NewCounter(prometheus.CounterOpts{Name: "redis_errors_total"}),
+		EventsPublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_published_total"}, []string{"type"}),
+		ExpiredStops:    prometheus.NewCounter(prometheus.CounterOpts{Name: "expired_stops_total"}),
+		SweepLag:        prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sweep_lag_seconds"}),
+	}
+}
+
+// nopRateLog drops every line, for a store built without Options.RateLog.
+type nopRateLog struct{}
+
+func (nopRateLog) Warn(string, string, ...zap.Field)  {}
+func (nopRateLog) Error(string, string, ...zap.Field) {}
 
 // SweepResult sums one [Store.Sweep].
 type SweepResult struct {
@@ -205,14 +223,49 @@ type redisStore struct {
 
 var _ Store = (*redisStore)(nil)
 
-// New builds the store of kind (config.StoreZSet or config.StoreKeys)
-// on rdb, publishing room events with PUBLISH (pubsub
-// redisconn.PubSubClassic) or SPUBLISH (redisconn.PubSubSharded). It does
-// no I/O.
-func New(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *Metrics, log *zap.Logger, rl RateLog) (*redisStore, error) {
+// Options are what [New] builds a store from.
+type Options struct {
+	// Kind is config.StoreZSet or config.StoreKeys (ELLIPSIS_STORE); any
+	// other value is ErrUnknownStore.
+	Kind string
+	// PubSub is redisconn.PubSubClassic (events go out with PUBLISH) or
+	// redisconn.PubSubSharded (SPUBLISH).
+	PubSub string
+	// Redis is the client every call goes through; nil only to check the
+	// scripts (CheckScripts). A *redis.ClusterClient makes the worker index
+	// rooms for the sweep after the scripts (their bucket is in another
+	// slot).
+	Redis redis.UniversalClient
+	Names names.Names
+	// TTL and Throttle are the typing settings (ELLIPSIS_TYPING_TTL,
+	// ELLIPSIS_TYPING_THROTTLE).
+	TTL, Throttle time.Duration
+	// Metrics are the store's collectors; nil: unregistered ones.
+	Metrics *Metrics
+	// Log is the store's logger and RateLog its rate-limited one; nil:
+	// none.
+	Log     *zap.Logger
+	RateLog RateLog
+}
+
+// New builds the store of o.Kind on o.Redis (see [Options]). It does no
+// I/O. The store it returns also has MigrateLegacySweep(ctx) (int, error),
+// which moves the sweep index of workers older than the sweep buckets.
+func New(o Options) (Store, error) {
+	kind, n, ttl, throttle := o.Kind, o.Names, o.TTL, o.Throttle
+	m, log, rl := o.Metrics, o.Log, o.RateLog
+	if m == nil {
+		m = unregisteredMetrics()
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if rl == nil {
+		rl = nopRateLog{}
+	}
 	st := &redisStore{engine: engine{
-		rdb: rdb, names: n, m: m, log: log, rl: rl,
-		indexAfter: isCluster(rdb),
+		rdb: o.Redis, names: n, m: m, log: log, rl: rl,
+		indexAfter: isCluster(o.Redis),
 		ttlMs:      ttl.Milliseconds(),
 		throttleMs: throttle.Milliseconds(),
 		keyPxMs:    (ttl + DefaultKeyGrace + throttle).Milliseconds(),
@@ -226,7 +279,7 @@ func New(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl, thr
 	default:
 		return nil, fmt.Errorf("%w %q (want %s or %s)", ErrUnknownStore, kind, config.StoreZSet, config.StoreKeys)
 	}
-	publish := publishCommand(pubsub)
+	publish := publishCommand(o.PubSub)
 	for name, p := range map[string]**redis.Script{
 		"start": &st.lua.start, "stop": &st.lua.stop, "sweep": &st.lua.sweep,
 		"snapshot": &st.lua.snapshot, "due": &st.lua.due, "reschedule": &st.lua.reschedule,
@@ -245,7 +298,7 @@ func New(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl, thr
 func CheckScripts() error {
 	for _, kind := range []string{config.StoreZSet, config.StoreKeys} {
 		for _, pubsub := range []string{redisconn.PubSubClassic, redisconn.PubSubSharded} {
-			if _, err := New(kind, pubsub, nil, names.Names{}, time.Second, time.Second, nil, nil, nil); err != nil {
+			if _, err := New(Options{Kind: kind, PubSub: pubsub, Names: names.Names{}, TTL: time.Second, Throttle: time.Second}); err != nil {
 				return err
 			}
 		}

@@ -69,7 +69,7 @@ func newStoreEnvTTL(t *testing.T, be backend, kind string, ttl time.Duration) *s
 		t.Fatal(err)
 	}
 	n := names.New("t-"+randHex(5)+":", "")
-	st, err := New(kind, be.pubsub, rdb, n, ttl, stThrottle, m, testLogger(), testRateLog{zap.NewNop()})
+	st, err := New(Options{Kind: kind, PubSub: be.pubsub, Redis: rdb, Names: n, TTL: ttl, Throttle: stThrottle, Metrics: m, Log: testLogger(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func (se *storeEnv) subscribe(rooms ...string) *stream {
 	return subscribeRooms(se.t, se.rdb, se.names, se.pubsub, rooms...)
 }
 
-func (se *storeEnv) start(room, user, conn string, seq uint64, want string) {
+func (se *storeEnv) start(room, user, conn string, seq uint64, want Outcome) {
 	se.t.Helper()
 	out, err := se.st.Start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: "N"})
 	if err != nil || out != want {
@@ -109,7 +109,7 @@ func (se *storeEnv) start(room, user, conn string, seq uint64, want string) {
 	}
 }
 
-func (se *storeEnv) stop(room, user, conn string, seq uint64, want string) {
+func (se *storeEnv) stop(room, user, conn string, seq uint64, want Outcome) {
 	se.t.Helper()
 	out, err := se.st.Stop(context.Background(), protocol.Command{V: 1, Op: "stop", Room: room, User: user, Conn: conn, Seq: seq}, protocol.ReasonStopped)
 	if err != nil || out != want {
