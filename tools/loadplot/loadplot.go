@@ -81,17 +81,24 @@ var OfferedRate = X{Label: "offered typing state changes per second", Of: func(r
 // Connections is the number of connections open and joined.
 var Connections = X{Label: "connections (rooms of 5, half typing, 0.5 state changes/s each)", Of: func(r loadgen.Result) float64 { return float64(r.Connected) }}
 
-// Point is one run on a plot: X and the latency percentiles in ms.
+// Point is one run on a plot: X and the latency percentiles in ms, and
+// Lost, the share of the expected state-change deliveries that never
+// arrived (0 to 1): an overloaded run's percentiles leave those out, so the
+// plot says so next to the point.
 type Point struct {
 	X, P50, P99, P999 float64
+	Lost              float64
 }
 
 // Points turns runs into points sorted by x (a tie keeps the file order).
 func Points(runs []Run, x X) []Point {
 	pts := make([]Point, len(runs))
 	for i, r := range runs {
-		l := r.Result.Latency
+		l, d := r.Result.Latency, r.Result.Delivered
 		pts[i] = Point{X: x.Of(r.Result), P50: l.P50, P99: l.P99, P999: l.P999}
+		if d.ExpectedState > 0 && d.LostState > 0 {
+			pts[i].Lost = float64(d.LostState) / float64(d.ExpectedState)
+		}
 	}
 	sort.SliceStable(pts, func(i, j int) bool { return pts[i].X < pts[j].X })
 	return pts
@@ -150,6 +157,25 @@ func WriteSVG(w io.Writer, title string, x X, pts []Point) error {
 		points.Radius = vg.Points(3)
 		p.Add(line, points)
 		p.Legend.Add(s.name, line, points)
+	}
+	var lost plotter.XYLabels
+	for _, q := range pts {
+		if q.Lost > 0 {
+			lost.XYs = append(lost.XYs, plotter.XY{X: q.X, Y: q.P999})
+			lost.Labels = append(lost.Labels, fmt.Sprintf("%.1f%% lost", 100*q.Lost))
+		}
+	}
+	if len(lost.XYs) > 0 {
+		labels, err := plotter.NewLabels(lost)
+		if err != nil {
+			return fmt.Errorf("loadplot: lost labels: %w", err)
+		}
+		for i := range labels.TextStyle {
+			labels.TextStyle[i].XAlign = draw.XRight
+			labels.TextStyle[i].YAlign = draw.YBottom
+		}
+		labels.Offset = vg.Point{X: -vg.Points(4), Y: vg.Points(4)}
+		p.Add(labels)
 	}
 	wt, err := p.WriterTo(Width, Height, "svg")
 	if err != nil {

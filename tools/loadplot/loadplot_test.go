@@ -24,6 +24,10 @@ func writeSample(t *testing.T, dir, prefix string, rates ...float64) {
 		r.System, r.Mode = loadgen.SystemEllipsis, loadgen.ModeRate
 		r.Rate = rate
 		r.Conns, r.Connected, r.Rooms = 1000*(i+1), int64(1000*(i+1)), 100
+		r.Delivered.ExpectedState = 1000
+		if i == 1 {
+			r.Delivered.LostState = 125 // the second run of each set lost 12.5 %
+		}
 		r.Machine.CPUs, r.Machine.LoadBefore = 2, fmt.Sprintf("%d.50 1.00 1.00", i+1)
 		r.Latency = loadgen.Latency{Count: 1000, P50: 0.5 * float64(i+1), P90: 1, P99: 2 * float64(i+1), P999: 8 * float64(i+1), Max: 50}
 		b, err := json.Marshal(&r)
@@ -87,7 +91,7 @@ func TestDrawStandardFromSampleJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		text := svgDoc(t, b)
-		for _, want := range []string{"p50", "p99", "p99.9", "latency (ms"} {
+		for _, want := range []string{"p50", "p99", "p99.9", "latency (ms", "12.5% lost"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s: no text %q in the SVG", name, want)
 			}
