@@ -36,7 +36,7 @@ loadgen-idle:
 ## plots: the README's latency-against-load SVGs (docs/img/latency-vs-*.svg) from the committed sweep (docs/data/loadgen-sweep)
 plots:
 	cd tools && $(GO) run ./cmd/ellipsis-plots -data ../docs/data/loadgen-sweep -out ../docs/img
-## plots-sweep: run the load sweep first (tools/loadgen/sweep.sh, ~6 minutes, one run at a time), then draw
+## plots-sweep: run the load sweep first (tools/loadgen/sweep.sh, 12 runs of 10 s, one at a time), then draw
 plots-sweep:
 	tools/loadgen/sweep.sh
 	$(MAKE) --no-print-directory plots

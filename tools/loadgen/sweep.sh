@@ -11,7 +11,7 @@
 #                              of them typing at 0.5 state changes/s each
 #                              (C/4 per second in all; C in $CONNS_LIST)
 #
-#   tools/loadgen/sweep.sh                          # both sweeps, 10 s per point (~6 minutes)
+#   tools/loadgen/sweep.sh                          # both sweeps, 10 s per point (~5 to 10 minutes)
 #   RATES="500 1000" CONNS_LIST= tools/loadgen/sweep.sh
 #
 # Run from the repository root. OUT_DIR defaults to docs/data/loadgen-sweep
@@ -22,7 +22,7 @@ export PATH="/usr/local/go/bin:$PATH"
 cd "$(dirname "$0")/../.."
 
 OUT_DIR=${OUT_DIR:-docs/data/loadgen-sweep}
-RATES=${RATES-500 1000 2000 3000 4000}
+RATES=${RATES-250 500 1000 1500 2000 3000 4000}
 RATE_CONNS=${RATE_CONNS:-4000}
 CONNS_LIST=${CONNS_LIST-1000 2000 5000 10000 15000}
 DURATION=${DURATION:-10s}
