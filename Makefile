@@ -13,7 +13,7 @@ FUZZTIME ?= 50000x
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
+.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle plots plots-sweep fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -32,6 +32,14 @@ loadgen-fanout:
 	tools/loadgen/run.sh fanout
 loadgen-idle:
 	tools/loadgen/run.sh idle
+
+## plots: the README's latency-against-load SVGs (docs/img/latency-vs-*.svg) from the committed sweep (docs/data/loadgen-sweep)
+plots:
+	cd tools && $(GO) run ./cmd/ellipsis-plots -data ../docs/data/loadgen-sweep -out ../docs/img
+## plots-sweep: run the load sweep first (tools/loadgen/sweep.sh, 12 runs of 10 s, one at a time), then draw
+plots-sweep:
+	tools/loadgen/sweep.sh
+	$(MAKE) --no-print-directory plots
 
 ## bench: the hot-path benchmarks (codec, enc, fan-out, worker command path and stores against real Redis)
 bench:

@@ -14,6 +14,7 @@
 #   LOAD=L3 DURATION=30s tools/loadgen/peers.sh   # L3: 15,000 / 3,000 / 5,000
 #   LOAD=custom CONNS=200 ROOMS=40 RATE=50 DURATION=5s tools/loadgen/peers.sh
 #   tools/loadgen/peers.sh -v              # extra flags go to both ellipsis-loadgen runs
+#   SYSTEMS=ellipsis LOAD=L2 tools/loadgen/peers.sh   # Ellipsis only (docs/capacity.md): no Centrifugo, no table
 #
 # Workload (both systems): rooms of 5; half of the connections type (2 or
 # 3 per room), the others only listen; each typing connection toggles
@@ -30,7 +31,9 @@
 # `bin/peers/centrifugo version` reports that version (stamped at build).
 # Outputs, under $OUT_DIR (default bin/peers): ellipsis-<load>.json,
 # centrifugo-<load>.json (each run's summary), peers-<load>.json (both
-# with the ratios), and logs of every server process.
+# with the ratios), ellipsis-<load>-redis.txt (the Ellipsis Redis's INFO
+# commandstats and cpu at the end of the run: Redis time per command), and
+# logs of every server process. SYSTEMS=ellipsis runs Ellipsis only.
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 cd "$(dirname "$0")/../.."
@@ -49,6 +52,14 @@ L3) CONNS=${CONNS:-15000} ROOMS=${ROOMS:-3000} RATE=${RATE:-5000} ;;
 	;;
 esac
 DURATION=${DURATION:-15s}
+SYSTEMS=${SYSTEMS:-ellipsis,centrifugo}
+case "$SYSTEMS" in
+ellipsis | ellipsis,centrifugo) ;;
+*)
+	echo "$0: SYSTEMS=$SYSTEMS: ellipsis,centrifugo (default) or ellipsis" >&2
+	exit 2
+	;;
+esac
 SHARE=${SHARE:-0.5}
 BIN=${BIN:-bin}
 PEERS_BIN=${PEERS_BIN:-$BIN/peers}
@@ -99,7 +110,9 @@ fi
 # Centrifugo from the module proxy, outside the workspace (GOWORK=off, a
 # temporary directory): its own go.mod and go.sum decide its dependencies.
 CF="$PEERS_BIN/centrifugo"
-if ! "$CF" version 2>/dev/null | grep -q "${CENTRIFUGO_VERSION#v}"; then
+if [ "$SYSTEMS" = ellipsis ]; then
+	: # no Centrifugo
+elif ! "$CF" version 2>/dev/null | grep -q "${CENTRIFUGO_VERSION#v}"; then
 	echo "== building Centrifugo $CENTRIFUGO_VERSION into $PEERS_BIN (go install from the module proxy; several minutes the first time)"
 	gobin=$(cd "$PEERS_BIN" && pwd)
 	tmp=$(mktemp -d)
@@ -171,7 +184,15 @@ curl -fsS "http://$EL_GW_ADMIN/readyz" >/dev/null || {
 echo "== Ellipsis: gateway $gateway, worker $worker, nats-server $nats, redis-server $el_redis"
 "$BIN/ellipsis-loadgen" -system ellipsis -url "ws://$EL_HTTP/v1/ws" "${lg_common[@]}" \
 	-cpu-pids "$gateway,$worker,$nats,$el_redis" -rss-pid "$gateway" -json "$OUT_DIR/ellipsis-$LOAD.json" -q "$@"
+if command -v redis-cli >/dev/null; then
+	redis-cli -p "$EL_REDIS_PORT" INFO commandstats >"$OUT_DIR/ellipsis-$LOAD-redis.txt"
+	redis-cli -p "$EL_REDIS_PORT" INFO cpu >>"$OUT_DIR/ellipsis-$LOAD-redis.txt"
+fi
 stop_all
+if [ "$SYSTEMS" = ellipsis ]; then
+	echo "JSON: $OUT_DIR/ellipsis-$LOAD.json; Redis INFO: $OUT_DIR/ellipsis-$LOAD-redis.txt"
+	exit 0
+fi
 
 # --- Centrifugo: its Redis engine on a private Redis.
 start_redis "$CF_REDIS_PORT" "$OUT_DIR/centrifugo-redis.log"
