@@ -327,12 +327,11 @@ func (r *recordSink) raws() []string {
 	return out
 }
 
-// fakePublisher records publishes; block makes Publish wait until
-// released, fail makes it return an error.
+// fakePublisher records publishes; a non-nil release makes Publish wait
+// until it is closed.
 type fakePublisher struct {
 	mu      sync.Mutex
 	got     []string
-	fail    bool
 	release chan struct{}
 }
 
@@ -342,9 +341,6 @@ func (p *fakePublisher) Publish(subject string, data []byte) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.fail {
-		return nats.ErrConnectionClosed
-	}
 	p.got = append(p.got, subject+" "+string(data))
 	return nil
 }
@@ -409,9 +405,17 @@ func TestNATSEventsQueue(t *testing.T) {
 		t.Fatalf("published counted %v, want %d", n, len(got))
 	}
 
+	// NATS gone (a closed connection, as after the worker's drain): the
+	// publish fails and is counted, nothing blocks.
+	requireServices(t)
+	nc, err := nats.Connect(testNATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
 	e2, reg2 := newTestEvents(t)
 	e2.RoomEvent("r", []byte("x")) // before start: waits in the queue
-	e2.start(&fakePublisher{fail: true})
+	e2.start(nc)
 	e2.stop()
 	if n := gatherSum(t, reg2, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventFailed}); n != 1 {
 		t.Fatalf("failed = %v, want 1", n)
@@ -420,4 +424,46 @@ func TestNATSEventsQueue(t *testing.T) {
 	e3.stop() // never started: returns
 	e3.start(&fakePublisher{})
 	e3.RoomEvent("r", []byte("x")) // after stop: queued, never published, no panic
+}
+
+// discardPublisher publishes nowhere.
+type discardPublisher struct{}
+
+func (discardPublisher) Publish(string, []byte) error { return nil }
+
+// BenchmarkEmitCommands is the worker's side of ELLIPSIS_NATS_EVENTS per
+// start reply that published an event: rebuilding the event from the
+// reply and queueing it (on: the queue's goroutine publishes to a no-op
+// publisher), against the off path (one nil check). No servers.
+//
+//	go test -run '^$' -bench EmitCommands -benchmem
+func BenchmarkEmitCommands(b *testing.B) {
+	st := &redisStore{}
+	a := st.startArgs(protocol.Command{Room: "42", User: "alice", Name: "Alice", Conn: "gw:1", Seq: 1})
+	calls := []scriptCall{{args: []any{"", "", "", "", 0, 0, 0, 0, 0, "", a.Event}}}
+	rooms := []string{"42"}
+	res := []any{[]any{OutcomeStarted, int64(1764480000000), int64(0)}}
+	errs := []error{nil}
+	b.Run("off", func(b *testing.B) {
+		st.events = nil
+		for b.Loop() {
+			st.emitCommands(calls, rooms, res, errs)
+		}
+	})
+	b.Run("on", func(b *testing.B) {
+		reg := prometheus.NewRegistry()
+		m, err := newMetrics(reg, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ev := newNATSEvents(names.New("", ""), m, newRateLog(zap.NewNop(), time.Minute))
+		ev.start(discardPublisher{})
+		defer ev.stop()
+		st.events = ev
+		for b.Loop() {
+			st.emitCommands(calls, rooms, res, errs)
+		}
+		b.StopTimer()
+		st.events = nil
+	})
 }
