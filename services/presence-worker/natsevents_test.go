@@ -83,10 +83,10 @@ func collectUntil(t *testing.T, s *stream, n int, d time.Duration) []received {
 // path, expired stops of the sweeper, and the trailing edge the sweeper
 // publishes for a coalesced start; and nothing more. Per (room, user) the
 // order is the Redis order (one worker: one shard per connection, the
-// sweeper's events come hundreds of ms later).
+// sweeper's events come hundreds of ms later). Both stores, every backend.
 func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
-		e := newEnv(t, be, eventsOn)
+	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+		e := newEnv(t, be, eventsOn, func(c *config.Config) { c.Store = kind })
 		e.startWorker()
 		s := e.subscribe("r1", "r2")
 		all := e.subscribeNATS(e.names.RoomEventsWildcard())
@@ -96,6 +96,9 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 		e.send(stop("r1", "alice", "a1", 2))
 		// bob: start, then expiry (the sweeper).
 		e.send(start("r2", "bob", "", "b1", 1))
+		// dave: two rooms, then a disconnect (one stop script per room).
+		e.send(start("r1", "dave", "", "d1", 1), start("r2", "dave", "", "d1", 2),
+			protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: []string{"r1", "r2"}, User: "dave", Conn: "d1", Seq: 3})
 		// carol: five transitions at once; the event rate limit (4 at
 		// once) coalesces the fifth, a start, which the sweeper publishes
 		// when allowed (the trailing edge); then it expires.
@@ -104,8 +107,8 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeCoalesced}); n != 1 {
 			t.Fatalf("commands_total{coalesced} = %v, want 1 (the test needs a trailing edge)", n)
 		}
-		// alice 2, bob 2, carol 4 + trailing start + expired stop.
-		redisEvs := collectUntil(t, s, 10, expiryBound+waitLong)
+		// alice 2, bob 2, dave 4, carol 4 + trailing start + expired stop.
+		redisEvs := collectUntil(t, s, 14, expiryBound+waitLong)
 		s.expectNone(3 * testSweep)
 		natsEvs := all.drain(3 * testSweep)
 
@@ -160,14 +163,21 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 				trailing++
 			}
 		}
-		if expired != 2 || trailing != 1 || len(pr["r1/carol"]) != 6 {
-			t.Fatalf("expired stops %d (want 2), trailing starts %d (want 1), carol's events %d (want 6): %v", expired, trailing, len(pr["r1/carol"]), pr["r1/carol"])
+		var disconnected int
+		for _, r := range redisEvs {
+			if r.ev.Reason == protocol.ReasonDisconnected {
+				disconnected++
+			}
 		}
-		if n := e.metric("ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); n != 10 {
-			t.Fatalf("nats_events_total{published} = %v, want 10", n)
+		if expired != 2 || trailing != 1 || len(pr["r1/carol"]) != 6 || disconnected != 2 {
+			t.Fatalf("expired stops %d (want 2), trailing starts %d (want 1), carol's events %d (want 6), disconnected stops %d (want 2): %v",
+				expired, trailing, len(pr["r1/carol"]), disconnected, pr["r1/carol"])
 		}
-		if n := e.metric("ellipsis_worker_nats_events_total", nil); n != 10 {
-			t.Fatalf("nats_events_total = %v, want 10 (none dropped or failed)", n)
+		if n := e.metric("ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); n != 14 {
+			t.Fatalf("nats_events_total{published} = %v, want 14", n)
+		}
+		if n := e.metric("ellipsis_worker_nats_events_total", nil); n != 14 {
+			t.Fatalf("nats_events_total = %v, want 14 (none dropped or failed)", n)
 		}
 	})
 }
