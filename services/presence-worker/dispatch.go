@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -33,8 +34,8 @@ const shardStartRoom = shardQueue * 3 / 4
 // Dispatch outcomes, in ellipsis_worker_commands_total beside the store's:
 // the command was dropped before reaching Redis (see dispatch).
 const (
-	OutcomeShed     = "shed"     // start refused: its shard's queue was past shardStartRoom
-	OutcomeOverflow = "overflow" // any command refused: its shard's queue was full
+	OutcomeShed     = store.OutcomeShed     // start refused: its shard's queue was past shardStartRoom
+	OutcomeOverflow = store.OutcomeOverflow // any command refused: its shard's queue was full
 )
 
 // DefaultCommandBatch bounds the script calls a shard sends to Redis in one
@@ -140,7 +141,7 @@ func callCount(cmd protocol.Command) int {
 func (s *Server) dispatch(cmd protocol.Command) {
 	select {
 	case <-s.quit:
-		s.m.commands.WithLabelValues(opLabel(cmd.Op), OutcomeError).Inc()
+		s.m.command(cmd.Op, store.OutcomeError)
 		return
 	default:
 	}
@@ -174,10 +175,10 @@ func (s *Server) shardOf(cmd protocol.Command) int {
 
 // dropCommand counts and logs (at most once per logEvery for each outcome)
 // a command dispatch refused.
-func (s *Server) dropCommand(shard int, cmd protocol.Command, outcome string) {
-	s.m.commands.WithLabelValues(opLabel(cmd.Op), outcome).Inc()
-	s.rl.Warn("dispatch-"+outcome, "shard queue full: dropping commands (a dropped stop shows the typist until the entry expires)",
-		zap.Int("shard", shard), zap.String("outcome", outcome), zap.String("op", cmd.Op),
+func (s *Server) dropCommand(shard int, cmd protocol.Command, outcome store.Outcome) {
+	s.m.command(cmd.Op, outcome)
+	s.rl.Warn("dispatch-"+outcome.String(), "shard queue full: dropping commands (a dropped stop shows the typist until the entry expires)",
+		zap.Int("shard", shard), zap.Stringer("outcome", outcome), zap.String("op", cmd.Op),
 		zap.Int("queued", len(s.shards[shard])), zap.Int("queue_size", shardQueue))
 }
 
@@ -210,15 +211,15 @@ func (s *Server) applyBatch(ctx context.Context, cmds []protocol.Command) {
 	outs, errs := s.st.Apply(ctx, cmds)
 	for i, cmd := range cmds {
 		outcome, err := outs[i], errs[i]
-		if outcome == "" && err == nil {
+		if outcome == store.OutcomeNone && err == nil {
 			continue // an op DecodeCommand does not admit
 		}
 		if err != nil {
-			outcome = OutcomeError
+			outcome = store.OutcomeError
 			s.rl.Error("command-"+cmd.Op, "typing command failed",
 				zap.String("op", cmd.Op), zap.String("room", cmd.Room), zap.Int("rooms", len(cmd.Rooms)),
 				zap.String("user_id", cmd.User), zap.String("conn_id", cmd.Conn), zap.Error(err))
 		}
-		s.m.commands.WithLabelValues(opLabel(cmd.Op), outcome).Inc()
+		s.m.command(cmd.Op, outcome)
 	}
 }

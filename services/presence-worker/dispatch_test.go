@@ -14,13 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // dispatchServer is a Server with just what dispatch and the shards need,
 // on st, with nShards shard queues (not started).
-func dispatchServer(t *testing.T, st Store, nShards int) (*Server, *prometheus.Registry) {
+func dispatchServer(t *testing.T, st store.Store, nShards int) (*Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg, false)
@@ -49,13 +50,13 @@ func dispatchServer(t *testing.T, st Store, nShards int) (*Server, *prometheus.R
 // records, per connection, the seqs applied, in order, and the worst time
 // from a command's dispatch (sentAt, by key) to its Apply on another shard.
 type slowShardStore struct {
-	Store   // only Apply is called
-	shardOf func(protocol.Command) int
-	slow    int
-	delay   time.Duration
-	release chan struct{}
-	keys    map[string]int // conn/seq -> index in sentAt; read-only once fed
-	sentAt  []atomic.Int64 // unix ns at dispatch
+	store.Store // only Apply is called
+	shardOf     func(protocol.Command) int
+	slow        int
+	delay       time.Duration
+	release     chan struct{}
+	keys        map[string]int // conn/seq -> index in sentAt; read-only once fed
+	sentAt      []atomic.Int64 // unix ns at dispatch
 
 	mu      sync.Mutex
 	seqs    map[string][]uint64
@@ -66,7 +67,7 @@ type slowShardStore struct {
 
 func cmdKey(c protocol.Command) string { return c.Conn + "/" + strconv.FormatUint(c.Seq, 10) }
 
-func (f *slowShardStore) Apply(_ context.Context, cmds []protocol.Command) ([]string, []error) {
+func (f *slowShardStore) Apply(_ context.Context, cmds []protocol.Command) ([]store.Outcome, []error) {
 	slow := f.shardOf(cmds[0]) == f.slow
 	if slow {
 		if f.delay == 0 {
@@ -94,11 +95,11 @@ func (f *slowShardStore) Apply(_ context.Context, cmds []protocol.Command) ([]st
 	} else {
 		f.fast.Add(int64(len(cmds)))
 	}
-	outs := make([]string, len(cmds))
+	outs := make([]store.Outcome, len(cmds))
 	for i, c := range cmds {
-		outs[i] = OutcomeStarted
+		outs[i] = store.OutcomeStarted
 		if c.Op != protocol.OpStart {
-			outs[i] = OutcomeStopped
+			outs[i] = store.OutcomeStopped
 		}
 	}
 	return outs, make([]error, len(cmds))
@@ -223,7 +224,7 @@ func testSlowShard(t *testing.T, delay time.Duration) {
 	drops := func(outcome string) int64 {
 		return int64(gatherSum(t, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": outcome}))
 	}
-	shed, overflow := drops(OutcomeShed), drops(OutcomeOverflow)
+	shed, overflow := drops(OutcomeShed.String()), drops(OutcomeOverflow.String())
 	if shed == 0 || overflow == 0 {
 		t.Fatalf("shed %d, overflow %d: the slow shard's %d commands should have filled its queue", shed, overflow, slowConns*slowCmds)
 	}
@@ -296,11 +297,11 @@ func TestDispatchOverflowRule(t *testing.T) {
 		op, outcome string
 		want        float64
 	}{
-		{protocol.OpStart, OutcomeShed, 6},
-		{protocol.OpStop, OutcomeOverflow, 1},
-		{protocol.OpLeave, OutcomeOverflow, 1},
-		{protocol.OpDisconnect, OutcomeOverflow, 1},
-		{protocol.OpStart, OutcomeOverflow, 0},
+		{protocol.OpStart, OutcomeShed.String(), 6},
+		{protocol.OpStop, OutcomeOverflow.String(), 1},
+		{protocol.OpLeave, OutcomeOverflow.String(), 1},
+		{protocol.OpDisconnect, OutcomeOverflow.String(), 1},
+		{protocol.OpStart, OutcomeOverflow.String(), 0},
 	} {
 		if got := count(c.op, c.outcome); got != c.want {
 			t.Errorf("commands_total{op=%s,outcome=%s} = %v, want %v", c.op, c.outcome, got, c.want)
@@ -320,18 +321,18 @@ func TestDispatchOverflowRule(t *testing.T) {
 
 	close(s.quit)
 	s.dispatch(start("r", "u", "", "c", 30000))
-	if got := count(protocol.OpStart, OutcomeError); got != 1 {
+	if got := count(protocol.OpStart, store.OutcomeError.String()); got != 1 {
 		t.Errorf("after quit: commands_total{op=start,outcome=error} = %v, want 1", got)
 	}
 }
 
 // nopStore applies nothing: the shards only take their queues.
-type nopStore struct{ Store }
+type nopStore struct{ store.Store }
 
-func (nopStore) Apply(_ context.Context, cmds []protocol.Command) ([]string, []error) {
-	outs := make([]string, len(cmds))
+func (nopStore) Apply(_ context.Context, cmds []protocol.Command) ([]store.Outcome, []error) {
+	outs := make([]store.Outcome, len(cmds))
 	for i := range outs {
-		outs[i] = OutcomeThrottled
+		outs[i] = store.OutcomeThrottled
 	}
 	return outs, make([]error, len(cmds))
 }
@@ -372,8 +373,8 @@ func BenchmarkOnCommand(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
 	close(s.quit)
 	s.shardWG.Wait()
-	if d := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeShed}) +
-		gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeOverflow}); d != 0 {
+	if d := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeShed.String()}) +
+		gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeOverflow.String()}); d != 0 {
 		b.Logf("%v commands dropped (shards slower than the loop)", d)
 	}
 }

@@ -8,20 +8,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // metrics are the worker's Prometheus collectors, all prefixed
 // ellipsis_worker_. See README.md for what each one tells an operator.
 type metrics struct {
-	commands        *prometheus.CounterVec   // {op, outcome}
-	scriptDuration  *prometheus.HistogramVec // {script}, seconds per script call (a pipeline counts once; a shard's batch once per command)
-	expiredStops    prometheus.Counter
-	sweepLag        prometheus.Histogram // seconds between a room's due time and its sweep
-	redisErrors     prometheus.Counter
+	// store.Metrics are the store's: script_duration_seconds,
+	// redis_errors_total, events_published_total, expired_stops_total,
+	// sweep_lag_seconds.
+	store.Metrics
+	commands        *prometheus.CounterVec // {op, outcome}
 	natsErrors      *prometheus.CounterVec // {kind}
 	invalidPayloads *prometheus.CounterVec // {field}
-	eventsPublished *prometheus.CounterVec // {type}
 	snapshots       *prometheus.CounterVec // {outcome}: ok, bad_request, unavailable, internal
 	queued          prometheus.Gauge       // commands waiting in the shards' queues, all shards
 	snapshotsCut    *prometheus.CounterVec // {reason}: max, payload
@@ -38,28 +38,34 @@ type metrics struct {
 func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	const ns, sub = "ellipsis", "worker"
 	m := &metrics{
+		Metrics: store.Metrics{
+			ScriptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Namespace: ns, Subsystem: sub, Name: "script_duration_seconds",
+				Help:    "Round trip of one Lua script call (or one pipeline of them) to Redis, retries included, by script.",
+				Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+			}, []string{"script"}),
+			ExpiredStops: prometheus.NewCounter(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "expired_stops_total",
+				Help: "typing_stop events published by this worker's sweeper: expiries, and stops whose publication the event rate limit deferred.",
+			}),
+			SweepLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+				Namespace: ns, Subsystem: sub, Name: "sweep_lag_seconds",
+				Help:    "How late a due room was swept: Redis TIME at the sweep minus the room's due time in the sweep index.",
+				Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+			}),
+			RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
+				Help: "Failed Redis calls, each failed attempt counted (retried or not).",
+			}),
+			EventsPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "events_published_total",
+				Help: "Room events published on Redis Pub/Sub, by type (typing_start, typing_stop).",
+			}, []string{"type"}),
+		},
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "commands_total",
-			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown; other) and outcome (started, refreshed, throttled, stopped, noop, stale, invalid, error; shed and overflow: dropped because the command's shard queue was past its start room or full).",
+			Help: "Typing commands handled, by op (start, stop, leave, disconnect, unknown; other) and outcome (" + outcomeLabels() + "; shed and overflow: dropped because the command's shard queue was past its start room or full).",
 		}, []string{"op", "outcome"}),
-		scriptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: ns, Subsystem: sub, Name: "script_duration_seconds",
-			Help:    "Round trip of one Lua script call (or one pipeline of them) to Redis, retries included, by script.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"script"}),
-		expiredStops: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "expired_stops_total",
-			Help: "typing_stop events published by this worker's sweeper: expiries, and stops whose publication the event rate limit deferred.",
-		}),
-		sweepLag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: ns, Subsystem: sub, Name: "sweep_lag_seconds",
-			Help:    "How late a due room was swept: Redis TIME at the sweep minus the room's due time in the sweep index.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}),
-		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
-			Help: "Failed Redis calls, each failed attempt counted (retried or not).",
-		}),
 		natsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "nats_errors_total",
 			Help: "NATS problems by kind: slow_consumer, disconnect, async, reply.",
@@ -68,10 +74,6 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "invalid_payloads_total",
 			Help: "NATS payloads dropped by validation, by the first bad field (json, v, op, room, rooms, user, name, conn, seq, ts_ms; other).",
 		}, []string{"field"}),
-		eventsPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "events_published_total",
-			Help: "Room events published on Redis Pub/Sub, by type (typing_start, typing_stop).",
-		}, []string{"type"}),
 		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "snapshots_total",
 			Help: "Snapshot requests answered, by outcome (ok, bad_request, unavailable, internal; other).",
@@ -104,13 +106,13 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 		return c
 	}
 	m.commands = reg1(m.commands).(*prometheus.CounterVec)
-	m.scriptDuration = reg1(m.scriptDuration).(*prometheus.HistogramVec)
-	m.expiredStops = reg1(m.expiredStops).(prometheus.Counter)
-	m.sweepLag = reg1(m.sweepLag).(prometheus.Histogram)
-	m.redisErrors = reg1(m.redisErrors).(prometheus.Counter)
+	m.ScriptDuration = reg1(m.ScriptDuration).(*prometheus.HistogramVec)
+	m.ExpiredStops = reg1(m.ExpiredStops).(prometheus.Counter)
+	m.SweepLag = reg1(m.SweepLag).(prometheus.Histogram)
+	m.RedisErrors = reg1(m.RedisErrors).(prometheus.Counter)
 	m.natsErrors = reg1(m.natsErrors).(*prometheus.CounterVec)
 	m.invalidPayloads = reg1(m.invalidPayloads).(*prometheus.CounterVec)
-	m.eventsPublished = reg1(m.eventsPublished).(*prometheus.CounterVec)
+	m.EventsPublished = reg1(m.EventsPublished).(*prometheus.CounterVec)
 	m.snapshots = reg1(m.snapshots).(*prometheus.CounterVec)
 	m.queued = reg1(m.queued).(prometheus.Gauge)
 	m.snapshotsCut = reg1(m.snapshotsCut).(*prometheus.CounterVec)
@@ -179,6 +181,25 @@ func boundedLabel(set map[string]bool, v string) string {
 		return v
 	}
 	return labelOther
+}
+
+// command counts one command in commands_total: op (opLabel) and the
+// outcome, whose label is [store.Outcome.String] (a closed set).
+func (m *metrics) command(op string, o store.Outcome) {
+	m.commands.WithLabelValues(opLabel(op), o.String()).Inc()
+}
+
+// outcomeLabels are the outcome label values of commands_total, for its
+// help text.
+func outcomeLabels() string {
+	var b strings.Builder
+	for i, o := range store.Outcomes() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(o.String())
+	}
+	return b.String()
 }
 
 // opLabel is the op label of commands_total.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -36,7 +37,7 @@ func TestLabelsAreBounded(t *testing.T) {
 	}
 	for i := range 1000 {
 		s := "x" + strconv.Itoa(i)
-		m.commands.WithLabelValues(opLabel(s), OutcomeInvalid).Inc()
+		m.commands.WithLabelValues(opLabel(s), store.OutcomeInvalid.String()).Inc()
 		m.invalidPayloads.WithLabelValues(fieldLabel(s)).Inc()
 		m.invalidPayloads.WithLabelValues(fieldLabel(s + "[1]")).Inc()
 		m.snapshots.WithLabelValues(snapshotLabel(s)).Inc()

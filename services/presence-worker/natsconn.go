@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -159,7 +160,7 @@ func (s *Server) dropInvalid(msg *nats.Msg, err error) {
 		field = fieldLabel(fe.Field) // rooms[17] -> rooms; a fixed set
 	}
 	s.m.invalidPayloads.WithLabelValues(field).Inc()
-	s.m.commands.WithLabelValues("unknown", OutcomeInvalid).Inc()
+	s.m.command("unknown", store.OutcomeInvalid)
 	s.rl.Warn("invalid-command", "dropping invalid command",
 		zap.String("subject", msg.Subject), zap.String("field", field), zap.Int("bytes", len(msg.Data)), zap.Error(err))
 }
@@ -182,9 +183,9 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 		cancel()
 		if err != nil {
 			code := protocol.CodeInternal
-			var se *snapshotError
+			var se *store.SnapshotError
 			if errors.As(err, &se) {
-				code = se.code
+				code = se.Code
 			}
 			s.rl.Error("snapshot-"+code, "snapshot failed", zap.String("room", req.Room), zap.String("code", code), zap.Error(err))
 			msg := "typing state unavailable, retry"

@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 )
 
@@ -48,8 +49,9 @@ type natsEvent struct {
 	data []byte
 }
 
-// natsEvents is the [EventSink] that publishes room events on NATS. Build it
-// with newNATSEvents, start its goroutine with start once the connection
+// natsEvents is the [store.EventSink] that publishes room events on NATS.
+// Build it with newNATSEvents (before store.New, which takes it in
+// store.Options.Events), start its goroutine with start once the connection
 // exists, stop it with stop after the last RoomEvent caller ended. Events
 // handed over before start wait in the queue.
 type natsEvents struct {
@@ -66,14 +68,14 @@ type natsEvents struct {
 	stopped bool
 }
 
-var _ EventSink = (*natsEvents)(nil)
+var _ store.EventSink = (*natsEvents)(nil)
 
 func newNATSEvents(n names.Names, m *metrics, rl *rateLog) *natsEvents {
 	return &natsEvents{names: n, m: m, rl: rl,
 		q: make(chan natsEvent, natsEventQueue), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-// RoomEvent implements [EventSink]: it queues the event without waiting,
+// RoomEvent implements [store.EventSink]: it queues the event without waiting,
 // or drops and counts it when the queue is full.
 func (e *natsEvents) RoomEvent(room string, event []byte) {
 	select {
@@ -146,15 +148,16 @@ func (e *natsEvents) stop() {
 	}
 }
 
-// attachEvents makes st report its events to a new natsEvents when
-// Config.NATSEvents is on; otherwise st reports nothing and its sweep
-// script keeps no events (no cost when off).
-func (s *Server) attachEvents(st *redisStore) {
+// newEvents builds s.events when Config.NATSEvents is on and returns it as
+// the store's [store.EventSink]; off, it returns a nil sink (not a nil
+// *natsEvents), so the store reports nothing and its sweep script keeps no
+// events (no cost when off). Call it before store.New.
+func (s *Server) newEvents() store.EventSink {
 	if !s.cfg.NATSEvents {
-		return
+		return nil
 	}
 	s.events = newNATSEvents(s.names, s.m, s.rl)
-	st.events = s.events
+	return s.events
 }
 
 // startEvents starts publishing room events on the worker's NATS

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -104,7 +103,7 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 		// when allowed (the trailing edge); then it expires.
 		e.send(start("r1", "carol", "Carol", "c1", 1), stop("r1", "carol", "c1", 2), start("r1", "carol", "Carol", "c1", 3),
 			stop("r1", "carol", "c1", 4), start("r1", "carol", "Carol", "c1", 5))
-		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeCoalesced}); n != 1 {
+		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": store.OutcomeCoalesced.String()}); n != 1 {
 			t.Fatalf("commands_total{coalesced} = %v, want 1 (the test needs a trailing edge)", n)
 		}
 		// alice 2, bob 2, dave 4, carol 4 + trailing start + expired stop.
@@ -270,73 +269,6 @@ func TestNATSRoomEventsOffByDefault(t *testing.T) {
 	})
 }
 
-// TestSweepReplyCarriesEventsOnlyWhenAsked: the sweep script's reply has
-// the event list (sixth element) only with ARGV[8] "1", and the list holds
-// exactly the payloads published.
-func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
-	se := newStoreEnv(t, backends[0])
-	st := se.st.(*redisStore)
-	sub := se.subscribe("r")
-	for _, on := range []bool{false, true} {
-		rec := &recordSink{}
-		st.events = nil
-		if on {
-			st.events = rec
-		}
-		se.startNamed("r", "u", "", "c", 0, OutcomeStarted, OutcomeRefreshed)
-		pub := sub.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		// Expire the entry by hand: its score in the past.
-		if err := se.rdb.ZAdd(context.Background(), usersKey(se.names, "r"), redis.Z{Score: 1, Member: names.Enc("u")}).Err(); err != nil {
-			t.Fatal(err)
-		}
-		call, err := st.sweepCall("r")
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, errs := st.eval(context.Background(), scriptSweep, []scriptCall{call})
-		if errs[0] != nil {
-			t.Fatal(errs[0])
-		}
-		reply := res[0].([]any)
-		stopEv := sub.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
-		if !on {
-			if len(reply) != 5 {
-				t.Fatalf("events off: sweep reply %v, want 5 elements", reply)
-			}
-			continue
-		}
-		if len(reply) != 6 {
-			t.Fatalf("events on: sweep reply %v, want 6 elements", reply)
-		}
-		st.emitSweep("r", reply)
-		if got := rec.raws(); !slices.Equal(got, []string{pub.raw, stopEv.raw}) {
-			t.Fatalf("sink got %q, want the start and the expired stop %q, %q", got, pub.raw, stopEv.raw)
-		}
-	}
-}
-
-// recordSink is an EventSink that keeps what it gets.
-type recordSink struct {
-	mu  sync.Mutex
-	evs []string
-}
-
-func (r *recordSink) RoomEvent(room string, ev []byte) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.evs = append(r.evs, room+" "+string(ev))
-}
-
-func (r *recordSink) raws() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := []string{}
-	for _, e := range r.evs {
-		out = append(out, e[len("r "):])
-	}
-	return out
-}
-
 // fakePublisher records publishes; a non-nil release makes Publish wait
 // until it is closed.
 type fakePublisher struct {
@@ -441,39 +373,51 @@ type discardPublisher struct{}
 
 func (discardPublisher) Publish(string, []byte) error { return nil }
 
-// BenchmarkEmitCommands is the worker's side of ELLIPSIS_NATS_EVENTS per
-// start reply that published an event: rebuilding the event from the
-// reply and queueing it (on: the queue's goroutine publishes to a no-op
-// publisher), against the off path (one nil check). No servers.
+// BenchmarkNATSEventsRoomEvent is the worker's side of ELLIPSIS_NATS_EVENTS
+// per room event the store reports, in two parts that add up: "enqueue",
+// RoomEvent on the command path (the queue is emptied, untimed, whenever
+// it fills, so nothing is dropped), and "publish", what the queue's
+// goroutine does per event (build the subject, hand the event to a no-op
+// publisher, count it). The store's side (rebuilding the event from the
+// script reply) is BenchmarkEmitCommands in internal/store. No servers.
 //
-//	go test -run '^$' -bench EmitCommands -benchmem
-func BenchmarkEmitCommands(b *testing.B) {
-	st := &redisStore{}
-	a := st.startArgs(protocol.Command{Room: "42", User: "alice", Name: "Alice", Conn: "gw:1", Seq: 1})
-	calls := []scriptCall{{args: []any{"", "", "", "", 0, 0, 0, 0, 0, "", a.Event}}}
-	rooms := []string{"42"}
-	res := []any{[]any{OutcomeStarted, int64(1764480000000), int64(0)}}
-	errs := []error{nil}
-	b.Run("off", func(b *testing.B) {
-		st.events = nil
-		for b.Loop() {
-			st.emitCommands(calls, rooms, res, errs)
-		}
-	})
-	b.Run("on", func(b *testing.B) {
+//	cd services/presence-worker
+//	go test -run '^$' -bench NATSEventsRoomEvent -benchmem .
+func BenchmarkNATSEventsRoomEvent(b *testing.B) {
+	event := []byte(`{"v":1,"type":"typing_start","room":"42","user":"alice","name":"Alice","ts_ms":1764480000000}`)
+	newEvents := func(b *testing.B) (*natsEvents, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
 		m, err := newMetrics(reg, false)
 		if err != nil {
 			b.Fatal(err)
 		}
-		ev := newNATSEvents(names.New("", ""), m, newRateLog(zap.NewNop(), time.Minute))
-		ev.start(discardPublisher{})
-		defer ev.stop()
-		st.events = ev
-		for b.Loop() {
-			st.emitCommands(calls, rooms, res, errs)
+		return newNATSEvents(names.New("", ""), m, newRateLog(zap.NewNop(), time.Minute)), reg
+	}
+	b.Run("enqueue", func(b *testing.B) {
+		ev, reg := newEvents(b) // never started: the benchmark empties the queue
+		for range b.N {
+			if len(ev.q) == cap(ev.q) {
+				b.StopTimer()
+				for len(ev.q) > 0 {
+					<-ev.q
+				}
+				b.StartTimer()
+			}
+			ev.RoomEvent("42", event)
 		}
 		b.StopTimer()
-		st.events = nil
+		if d := gatherSum(b, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventDropped}); d != 0 {
+			b.Fatalf("%v events dropped", d)
+		}
+	})
+	b.Run("publish", func(b *testing.B) {
+		ev, reg := newEvents(b)
+		for b.Loop() {
+			ev.publish(discardPublisher{}, natsEvent{"42", event})
+		}
+		b.StopTimer()
+		if n := gatherSum(b, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); n == 0 {
+			b.Fatal("nothing published")
+		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -163,7 +164,7 @@ func TestSnapshotReplyFitsServerMaxPayload(t *testing.T) {
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for seq := uint64(1); ; seq++ {
-		errsBefore := count(OutcomeError)
+		errsBefore := count(store.OutcomeError.String())
 		for from := 0; from < typing; from += 500 {
 			sent := count("")
 			for i := from; i < from+500; i++ {
@@ -178,18 +179,18 @@ func TestSnapshotReplyFitsServerMaxPayload(t *testing.T) {
 			for count("") < sent+500 {
 				if time.Now().After(deadline) {
 					t.Fatalf("pass %d: %v of %v commands processed (shed %v, overflow %v, error %v)", seq, count(""), sent+500,
-						count(OutcomeShed), count(OutcomeOverflow), count(OutcomeError))
+						count(OutcomeShed.String()), count(OutcomeOverflow.String()), count(store.OutcomeError.String()))
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
-		if count(OutcomeShed)+count(OutcomeOverflow) != 0 {
-			t.Fatalf("dispatch dropped %v starts", count(OutcomeShed)+count(OutcomeOverflow))
+		if count(OutcomeShed.String())+count(OutcomeOverflow.String()) != 0 {
+			t.Fatalf("dispatch dropped %v starts", count(OutcomeShed.String())+count(OutcomeOverflow.String()))
 		}
-		if count(OutcomeError) == errsBefore {
+		if count(store.OutcomeError.String()) == errsBefore {
 			break
 		}
-		t.Logf("pass %d: %v starts failed, sending again", seq, count(OutcomeError)-errsBefore)
+		t.Logf("pass %d: %v starts failed, sending again", seq, count(store.OutcomeError.String())-errsBefore)
 	}
 
 	ask := func() (protocol.SnapshotReply, int) {

@@ -14,9 +14,9 @@ import (
 const legacySweepInterval = time.Second
 
 // legacyMigrator is a store that moves the pre-bucket sweep index
-// (redisStore.migrateLegacySweep).
+// (store.Store.MigrateLegacySweep of store.New).
 type legacyMigrator interface {
-	migrateLegacySweep(ctx context.Context) (int, error)
+	MigrateLegacySweep(ctx context.Context) (int, error)
 }
 
 // sweepLoop runs the expiry sweep every cfg.SweepInterval until ctx ends.
@@ -37,7 +37,7 @@ func (s *Server) sweepLoop(ctx context.Context) {
 			return
 		case <-legacy.C:
 			if m, ok := s.st.(legacyMigrator); ok {
-				if n, err := m.migrateLegacySweep(ctx); err != nil && ctx.Err() == nil {
+				if n, err := m.MigrateLegacySweep(ctx); err != nil && ctx.Err() == nil {
 					s.rl.Error("legacy-sweep", "moving the pre-bucket sweep index failed", zap.Error(err))
 				} else if n > 0 {
 					log.Info("moved rooms from the pre-bucket sweep index (older workers still running?)", zap.Int("rooms", n))

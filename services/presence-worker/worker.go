@@ -37,6 +37,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
@@ -101,7 +102,7 @@ type Server struct {
 	stopping atomic.Bool // set when Shutdown begins
 
 	rdb redis.UniversalClient
-	st  Store
+	st  store.Store
 	nc  *nats.Conn
 	// natsClosed is closed by the NATS ClosedHandler.
 	natsClosed     chan struct{}
@@ -165,7 +166,7 @@ func New(opts Options) (*Server, error) {
 	if err := reg.Register(buildinfo.Collector(config.ServiceWorker)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
-	if err := checkScripts(); err != nil {
+	if err := store.CheckScripts(); err != nil {
 		return nil, err
 	}
 	batch := opts.commandBatch
@@ -238,12 +239,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 
 	s.rdb = s.redisOpts.NewClient()
-	st, err := newStore(s.cfg.Store, s.cfg.RedisPubSubMode(), s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, s.m, s.log.Named("store"), s.rl)
-	if err != nil {
+	if s.st, err = store.New(store.Options{Kind: s.cfg.Store, PubSub: s.cfg.RedisPubSubMode(), Redis: s.rdb, Names: s.names, TTL: s.cfg.TypingTTL, Throttle: s.cfg.TypingThrottle, Metrics: &s.m.Metrics, Log: s.log.Named("store"), RateLog: s.rl, Events: s.newEvents()}); err != nil {
 		return err
 	}
-	s.st = st
-	s.attachEvents(st)
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	if err := s.st.Prepare(lctx); err != nil {
 		s.log.Warn("redis not ready at start, scripts will load on first use", zap.Error(err))

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -122,11 +123,11 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 
 		// Another worker applies the chat service's "message posted".
 		m, _ := newMetrics(prometheus.NewRegistry(), false)
-		other, err := newStore(e.cfg.Store, be.pubsub, e.rdb, e.names, testTTL, testThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Second))
+		other, err := store.New(store.Options{Kind: e.cfg.Store, PubSub: be.pubsub, Redis: e.rdb, Names: e.names, TTL: testTTL, Throttle: testThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: newRateLog(zap.NewNop(), time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out, err := other.Stop(context.Background(), stop("r", "alice", "", 0), protocol.ReasonStopped); err != nil || out != OutcomeStopped {
+		if out, err := other.Stop(context.Background(), stop("r", "alice", "", 0), protocol.ReasonStopped); err != nil || out != store.OutcomeStopped {
 			t.Fatalf("platform stop: %q, %v", out, err)
 		}
 		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
@@ -134,13 +135,13 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 		proxy.resume()
 		defer func() {
 			if t.Failed() {
-				for _, o := range []string{OutcomeStarted, OutcomeRefreshed, OutcomeThrottled, OutcomeStale, OutcomeError, OutcomeSuperseded} {
+				for _, o := range []string{store.OutcomeStarted.String(), store.OutcomeRefreshed.String(), store.OutcomeThrottled.String(), store.OutcomeStale.String(), store.OutcomeError.String(), store.OutcomeSuperseded.String()} {
 					t.Logf("start %s: %v", o, e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": o}))
 				}
 			}
 		}()
 		e.eventually("the held start dropped as superseded", func() bool {
-			return e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": OutcomeSuperseded}) == 1
+			return e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": store.OutcomeSuperseded.String()}) == 1
 		})
 		s.expectNone(300 * time.Millisecond)
 		if got := typists(e.snapshot("r")); len(got) != 0 {
@@ -151,7 +152,7 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 		late := start("r", "bob", "Bob", "c2", 1)
 		late.TsMs = time.Now().Add(-2 * testTTL).UnixMilli()
 		e.send(late)
-		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": OutcomeLate}); n != 1 {
+		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": store.OutcomeLate.String()}); n != 1 {
 			t.Fatalf("commands_total{start,late} = %v", n)
 		}
 		s.expectNone(200 * time.Millisecond)

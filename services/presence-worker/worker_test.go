@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -148,7 +149,7 @@ func TestStop(t *testing.T) {
 		}
 		// Nothing of alice is left in Redis but her user hash (seq, rate limit).
 		n := e.names
-		if c := e.rdb.Exists(context.Background(), usersKey(n, "r"), pendingKey(n, "r")).Val(); c != 0 {
+		if c := e.rdb.Exists(context.Background(), store.UsersKey(n, "r"), store.PendingKey(n, "r")).Val(); c != 0 {
 			t.Fatalf("%d room keys left after stop", c)
 		}
 	})
@@ -189,7 +190,7 @@ func TestStopWithoutConnClearsEveryConnection(t *testing.T) {
 		if got := typists(e.snapshot("r")); !slices.Equal(got, []string{"bob/"}) {
 			t.Fatalf("snapshot: %v", got)
 		}
-		members := e.rdb.ZRange(context.Background(), usersKey(e.names, "r"), 0, -1).Val()
+		members := e.rdb.ZRange(context.Background(), store.UsersKey(e.names, "r"), 0, -1).Val()
 		if !slices.Equal(members, []string{"bob"}) {
 			t.Fatalf("room members %v", members)
 		}
@@ -353,7 +354,7 @@ func TestSnapshot(t *testing.T) {
 		e.send(start("r", "bob", "", "b", 1), start("r", "alice", "Alice", "a1", 1), start("r", "alice", "Alice", "a2", 1))
 		// Carol expired; bob and alice live until at least carolDone + 1.5 ttl.
 		time.Sleep(time.Until(carolDone.Add(testTTL + 50*time.Millisecond)))
-		if c := e.rdb.ZCard(context.Background(), usersKey(e.names, "r")).Val(); c != 3 {
+		if c := e.rdb.ZCard(context.Background(), store.UsersKey(e.names, "r")).Val(); c != 3 {
 			t.Fatalf("room holds %d users, want 3 (carol's expired entry unswept)", c)
 		}
 		r := e.snapshot("r")
@@ -572,8 +573,8 @@ func TestRedisDownCommandsFailAndSnapshotsSayUnavailable(t *testing.T) {
 	if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": "error"}); n != 1 {
 		t.Fatalf("commands_total{start,error} = %v", n)
 	}
-	if n := e.metric("ellipsis_worker_redis_errors_total", nil); n < redisAttempts {
-		t.Fatalf("redis_errors_total = %v, want >= %d (one per attempt)", n, redisAttempts)
+	if n := e.metric("ellipsis_worker_redis_errors_total", nil); n < store.RedisAttempts {
+		t.Fatalf("redis_errors_total = %v, want >= %d (one per attempt)", n, store.RedisAttempts)
 	}
 	_, err := protocol.DecodeSnapshotReply(mustRequest(t, e, `{"v":1,"room":"r"}`))
 	var re *protocol.ReplyError

@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func forEachKindTTL(t *testing.T, ttl time.Duration, f func(t *testing.T, se *st
 	}
 }
 
-func (se *storeEnv) startNamed(room, user, name, conn string, seq uint64, want ...string) {
+func (se *storeEnv) startNamed(room, user, name, conn string, seq uint64, want ...Outcome) {
 	se.t.Helper()
 	out, err := se.st.Start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: name})
 	if err != nil || !slices.Contains(want, out) {
@@ -60,7 +60,7 @@ func (se *storeEnv) startNamed(room, user, name, conn string, seq uint64, want .
 	}
 }
 
-func (se *storeEnv) stopReason(room, user, conn string, seq uint64, reason, want string) {
+func (se *storeEnv) stopReason(room, user, conn string, seq uint64, reason string, want Outcome) {
 	se.t.Helper()
 	out, err := se.st.Stop(context.Background(), protocol.Command{V: 1, Op: "stop", Room: room, User: user, Conn: conn, Seq: seq}, reason)
 	if err != nil || out != want {
@@ -250,7 +250,7 @@ func TestContractDisconnect(t *testing.T) {
 		se.startNamed("r2", "u", "", "c", 2, OutcomeStarted)
 		se.startNamed("r2", "u", "", "other", 1, OutcomeThrottled) // another device in r2
 		outs, err := se.st.Disconnect(context.Background(), protocol.Command{V: 1, Op: "disconnect", Rooms: []string{"r1", "r2", "r3"}, User: "u", Conn: "c", Seq: 3})
-		if err != nil || !slices.Equal(outs, []string{OutcomeStopped, OutcomeNoop, OutcomeNoop}) {
+		if err != nil || !slices.Equal(outs, []Outcome{OutcomeStopped, OutcomeNoop, OutcomeNoop}) {
 			t.Fatalf("disconnect: %v, %v", outs, err)
 		}
 		s.expect(protocol.TypeTypingStart, "r1", "u", "", waitLong)
@@ -545,7 +545,7 @@ func TestContractGlobKeyPrefix(t *testing.T) {
 			prefixes := []string{base + "[ab]*:", base + "a-x:", base + "b:", base + "\\:"}
 			stores := map[string]Store{}
 			for _, p := range prefixes {
-				st, err := newStore(config.StoreKeys, testPubSub, rdb, names.New(p, ""), stTTL, stThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Second))
+				st, err := New(Options{Kind: config.StoreKeys, PubSub: testPubSub, Redis: rdb, Names: names.New(p, ""), TTL: stTTL, Throttle: stThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -562,99 +562,6 @@ func TestContractGlobKeyPrefix(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// ELLIPSIS_STORE selects the store; anything else is refused.
-func TestContractStoreSelection(t *testing.T) {
-	for _, kind := range storeKinds {
-		cfg := config.Dev()
-		cfg.Store = kind
-		if _, err := New(Options{Config: cfg}); err != nil {
-			t.Fatalf("New with store %q: %v", kind, err)
-		}
-	}
-	cfg := config.Dev()
-	cfg.Store = "hash"
-	if _, err := New(Options{Config: cfg}); err == nil || !strings.Contains(err.Error(), "ELLIPSIS_STORE") {
-		t.Fatalf("New with store hash: %v, want an error naming ELLIPSIS_STORE", err)
-	}
-	m, _ := newMetrics(prometheus.NewRegistry(), false)
-	if _, err := newStore("", testPubSub, nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil); !errors.Is(err, ErrUnknownStore) {
-		t.Fatalf("newStore(\"\"): %v, want ErrUnknownStore", err)
-	}
-	st, err := newStore(config.StoreKeys, testPubSub, nil, names.New("", ""), time.Second, 0, m, zap.NewNop(), nil)
-	if err != nil {
-		t.Fatalf("newStore(keys): %v", err)
-	}
-	if _, ok := st.lay.(*keysLayout); !ok {
-		t.Fatalf("newStore(keys): %T, %v", st, err)
-	}
-}
-
-// The whole worker on each store, selected by Config.Store, through NATS:
-// commands in, events and snapshots out, expiry pushed once by two workers.
-func TestContractEndToEnd(t *testing.T) {
-	t.Parallel()
-	for _, kind := range storeKinds {
-		for _, be := range backends {
-			t.Run(kind+"/"+be.name, func(t *testing.T) {
-				t.Parallel()
-				e := newEnv(t, be, func(c *config.Config) { c.Store = kind })
-				e.startWorker()
-				e.startWorker()
-				s := e.subscribe("42", "café ☕")
-				e.send(start("42", "alice", "Alice", "phone", 1), start("42", "bob", "", "b1", 1), start("café ☕", "a*b?c[d]", "", "x", 1))
-				got := map[string]bool{}
-				for range 3 {
-					r, ok := s.next(waitLong)
-					if !ok || r.ev.Type != protocol.TypeTypingStart {
-						t.Fatalf("want starts, got %s", r.raw)
-					}
-					got[r.ev.Room+"/"+r.ev.User] = true
-				}
-				// next skips the refreshes of alice (throttled or not: timing).
-				next := func(d time.Duration) (received, bool) {
-					for {
-						r, ok := s.next(d)
-						if !ok || r.ev.Type != protocol.TypeTypingStart || r.ev.User != "alice" {
-							return r, ok
-						}
-					}
-				}
-				sent := time.Now()
-				e.send(start("42", "alice", "Alice", "laptop", 1))
-				e.send(stop("42", "alice", "phone", 2), stop("42", "bob", "", 0))
-				if r, ok := next(waitLong); !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.User != "bob" || r.ev.Reason != protocol.ReasonStopped {
-					t.Fatalf("want bob's stop, got %s", r.raw)
-				}
-				if got := typists(e.snapshot("42")); !slices.Equal(got, []string{"alice/Alice"}) {
-					t.Fatalf("snapshot %v, want alice (laptop)", got)
-				}
-				// alice's laptop and the café typist expire: one stop each.
-				stops := map[string]int{}
-				for len(stops) < 2 {
-					r, ok := next(time.Until(sent.Add(expiryBound)))
-					if !ok {
-						t.Fatalf("expired stops %v within ttl+1s", stops)
-					}
-					if r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonExpired {
-						t.Fatalf("event %s", r.raw)
-					}
-					stops[r.ev.Room+"/"+r.ev.User]++
-				}
-				if stops["42/alice"] != 1 || stops["café ☕/a*b?c[d]"] != 1 {
-					t.Fatalf("stops %v", stops)
-				}
-				s.expectNone(3 * testSweep)
-				if got := typists(e.snapshot("42")); len(got) != 0 {
-					t.Fatalf("snapshot after expiry %v", got)
-				}
-				if n := e.metric("ellipsis_worker_expired_stops_total", nil); n != 2 {
-					t.Fatalf("expired_stops_total %v", n)
-				}
-			})
-		}
 	}
 }
 
@@ -703,7 +610,7 @@ func TestContractLegacySweepIndexMigrated(t *testing.T) {
 		due := se.rdb.ZScore(ctx, bucket, "r").Val()
 		se.rdb.ZRem(ctx, bucket, "r")
 		se.rdb.ZAdd(ctx, se.names.LegacySweepKey(), redis.Z{Score: due, Member: "r"}, redis.Z{Score: due, Member: "%zz"})
-		n, err := se.st.(*redisStore).migrateLegacySweep(ctx)
+		n, err := se.st.(*redisStore).MigrateLegacySweep(ctx)
 		if err != nil || n != 2 {
 			t.Fatalf("migrated %d, %v; want 2", n, err)
 		}
@@ -719,4 +626,20 @@ func TestContractLegacySweepIndexMigrated(t *testing.T) {
 		}
 		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
 	})
+}
+
+// New builds the store of each kind and refuses any other (the worker's
+// New names ELLIPSIS_STORE; see TestContractStoreSelection there).
+func TestNewSelectsLayout(t *testing.T) {
+	m, _ := newMetrics(prometheus.NewRegistry(), false)
+	if _, err := New(Options{Kind: "", PubSub: testPubSub, Names: names.New("", ""), TTL: time.Second, Throttle: 0, Metrics: m, Log: zap.NewNop()}); !errors.Is(err, ErrUnknownStore) {
+		t.Fatalf("New(\"\"): %v, want ErrUnknownStore", err)
+	}
+	st, err := New(Options{Kind: config.StoreKeys, PubSub: testPubSub, Names: names.New("", ""), TTL: time.Second, Throttle: 0, Metrics: m, Log: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("New(keys): %v", err)
+	}
+	if _, ok := st.(*redisStore).lay.(*keysLayout); !ok {
+		t.Fatalf("New(keys): %T, %v", st, err)
+	}
 }

@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func newStoreEnvTTL(t *testing.T, be backend, kind string, ttl time.Duration) *s
 		t.Fatal(err)
 	}
 	n := names.New("t-"+randHex(5)+":", "")
-	st, err := newStore(kind, be.pubsub, rdb, n, ttl, stThrottle, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
+	st, err := New(Options{Kind: kind, PubSub: be.pubsub, Redis: rdb, Names: n, TTL: ttl, Throttle: stThrottle, Metrics: m, Log: testLogger(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func (se *storeEnv) subscribe(rooms ...string) *stream {
 	return subscribeRooms(se.t, se.rdb, se.names, se.pubsub, rooms...)
 }
 
-func (se *storeEnv) start(room, user, conn string, seq uint64, want string) {
+func (se *storeEnv) start(room, user, conn string, seq uint64, want Outcome) {
 	se.t.Helper()
 	out, err := se.st.Start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: "N"})
 	if err != nil || out != want {
@@ -109,7 +109,7 @@ func (se *storeEnv) start(room, user, conn string, seq uint64, want string) {
 	}
 }
 
-func (se *storeEnv) stop(room, user, conn string, seq uint64, want string) {
+func (se *storeEnv) stop(room, user, conn string, seq uint64, want Outcome) {
 	se.t.Helper()
 	out, err := se.st.Stop(context.Background(), protocol.Command{V: 1, Op: "stop", Room: room, User: user, Conn: conn, Seq: seq}, protocol.ReasonStopped)
 	if err != nil || out != want {
@@ -246,7 +246,7 @@ func TestScriptParallelSweepsPushEachExpiryOnce(t *testing.T) {
 			t.Fatalf("expired_stops_total %v", n)
 		}
 		// The expired typists are gone from their rooms, and marked hidden.
-		if n := se.rdb.Exists(context.Background(), usersKey(se.names, "r1"), usersKey(se.names, "r2")).Val(); n != 0 {
+		if n := se.rdb.Exists(context.Background(), UsersKey(se.names, "r1"), UsersKey(se.names, "r2")).Val(); n != 0 {
 			t.Fatalf("%d rooms left after expiry", n)
 		}
 		if p := se.rdb.HGet(context.Background(), userKeyPrefix(se.names, "r1")+"bob", "p").Val(); p != "0" {
@@ -264,14 +264,14 @@ func TestScriptSweepIndexFollowsEarliestEntry(t *testing.T) {
 			return v, err == nil
 		}
 		se.start(room, "u", "c", 0, OutcomeStarted)
-		first := se.rdb.ZScore(ctx, usersKey(se.names, room), member).Val()
+		first := se.rdb.ZScore(ctx, UsersKey(se.names, room), member).Val()
 		v0, ok := idx()
 		if !ok || v0 != first {
 			t.Fatalf("index %v %v, want the entry's expiry %v", v0, ok, first)
 		}
 		se.advance(stTTL / 2)
 		se.start(room, "u", "c", 0, OutcomeRefreshed)
-		second := se.rdb.ZScore(ctx, usersKey(se.names, room), member).Val()
+		second := se.rdb.ZScore(ctx, UsersKey(se.names, room), member).Val()
 		if v, _ := idx(); v != v0 || second <= first {
 			t.Fatalf("index %v after refresh, want the earlier %v (entry now %v)", v, v0, second)
 		}
@@ -317,7 +317,7 @@ func TestScriptKeyTTLs(t *testing.T) {
 		ctx := context.Background()
 		se.start("r", "u", "c", 1, OutcomeStarted)
 		n := se.names
-		keys := []string{usersKey(n, "r"), userKeyPrefix(n, "r") + "u"}
+		keys := []string{UsersKey(n, "r"), userKeyPrefix(n, "r") + "u"}
 		for _, k := range keys {
 			d := se.rdb.PTTL(ctx, k).Val()
 			if d <= stTTL+DefaultKeyGrace || d > stTTL+DefaultKeyGrace+stThrottle {

@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"
@@ -99,7 +99,7 @@ func BenchmarkRoomSize(b *testing.B) {
 			})
 			b.Run(pfx+"/op=sweep", func(b *testing.B) {
 				m, _ := newMetrics(prometheus.NewRegistry(), false)
-				short, err := newStore(kind, testPubSub, p.rdb, n, 20*time.Millisecond, 10*time.Millisecond, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+				short, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: p.rdb, Names: n, TTL: 20 * time.Millisecond, Throttle: 10 * time.Millisecond, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 				if err != nil {
 					b.Fatal(err)
 				}

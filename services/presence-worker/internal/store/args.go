@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"strconv"
@@ -23,11 +23,11 @@ func userKeyPrefix(n names.Names, room string) string {
 	return n.KeyPrefix() + "typing:user:" + names.RoomTag(room) + ":"
 }
 
-func usersKey(n names.Names, room string) string {
+func UsersKey(n names.Names, room string) string {
 	return n.KeyPrefix() + "typing:users:" + names.RoomTag(room)
 }
 
-func pendingKey(n names.Names, room string) string {
+func PendingKey(n names.Names, room string) string {
 	return n.KeyPrefix() + "typing:pending:" + names.RoomTag(room)
 }
 
@@ -65,14 +65,14 @@ func stopArgs(cmd protocol.Command, room, reason string) cmdArgs {
 }
 
 // argEvent is the index of cmdArgs.Event (ARGV[11]) in a command call's
-// args (store_events.go reads it back).
+// args (events.go reads it back).
 const argEvent = 10
 
 // commandCall builds the script call of a (st.lua.start or st.lua.stop).
 func (st *redisStore) commandCall(script *redis.Script, a cmdArgs) scriptCall {
 	n := st.names
 	user := userKeyPrefix(n, a.Room) + names.Enc(a.User)
-	keys := []string{user, st.lay.connsKey(n, a.Room, a.User, user), usersKey(n, a.Room), pendingKey(n, a.Room), n.RoomChannel(a.Room)}
+	keys := []string{user, st.lay.connsKey(n, a.Room, a.User, user), UsersKey(n, a.Room), PendingKey(n, a.Room), n.RoomChannel(a.Room)}
 	if !st.indexAfter {
 		keys = append(keys, n.SweepKey(names.SweepBucket(a.Room)))
 	}

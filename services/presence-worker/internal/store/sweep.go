@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"bytes"
@@ -93,7 +93,7 @@ func (st *redisStore) parseClaim(ctx context.Context, b int, now int64, v []any)
 	if err != nil || protocol.ValidateID("room", room) != nil || names.SweepBucket(room) != b {
 		st.rl.Warn("sweep-bad-member", "dropping a malformed sweep index member", zap.String("member", encRoom), zap.Int("bucket", b))
 		if err := st.rdb.ZRem(ctx, st.names.SweepKey(b), encRoom).Err(); err != nil {
-			st.m.redisErrors.Inc()
+			st.m.RedisErrors.Inc()
 		}
 		return claim{}, false
 	}
@@ -115,7 +115,7 @@ func (st *redisStore) settle(ctx context.Context, claims []claim, total *SweepRe
 		}
 		calls[i] = call
 		if c.lag >= 0 {
-			st.m.sweepLag.Observe(c.lag)
+			st.m.SweepLag.Observe(c.lag)
 		}
 	}
 	res, errs := st.eval(ctx, scriptSweep, calls)
@@ -139,9 +139,9 @@ func (st *redisStore) settle(ctx context.Context, claims []claim, total *SweepRe
 		total.Stops += int(stops)
 		total.Starts += int(starts)
 		total.Removed += int(removed)
-		st.m.expiredStops.Add(float64(stops))
-		st.m.eventsPublished.WithLabelValues(protocol.TypeTypingStop).Add(float64(stops))
-		st.m.eventsPublished.WithLabelValues(protocol.TypeTypingStart).Add(float64(starts))
+		st.m.ExpiredStops.Add(float64(stops))
+		st.m.EventsPublished.WithLabelValues(protocol.TypeTypingStop).Add(float64(stops))
+		st.m.EventsPublished.WithLabelValues(protocol.TypeTypingStart).Add(float64(starts))
 		resched[c.bucket] = append(resched[c.bucket], c.encRoom, c.claim, next)
 		st.emitSweep(c.room, v)
 	}
@@ -163,7 +163,7 @@ func (st *redisStore) sweepCall(room string) (scriptCall, error) {
 		return scriptCall{}, err
 	}
 	n := st.names
-	keys := []string{usersKey(n, room), pendingKey(n, room), n.RoomChannel(room)}
+	keys := []string{UsersKey(n, room), PendingKey(n, room), n.RoomChannel(room)}
 	args := []any{userKeyPrefix(n, room), st.lay.connsPrefix(n, room), head, tail, st.throttleMs, st.keyPxMs, sweepRoomLimit, st.eventsFlag()}
 	return scriptCall{st.lua.sweep, keys, args}, nil
 }

@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"
@@ -46,14 +46,14 @@ func (zsetLayout) connsKey(_ names.Names, _, _, userKey string) string { return 
 func (zsetLayout) connsPrefix(names.Names, string) string              { return "" }
 
 func (l zsetLayout) snapshot(ctx context.Context, st *redisStore, room string, limit int) (protocol.Snapshot, error) {
-	call := scriptCall{st.lua.snapshot, []string{usersKey(l.n, room)}, []any{userKeyPrefix(l.n, room), limit}}
+	call := scriptCall{st.lua.snapshot, []string{UsersKey(l.n, room)}, []any{userKeyPrefix(l.n, room), limit}}
 	res, errs := st.eval(ctx, scriptSnapshot, []scriptCall{call})
 	if err := errs[0]; err != nil {
 		return protocol.Snapshot{}, snapshotFailed(err)
 	}
 	a, ok := res[0].([]any)
 	if !ok || len(a)%2 != 1 {
-		return protocol.Snapshot{}, &snapshotError{protocol.CodeInternal, fmt.Errorf("worker: unexpected snapshot reply %v", res[0])}
+		return protocol.Snapshot{}, &SnapshotError{protocol.CodeInternal, fmt.Errorf("worker: unexpected snapshot reply %v", res[0])}
 	}
 	total, _ := a[0].(int64)
 	users := make([]protocol.Typist, 0, len(a)/2)
@@ -175,20 +175,20 @@ func sortTypists(users []protocol.Typist) {
 	slices.SortFunc(users, func(x, y protocol.Typist) int { return strings.Compare(x.User, y.User) })
 }
 
-// snapshotError classifies a failed snapshot for its reply code.
-type snapshotError struct {
-	code string // protocol.CodeUnavailable or protocol.CodeInternal
+// SnapshotError classifies a failed snapshot for its reply code.
+type SnapshotError struct {
+	Code string // protocol.CodeUnavailable or protocol.CodeInternal
 	err  error
 }
 
-func (e *snapshotError) Error() string { return e.code + ": " + e.err.Error() }
-func (e *snapshotError) Unwrap() error { return e.err }
+func (e *SnapshotError) Error() string { return e.Code + ": " + e.err.Error() }
+func (e *SnapshotError) Unwrap() error { return e.err }
 
 // snapshotFailed wraps a failed Redis call of a snapshot.
-func snapshotFailed(err error) *snapshotError {
+func snapshotFailed(err error) *SnapshotError {
 	code := protocol.CodeInternal
 	if isRedisUnavailable(err) {
 		code = protocol.CodeUnavailable
 	}
-	return &snapshotError{code, err}
+	return &SnapshotError{code, err}
 }

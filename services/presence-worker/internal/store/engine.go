@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"
@@ -20,9 +20,9 @@ import (
 type engine struct {
 	rdb   redis.UniversalClient
 	names names.Names
-	m     *metrics
+	m     *Metrics
 	log   *zap.Logger
-	rl    *rateLog
+	rl    RateLog
 
 	// indexAfter: the command scripts cannot add their room to its sweep
 	// bucket (Redis Cluster: another hash slot), so the worker does it
@@ -36,7 +36,7 @@ type engine struct {
 	ttlMs, throttleMs, keyPxMs, guardMs int64
 
 	// events, when not nil, also gets every room event the scripts
-	// published, after they return (store_events.go).
+	// published, after they return (events.go).
 	events EventSink
 }
 
@@ -56,7 +56,7 @@ func (st *engine) eval(ctx context.Context, name string, calls []scriptCall) ([]
 
 // evalRetry runs calls, pipelined when there are several, and retries the
 // calls that failed with a transient error (connection, timeout, LOADING,
-// READONLY, TRYAGAIN, ...) up to redisAttempts times with jittered
+// READONLY, TRYAGAIN, ...) up to RedisAttempts times with jittered
 // backoff, stopping early when ctx ends. It returns each call's reply and
 // error. name is the "script" of the retry log line.
 //
@@ -91,7 +91,7 @@ func (st *engine) evalRetryTracked(ctx context.Context, name string, calls []scr
 		}
 		st.evalOnce(ctx, calls, pending, res, errs)
 		pending = st.failed(ctx, pending, errs)
-		if len(pending) == 0 || attempt >= redisAttempts {
+		if len(pending) == 0 || attempt >= RedisAttempts {
 			return res, errs, retried
 		}
 		st.rl.Warn("redis-retry", "redis call failed, retrying",
@@ -112,7 +112,7 @@ func (st *engine) failed(ctx context.Context, idx []int, errs []error) []int {
 		if errs[i] == nil {
 			continue
 		}
-		st.m.redisErrors.Inc()
+		st.m.RedisErrors.Inc()
 		if retryable(errs[i]) && ctx.Err() == nil {
 			retry = append(retry, i)
 		}
@@ -193,7 +193,7 @@ func (st *engine) pipeline(ctx context.Context, calls []scriptCall, idx []int, r
 }
 
 // call runs one plain Redis call (not a script: SCAN, HGET) with the
-// retry policy of eval: up to redisAttempts tries of redisAttemptTimeout
+// retry policy of eval: up to RedisAttempts tries of redisAttemptTimeout
 // each, jittered backoff between them, stopping when ctx ends. fn must be
 // safe to repeat (reads are).
 func (st *engine) call(ctx context.Context, what string, fn func(ctx context.Context) error) error {
@@ -205,8 +205,8 @@ func (st *engine) call(ctx context.Context, what string, fn func(ctx context.Con
 		if err == nil || errors.Is(err, redis.Nil) {
 			return err
 		}
-		st.m.redisErrors.Inc()
-		if !retryable(err) || ctx.Err() != nil || attempt >= redisAttempts {
+		st.m.RedisErrors.Inc()
+		if !retryable(err) || ctx.Err() != nil || attempt >= RedisAttempts {
 			return err
 		}
 		st.rl.Warn("redis-retry", "redis call failed, retrying",
@@ -256,8 +256,8 @@ func isRedisUnavailable(err error) bool {
 
 // observeSince starts timing one call for the script duration histogram;
 // call the returned func when it ends.
-func observeSince(m *metrics, name string) func() {
-	t := m.scriptDuration.WithLabelValues(name)
+func observeSince(m *Metrics, name string) func() {
+	t := m.ScriptDuration.WithLabelValues(name)
 	began := time.Now()
 	return func() { t.Observe(time.Since(began).Seconds()) }
 }

@@ -1,4 +1,7 @@
-package worker
+// Package store keeps the presence worker's typing state in Redis: the
+// [Store] interface and its Redis implementation, two layouts (zset, keys)
+// over one engine, and the Lua scripts (scripts/).
+package store
 
 import (
 	"context"
@@ -8,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -33,7 +37,7 @@ import (
 // (contract_test.go); README.md says where they differ in cost.
 //
 // Errors are Redis failures after retries, or an unexpected script reply;
-// Snapshot's errors are *snapshotError, which carry the reply code.
+// Snapshot's errors are *SnapshotError, which carry the reply code.
 type Store interface {
 	// Prepare loads the store's scripts on the server, so the first
 	// commands use EVALSHA at once. Failure is not fatal: calls fall back
@@ -42,27 +46,27 @@ type Store interface {
 	// Start applies a start command (Room, User, Conn set) and returns
 	// OutcomeStarted, OutcomeRefreshed, OutcomeThrottled, OutcomeCoalesced,
 	// OutcomeStale, OutcomeLate or OutcomeSuperseded.
-	Start(ctx context.Context, cmd protocol.Command) (string, error)
+	Start(ctx context.Context, cmd protocol.Command) (Outcome, error)
 	// Stop applies a stop or leave command, reason protocol.ReasonStopped
 	// or protocol.ReasonLeft, and returns OutcomeStopped, OutcomeCoalesced,
 	// OutcomeNoop or OutcomeStale. Without Conn it ends every connection of
 	// the user in the room, ignores Seq, and supersedes the user's starts
 	// sent before it (see scripts/start.lua).
-	Stop(ctx context.Context, cmd protocol.Command, reason string) (string, error)
+	Stop(ctx context.Context, cmd protocol.Command, reason string) (Outcome, error)
 	// Disconnect stops the connection in every room of cmd.Rooms with
 	// reason protocol.ReasonDisconnected and returns one outcome per room
 	// (OutcomeError for a room that failed); the error joins the rooms'.
-	Disconnect(ctx context.Context, cmd protocol.Command) ([]string, error)
+	Disconnect(ctx context.Context, cmd protocol.Command) ([]Outcome, error)
 	// Apply applies cmds in order, each as Start, Stop (op stop: reason
 	// stopped; op leave: left) or Disconnect would, and returns one outcome
 	// and one error per command; a disconnect's outcome sums its rooms'
 	// (see disconnectOutcome), and an op DecodeCommand does not admit gets
-	// "" and no error. The script calls of consecutive ordered commands
+	// OutcomeNone and no error. The script calls of consecutive ordered commands
 	// (Seq and Conn set) go out as one pipeline, one round trip, retried
 	// as one; an unordered command is sent alone, after the commands before
 	// it have finished and before those after it start, exactly as Start,
 	// Stop and Disconnect send it. Why: [redisStore.apply].
-	Apply(ctx context.Context, cmds []protocol.Command) ([]string, []error)
+	Apply(ctx context.Context, cmds []protocol.Command) ([]Outcome, []error)
 	// Sweep settles the rooms due in the sweep index (every bucket, so
 	// every shard of a Cluster): typing_stop(expired) for every typist whose
 	// time ran out, and the final state of every user whose transitions
@@ -77,6 +81,41 @@ type Store interface {
 	// the first users by id.
 	Snapshot(ctx context.Context, room string, limit int) (protocol.Snapshot, error)
 }
+
+// Metrics are the store's collectors; the worker makes and registers them
+// (ellipsis_worker_*, see the worker's README).
+type Metrics struct {
+	ScriptDuration  *prometheus.HistogramVec // {script}, seconds per script call or pipeline
+	RedisErrors     prometheus.Counter       // failed Redis tries
+	EventsPublished *prometheus.CounterVec   // {type}
+	ExpiredStops    prometheus.Counter       // typing_stop published by the sweep
+	SweepLag        prometheus.Histogram     // seconds between a room's due time and its sweep
+}
+
+// RateLog writes repetitive log lines (Redis errors, malformed members) at
+// most once per key per interval; the worker's rate-limited logger.
+type RateLog interface {
+	Warn(key, msg string, fields ...zap.Field)
+	Error(key, msg string, fields ...zap.Field)
+}
+
+// unregisteredMetrics are collectors nobody gathers, for a store built
+// without Options.Metrics.
+func unregisteredMetrics() *Metrics {
+	return &Metrics{
+		ScriptDuration:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "script_duration_seconds"}, []string{"script"}),
+		RedisErrors:     prometheus.NewCounter(prometheus.CounterOpts{Name: "redis_errors_total"}),
+		EventsPublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_published_total"}, []string{"type"}),
+		ExpiredStops:    prometheus.NewCounter(prometheus.CounterOpts{Name: "expired_stops_total"}),
+		SweepLag:        prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sweep_lag_seconds"}),
+	}
+}
+
+// nopRateLog drops every line, for a store built without Options.RateLog.
+type nopRateLog struct{}
+
+func (nopRateLog) Warn(string, string, ...zap.Field)  {}
+func (nopRateLog) Error(string, string, ...zap.Field) {}
 
 // SweepResult sums one [Store.Sweep].
 type SweepResult struct {
@@ -111,8 +150,8 @@ const (
 	// millisecond of Redis.
 	MaxSnapshotLimit = 500
 
-	// redisAttempts bounds the tries of one script call (or pipeline).
-	redisAttempts = 4
+	// RedisAttempts bounds the tries of one script call (or pipeline).
+	RedisAttempts = 4
 	// redisBackoffMin and redisBackoffMax bound the jittered exponential
 	// backoff between tries: 50ms, 100ms, 200ms, ... capped at 1s.
 	redisBackoffMin = 50 * time.Millisecond
@@ -159,7 +198,7 @@ const (
 	scriptBatch = "batch"
 )
 
-// ErrUnknownStore is returned by newStore for a kind other than
+// ErrUnknownStore is returned by New for a kind other than
 // config.StoreZSet and config.StoreKeys (config.Validate rejects those
 // first, naming ELLIPSIS_STORE).
 var ErrUnknownStore = errors.New("worker: unknown store")
@@ -184,14 +223,54 @@ type redisStore struct {
 
 var _ Store = (*redisStore)(nil)
 
-// newStore builds the store of kind (config.StoreZSet or config.StoreKeys)
-// on rdb, publishing room events with PUBLISH (pubsub
-// redisconn.PubSubClassic) or SPUBLISH (redisconn.PubSubSharded). It does
-// no I/O.
-func newStore(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *metrics, log *zap.Logger, rl *rateLog) (*redisStore, error) {
+// Options are what [New] builds a store from.
+type Options struct {
+	// Kind is config.StoreZSet or config.StoreKeys (ELLIPSIS_STORE); any
+	// other value is ErrUnknownStore.
+	Kind string
+	// PubSub is redisconn.PubSubClassic (events go out with PUBLISH) or
+	// redisconn.PubSubSharded (SPUBLISH).
+	PubSub string
+	// Redis is the client every call goes through; nil only to check the
+	// scripts (CheckScripts). A *redis.ClusterClient makes the worker index
+	// rooms for the sweep after the scripts (their bucket is in another
+	// slot).
+	Redis redis.UniversalClient
+	Names names.Names
+	// TTL and Throttle are the typing settings (ELLIPSIS_TYPING_TTL,
+	// ELLIPSIS_TYPING_THROTTLE).
+	TTL, Throttle time.Duration
+	// Metrics are the store's collectors; nil: unregistered ones.
+	Metrics *Metrics
+	// Log is the store's logger and RateLog its rate-limited one; nil:
+	// none.
+	Log     *zap.Logger
+	RateLog RateLog
+	// Events, when not nil, gets every room event the store publishes on
+	// Redis Pub/Sub, after the script that published it returned (see
+	// [EventSink]; the worker's ELLIPSIS_NATS_EVENTS). nil: no events are
+	// reported, and the sweep script keeps none (no cost when off).
+	Events EventSink
+}
+
+// New builds the store of o.Kind on o.Redis (see [Options]). It does no
+// I/O. The store it returns also has MigrateLegacySweep(ctx) (int, error),
+// which moves the sweep index of workers older than the sweep buckets.
+func New(o Options) (Store, error) {
+	kind, n, ttl, throttle := o.Kind, o.Names, o.TTL, o.Throttle
+	m, log, rl := o.Metrics, o.Log, o.RateLog
+	if m == nil {
+		m = unregisteredMetrics()
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if rl == nil {
+		rl = nopRateLog{}
+	}
 	st := &redisStore{engine: engine{
-		rdb: rdb, names: n, m: m, log: log, rl: rl,
-		indexAfter: isCluster(rdb),
+		rdb: o.Redis, names: n, m: m, log: log, rl: rl, events: o.Events,
+		indexAfter: isCluster(o.Redis),
 		ttlMs:      ttl.Milliseconds(),
 		throttleMs: throttle.Milliseconds(),
 		keyPxMs:    (ttl + DefaultKeyGrace + throttle).Milliseconds(),
@@ -205,7 +284,7 @@ func newStore(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl
 	default:
 		return nil, fmt.Errorf("%w %q (want %s or %s)", ErrUnknownStore, kind, config.StoreZSet, config.StoreKeys)
 	}
-	publish := publishCommand(pubsub)
+	publish := publishCommand(o.PubSub)
 	for name, p := range map[string]**redis.Script{
 		"start": &st.lua.start, "stop": &st.lua.stop, "sweep": &st.lua.sweep,
 		"snapshot": &st.lua.snapshot, "due": &st.lua.due, "reschedule": &st.lua.reschedule,
@@ -219,12 +298,12 @@ func newStore(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl
 	return st, nil
 }
 
-// checkScripts builds every store's scripts once, so a broken embed fails
+// CheckScripts builds every store's scripts once, so a broken embed fails
 // New instead of the first command.
-func checkScripts() error {
+func CheckScripts() error {
 	for _, kind := range []string{config.StoreZSet, config.StoreKeys} {
 		for _, pubsub := range []string{redisconn.PubSubClassic, redisconn.PubSubSharded} {
-			if _, err := newStore(kind, pubsub, nil, names.Names{}, time.Second, time.Second, nil, nil, nil); err != nil {
+			if _, err := New(Options{Kind: kind, PubSub: pubsub, Names: names.Names{}, TTL: time.Second, Throttle: time.Second}); err != nil {
 				return err
 			}
 		}

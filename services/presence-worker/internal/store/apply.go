@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"
@@ -15,15 +15,15 @@ import (
 
 // Start implements [Store]: cmd as a run of its own (applyRun), so it is
 // indexed for the sweep like a batched start.
-func (st *redisStore) Start(ctx context.Context, cmd protocol.Command) (string, error) {
+func (st *redisStore) Start(ctx context.Context, cmd protocol.Command) (Outcome, error) {
 	cmd.Op = protocol.OpStart
-	outs, errs := make([]string, 1), make([]error, 1)
+	outs, errs := make([]Outcome, 1), make([]error, 1)
 	st.applyRun(ctx, []protocol.Command{cmd}, outs, errs)
 	return outs[0], errs[0]
 }
 
 // Stop implements [Store] with the stop script.
-func (st *redisStore) Stop(ctx context.Context, cmd protocol.Command, reason string) (string, error) {
+func (st *redisStore) Stop(ctx context.Context, cmd protocol.Command, reason string) (Outcome, error) {
 	defer observeSince(st.m, scriptStop)()
 	calls := []scriptCall{st.commandCall(st.lua.stop, stopArgs(cmd, cmd.Room, reason))}
 	res, errs, retried := st.evalRetryTracked(ctx, scriptStop, calls)
@@ -36,7 +36,7 @@ func (st *redisStore) Stop(ctx context.Context, cmd protocol.Command, reason str
 // Disconnect implements [Store]: the stop script in every room of
 // cmd.Rooms with reason disconnected, pipelined (the rooms live in
 // different hash slots, so each is its own atomic call).
-func (st *redisStore) Disconnect(ctx context.Context, cmd protocol.Command) ([]string, error) {
+func (st *redisStore) Disconnect(ctx context.Context, cmd protocol.Command) ([]Outcome, error) {
 	calls := make([]scriptCall, len(cmd.Rooms))
 	for i, room := range cmd.Rooms {
 		calls[i] = st.commandCall(st.lua.stop, stopArgs(cmd, room, protocol.ReasonDisconnected))
@@ -66,8 +66,8 @@ func (st *redisStore) Disconnect(ctx context.Context, cmd protocol.Command) ([]s
 // retried exactly as before batching: a second run of it finds its own
 // effect (a start is a throttled refresh, a stop a noop) and nothing sent
 // after it.
-func (st *redisStore) Apply(ctx context.Context, cmds []protocol.Command) ([]string, []error) {
-	outs := make([]string, len(cmds))
+func (st *redisStore) Apply(ctx context.Context, cmds []protocol.Command) ([]Outcome, []error) {
+	outs := make([]Outcome, len(cmds))
 	errs := make([]error, len(cmds))
 	for i := 0; i < len(cmds); {
 		j := i + 1
@@ -133,7 +133,7 @@ func (st *redisStore) calls(cmds []protocol.Command) ([]scriptCall, []string) {
 // call's round trip, retries included), so the histogram counts commands
 // as it did when each was its own call. On Redis Cluster the rooms the
 // scripts ask for are then indexed (indexDue).
-func (st *redisStore) applyRun(ctx context.Context, cmds []protocol.Command, outs []string, errs []error) {
+func (st *redisStore) applyRun(ctx context.Context, cmds []protocol.Command, outs []Outcome, errs []error) {
 	calls, rooms := st.calls(cmds)
 	if len(calls) == 0 {
 		return // only ops DecodeCommand does not admit
@@ -163,7 +163,7 @@ func (st *redisStore) applyRun(ctx context.Context, cmds []protocol.Command, out
 	for _, cmd := range cmds {
 		switch cmd.Op {
 		case protocol.OpStart, protocol.OpStop, protocol.OpLeave, protocol.OpDisconnect:
-			st.m.scriptDuration.WithLabelValues(commandScript(cmd.Op)).Observe(took)
+			st.m.ScriptDuration.WithLabelValues(commandScript(cmd.Op)).Observe(took)
 		}
 	}
 }
@@ -198,8 +198,8 @@ func (st *redisStore) indexDue(ctx context.Context, rooms []string, res []any, e
 
 // roomOutcomes reads the outcomes of a disconnect's stop calls, one per
 // room, counting the events they published; err joins the rooms' errors.
-func (st *redisStore) roomOutcomes(rooms []string, res []any, errs []error) ([]string, error) {
-	outs := make([]string, len(rooms))
+func (st *redisStore) roomOutcomes(rooms []string, res []any, errs []error) ([]Outcome, error) {
+	outs := make([]Outcome, len(rooms))
 	var all []error
 	for i, room := range rooms {
 		out, err := st.callOutcome(res[i], errs[i])
@@ -213,7 +213,7 @@ func (st *redisStore) roomOutcomes(rooms []string, res []any, errs []error) ([]s
 
 // callOutcome reads the outcome of one start or stop script call from its
 // reply and error, counting the event it published.
-func (st *redisStore) callOutcome(res any, err error) (string, error) {
+func (st *redisStore) callOutcome(res any, err error) (Outcome, error) {
 	if err != nil {
 		return OutcomeError, err
 	}
@@ -222,7 +222,7 @@ func (st *redisStore) callOutcome(res any, err error) (string, error) {
 		return OutcomeError, err
 	}
 	if typ := publishedBy(out); typ != "" {
-		st.m.eventsPublished.WithLabelValues(typ).Inc()
+		st.m.EventsPublished.WithLabelValues(typ).Inc()
 	}
 	return out, nil
 }

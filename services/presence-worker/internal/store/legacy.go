@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"
@@ -9,12 +9,12 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// migrateLegacySweep moves the rooms that workers of Ellipsis before the
+// MigrateLegacySweep moves the rooms that workers of Ellipsis before the
 // sweep buckets keep in their one-key index (names.LegacySweepKey) into
 // their buckets and removes exactly those from it, so a rolling upgrade
 // loses no expiry push. It returns how many rooms it moved. Malformed
 // members are dropped.
-func (st *redisStore) migrateLegacySweep(ctx context.Context) (int, error) {
+func (st *redisStore) MigrateLegacySweep(ctx context.Context) (int, error) {
 	key := st.names.LegacySweepKey()
 	var zs []redis.Z
 	err := st.call(ctx, "legacy-sweep", func(ctx context.Context) error {

@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"bufio"
@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -267,7 +265,7 @@ func benchStore(b *testing.B, kind string, rdb redis.UniversalClient) (Store, na
 		b.Fatal(err)
 	}
 	n := names.New("b:", "")
-	st, err := newStore(kind, testPubSub, rdb, n, time.Hour, 30*time.Minute, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+	st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: time.Hour, Throttle: 30 * time.Minute, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -277,8 +275,8 @@ func benchStore(b *testing.B, kind string, rdb redis.UniversalClient) (Store, na
 	return st, n
 }
 
-func mustOutcome(b *testing.B, want string) func(string, error) {
-	return func(out string, err error) {
+func mustOutcome(b *testing.B, want Outcome) func(Outcome, error) {
+	return func(out Outcome, err error) {
 		if err != nil || out != want {
 			b.Fatalf("outcome %q, %v; want %q", out, err, want)
 		}
@@ -563,57 +561,6 @@ func BenchmarkCommandThroughput(b *testing.B) {
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	for _, kind := range storeKinds {
-		b.Run("store="+kind+"/shards=16", func(b *testing.B) {
-			m, err := newMetrics(prometheus.NewRegistry(), false)
-			if err != nil {
-				b.Fatal(err)
-			}
-			n := names.New("t-bench-"+randHex(4)+":", "")
-			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := newStore(kind, testPubSub, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := st.Prepare(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			s := &Server{st: st, m: m, rl: newRateLog(zap.NewNop(), time.Minute), log: zap.NewNop()}
-			const shards = config.DefaultWorkerShards
-			var next atomic.Int64
-			b.SetParallelism(max(1, shards/runtime.GOMAXPROCS(0))) // shards goroutines in all
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				g := next.Add(1)
-				ctx := context.Background()
-				var payloads [][]byte
-				i, episode := 0, 0
-				for pb.Next() {
-					if i == len(payloads) {
-						// 100 connections per goroutine, in turn; seq grows per connection.
-						conn, seq := int(g)*100+episode%100, uint64(episode/100)*5+1
-						payloads = payloads[:0]
-						for _, c := range throughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
-							p, _ := json.Marshal(c)
-							payloads = append(payloads, p)
-						}
-						episode++
-						i = 0
-					}
-					cmd, err := protocol.DecodeCommand(payloads[i])
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					s.apply(ctx, cmd)
-					i++
-				}
-			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
-			if e := gatherSumB(m, OutcomeError); e != 0 {
-				b.Fatalf("%v commands failed", e)
-			}
-		})
 		// The store's ceiling with pipelining: each goroutine (GOMAXPROCS of
 		// them) sends 64 commands per round trip as one pipeline of scripts,
 		// as a busy shard does (DefaultCommandBatch), without NATS, decoding
@@ -626,11 +573,11 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := newStore(kind, testPubSub, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+			st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.DefaultTypingTTL, Throttle: config.DefaultTypingThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 			if err != nil {
 				b.Fatal(err)
 			}
-			bs := st
+			bs := st.(*redisStore)
 			var next atomic.Int64
 			var failed atomic.Int64
 			b.ReportAllocs()
@@ -685,99 +632,5 @@ func BenchmarkCommandThroughput(b *testing.B) {
 				b.Fatalf("%d calls failed", f)
 			}
 		})
-	}
-}
-
-// BenchmarkWorkerThroughput measures one whole worker (New/Start, 16
-// shards, each store) end to end: commands published on the machine's
-// NATS, applied on the machine's Redis; cmds/s is the rate at which the
-// worker finished them. At most 8,192 commands are in flight (below the
-// subscription's pending limit, so none is dropped).
-//
-// batch is the shards' cap on script calls per pipeline (Options.commandBatch):
-// 1 is one command per round trip, as before batching; 64 is
-// DefaultCommandBatch. One op is one command, and the commands are the same
-// sequence whatever b.N (episodes of 1,600 connections), so
-// -benchtime 20000x runs every case on the same 20,000 commands.
-func BenchmarkWorkerThroughput(b *testing.B) {
-	requireServices(b)
-	for _, kind := range storeKinds {
-		for _, batch := range []int{1, 16, 64, 256} {
-			b.Run(fmt.Sprintf("store=%s/batch=%d", kind, batch), func(b *testing.B) {
-				benchWorkerThroughput(b, kind, batch)
-			})
-		}
-	}
-}
-
-func benchWorkerThroughput(b *testing.B, kind string, batch int) {
-	id := randHex(5)
-	cfg := config.Dev()
-	cfg.AdminAddr = ""
-	cfg.NATSURL = testNATSURL
-	cfg.RedisURL = testRedisURL
-	cfg.SubjectPrefix = "tb" + id
-	cfg.KeyPrefix = "t-bench-" + id + ":"
-	cfg.Store = kind
-	cfg.LogLevel = "warn"
-	reg := prometheus.NewRegistry()
-	w, err := New(Options{Config: cfg, Registry: reg, commandBatch: batch})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	ropts, _ := redis.ParseURL(testRedisURL)
-	rdb := redis.NewClient(ropts)
-	defer func() {
-		_ = w.Shutdown(context.Background())
-		cleanupKeys(rdb, cfg.KeyPrefix)
-		rdb.Close()
-	}()
-	nc, err := nats.Connect(testNATSURL, nats.Name("presence-worker-bench"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	subject := names.New(cfg.KeyPrefix, cfg.SubjectPrefix).CommandSubject()
-	// Payloads first, untimed: 1,600 connections' episodes.
-	payloads := make([][]byte, 0, b.N+5)
-	for conn := 0; len(payloads) < b.N; conn++ {
-		c := conn % 1600
-		for _, cmd := range throughputMix(fmt.Sprintf("room-%d", c%100), fmt.Sprintf("user-%d", c), fmt.Sprintf("gw:%d", c), uint64(conn/1600)*5+1) {
-			p, _ := json.Marshal(cmd)
-			payloads = append(payloads, p)
-		}
-	}
-	payloads = payloads[:b.N]
-	processed := func() float64 { return gatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
-	const window = 8192
-	b.ResetTimer()
-	for i, p := range payloads {
-		if i%1024 == 0 {
-			for float64(i)-processed() > window {
-				time.Sleep(200 * time.Microsecond)
-			}
-		}
-		if err := nc.Publish(subject, p); err != nil {
-			b.Fatal(err)
-		}
-	}
-	_ = nc.Flush()
-	deadline := time.Now().Add(time.Minute)
-	for processed() < float64(b.N) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%v of %d commands processed", processed(), b.N)
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
-	if e := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeError}); e != 0 {
-		b.Fatalf("%v commands failed", e)
-	}
-	if e := gatherSum(b, reg, "ellipsis_worker_nats_errors_total", nil); e != 0 {
-		b.Fatalf("%v NATS errors (slow consumer?)", e)
 	}
 }

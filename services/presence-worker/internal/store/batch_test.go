@@ -1,8 +1,7 @@
-package worker
+package store
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -135,7 +133,7 @@ func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
 		t.Fatal(err)
 	}
 	n := names.New("t-"+randHex(5)+":", "")
-	st, err := newStore(kind, be.pubsub, srdb, n, 10*time.Second, 5*time.Second, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
+	st, err := New(Options{Kind: kind, PubSub: be.pubsub, Redis: srdb, Names: n, TTL: 10 * time.Second, Throttle: 5 * time.Second, Metrics: m, Log: testLogger(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +168,12 @@ func forEachKindAndBackend(t *testing.T, f func(t *testing.T, be backend, kind s
 // oneByOne applies cmds one at a time with Start, Stop and Disconnect, as
 // the shards did before batching, and returns each command's outcome as
 // Apply reports it.
-func oneByOne(t *testing.T, st Store, cmds []protocol.Command) []string {
+func oneByOne(t *testing.T, st Store, cmds []protocol.Command) []Outcome {
 	t.Helper()
 	ctx := context.Background()
-	var outs []string
+	var outs []Outcome
 	for _, c := range cmds {
-		var out string
+		var out Outcome
 		var err error
 		switch c.Op {
 		case protocol.OpStart:
@@ -185,7 +183,7 @@ func oneByOne(t *testing.T, st Store, cmds []protocol.Command) []string {
 		case protocol.OpLeave:
 			out, err = st.Stop(ctx, c, protocol.ReasonLeft)
 		case protocol.OpDisconnect:
-			var rooms []string
+			var rooms []Outcome
 			rooms, err = st.Disconnect(ctx, c)
 			out = disconnectOutcome(rooms, err)
 		}
@@ -198,7 +196,7 @@ func oneByOne(t *testing.T, st Store, cmds []protocol.Command) []string {
 }
 
 // applied applies cmds with one Apply and fails on any error.
-func applied(t *testing.T, st Store, cmds []protocol.Command) []string {
+func applied(t *testing.T, st Store, cmds []protocol.Command) []Outcome {
 	t.Helper()
 	outs, errs := st.Apply(context.Background(), cmds)
 	if len(outs) != len(cmds) || len(errs) != len(cmds) {
@@ -253,7 +251,7 @@ func TestContractApplyMatchesOneByOne(t *testing.T) {
 			stop("r3", "erin", "e1", 4),
 			stop("r2", "dave", "d1", 0), // unordered
 		}
-		want := []string{
+		want := []Outcome{
 			OutcomeStarted, OutcomeThrottled, OutcomeThrottled, OutcomeNoop,
 			OutcomeStarted, OutcomeStale, OutcomeStopped, OutcomeStarted,
 			OutcomeStopped, OutcomeStarted, OutcomeThrottled,
@@ -331,7 +329,7 @@ func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
 			start("r1", "u3", "", "c3", 1),
 		})
 		// The three lost replies ran on the first try: their reruns are stale.
-		if want := []string{OutcomeStarted, OutcomeStale, OutcomeStale, OutcomeStale}; !slices.Equal(got, want) {
+		if want := []Outcome{OutcomeStarted, OutcomeStale, OutcomeStale, OutcomeStale}; !slices.Equal(got, want) {
 			t.Fatalf("outcomes %v, want %v", got, want)
 		}
 		ev := eventsByRoom(s, 300*time.Millisecond)["r1"]
@@ -364,7 +362,7 @@ func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
 			start("r1", "u2", "", "c2", 0),
 			stop("r1", "u2", "", 0),
 		})
-		if want := []string{OutcomeThrottled, OutcomeNoop, OutcomeThrottled, OutcomeNoop}; !slices.Equal(got, want) {
+		if want := []Outcome{OutcomeThrottled, OutcomeNoop, OutcomeThrottled, OutcomeNoop}; !slices.Equal(got, want) {
 			t.Fatalf("outcomes %v, want %v (the reruns of applied commands)", got, want)
 		}
 		ev := eventsByRoom(s, 300*time.Millisecond)["r1"]
@@ -419,7 +417,7 @@ func TestApplyRetryAfterLaterCallRanIsStale(t *testing.T) {
 			stop("r1", "u1", "c1", 2),
 			start("r1", "u2", "", "c2", 1),
 		})
-		if want := []string{OutcomeStale, OutcomeNoop, OutcomeStarted}; !slices.Equal(got, want) {
+		if want := []Outcome{OutcomeStale, OutcomeNoop, OutcomeStarted}; !slices.Equal(got, want) {
 			t.Fatalf("outcomes %v, want %v", got, want)
 		}
 		if ev := eventsByRoom(s, 300*time.Millisecond)["r1"]; !slices.Equal(ev, []string{"typing_start u2"}) {
@@ -444,7 +442,7 @@ func TestApplyReloadsFlushedScripts(t *testing.T) {
 				start("r1", "u2", "", "c2", 1),
 				stop("r1", "u1", "c1", 2),
 			})
-			if want := []string{OutcomeStarted, OutcomeStarted, OutcomeStopped}; !slices.Equal(got, want) {
+			if want := []Outcome{OutcomeStarted, OutcomeStarted, OutcomeStopped}; !slices.Equal(got, want) {
 				t.Fatalf("outcomes %v, want %v", got, want)
 			}
 			if pipes, singles := e.hook.sent(); !slices.Equal(pipes, []int{3, 3}) || len(singles) != 2 {
@@ -452,170 +450,6 @@ func TestApplyReloadsFlushedScripts(t *testing.T) {
 			}
 		})
 	}
-}
-
-// fakeStore records the batches a shard hands to Apply.
-type fakeStore struct {
-	Store   // only Apply is called
-	mu      sync.Mutex
-	batches [][]protocol.Command
-	applied chan int // receives each batch's length
-}
-
-func (f *fakeStore) Apply(_ context.Context, cmds []protocol.Command) ([]string, []error) {
-	f.mu.Lock()
-	f.batches = append(f.batches, slices.Clone(cmds))
-	f.mu.Unlock()
-	f.applied <- len(cmds)
-	outs := make([]string, len(cmds))
-	for i := range outs {
-		outs[i] = OutcomeStarted
-	}
-	return outs, make([]error, len(cmds))
-}
-
-// shardServer is a Server with just what runShard needs, on a fakeStore.
-func shardServer(t *testing.T, batch int) (*Server, *fakeStore) {
-	m, err := newMetrics(prometheus.NewRegistry(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeStore{applied: make(chan int, 4096)}
-	return &Server{
-		st: f, m: m, log: zap.NewNop(), rl: newRateLog(zap.NewNop(), time.Minute),
-		commandBatch: batch, quit: make(chan struct{}), runCtx: context.Background(),
-	}, f
-}
-
-func cmdN(i int) protocol.Command {
-	return start("r", "u", "", "c", uint64(i+1))
-}
-
-// fill takes what is queued, up to the cap in script calls, never waits,
-// and never splits a command.
-func TestFillTakesOnlyWhatIsQueued(t *testing.T) {
-	for _, tc := range []struct {
-		batch, queued int
-		first         protocol.Command
-		want          int
-	}{
-		{64, 0, cmdN(0), 1}, // idle: the command alone, at once
-		{64, 3, cmdN(0), 4}, // what is there, no more
-		{64, 100, cmdN(0), 64},
-		{1, 10, cmdN(0), 1}, // cap 1: one command per round trip
-		{4, 10, disconnect("u", "c", 1, "a", "b", "c"), 2},                // 3 calls + 1
-		{4, 10, disconnect("u", "c", 1, "a", "b", "c", "d", "e", "f"), 1}, // whole, alone
-	} {
-		s, _ := shardServer(t, tc.batch)
-		ch := make(chan protocol.Command, shardQueue)
-		for i := range tc.queued {
-			ch <- cmdN(i + 1)
-		}
-		done := make(chan []protocol.Command)
-		go func() { done <- s.fill(ch, []protocol.Command{tc.first}) }()
-		select {
-		case got := <-done:
-			if len(got) != tc.want || len(ch) != tc.queued-(tc.want-1) {
-				t.Errorf("cap %d, %d queued: took %d, left %d; want %d", tc.batch, tc.queued, len(got), len(ch), tc.want)
-			}
-		case <-time.After(waitLong):
-			t.Fatalf("cap %d, %d queued: fill waited", tc.batch, tc.queued)
-		}
-	}
-}
-
-// A shard hands Apply everything queued behind the command it takes, in
-// order, in batches of at most the cap; a command arriving at an idle
-// shard is applied alone at once; on quit the queue is finished.
-func TestShardBatchesWhatIsQueued(t *testing.T) {
-	s, f := shardServer(t, 64)
-	ch := make(chan protocol.Command, shardQueue)
-	for i := range 100 {
-		ch <- cmdN(i)
-	}
-	s.shardWG.Add(1)
-	go s.runShard(ch)
-	if n := <-f.applied; n != 64 {
-		t.Fatalf("first batch of %d, want 64 (the cap)", n)
-	}
-	if n := <-f.applied; n != 36 {
-		t.Fatalf("second batch of %d, want 36 (the rest)", n)
-	}
-	ch <- cmdN(100)
-	select {
-	case n := <-f.applied:
-		if n != 1 {
-			t.Fatalf("idle shard applied %d commands, want 1", n)
-		}
-	case <-time.After(waitLong):
-		t.Fatal("idle shard waited for a batch to fill")
-	}
-	for i := range 10 {
-		ch <- cmdN(101 + i)
-	}
-	close(s.quit)
-	s.shardWG.Wait()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var all []protocol.Command
-	for _, b := range f.batches {
-		all = append(all, b...)
-	}
-	if len(all) != 111 {
-		t.Fatalf("%d commands applied, want 111", len(all))
-	}
-	for i, c := range all {
-		if c.Seq != uint64(i+1) {
-			t.Fatalf("command %d applied with seq %d: order lost", i, c.Seq)
-		}
-	}
-	if n := gatherSumB(s.m, OutcomeStarted); n != 111 {
-		t.Fatalf("commands_total %v, want 111 (one per command)", n)
-	}
-}
-
-// The whole worker, one shard, batches queued: every connection's commands
-// apply in order, every outcome is counted once.
-func TestBatchedCommandsKeepConnectionOrder(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
-		e := newEnv(t, be, func(c *config.Config) {
-			c.Store = kind
-			c.WorkerShards = 1
-			c.TypingTTL = 20 * time.Second // nothing expires meanwhile, on a slow machine too
-		})
-		e.startWorker()
-		var cmds []protocol.Command
-		var want []string
-		for i := range 100 {
-			u, c := fmt.Sprintf("u%d", i), fmt.Sprintf("c%d", i)
-			if i%2 == 0 { // start, refresh, stop, start again: typing at the end
-				cmds = append(cmds, start("r", u, "", c, 1), start("r", u, "", c, 2), stop("r", u, c, 3), start("r", u, "", c, 4))
-				want = append(want, u+"/")
-			} else { // start, stop
-				cmds = append(cmds, start("r", u, "", c, 1), stop("r", u, c, 2))
-			}
-		}
-		e.send(cmds...)
-		slices.Sort(want)
-		if got := typists(e.snapshot("r")); !slices.Equal(got, want) {
-			t.Fatalf("typing %v\nwant %v", got, want)
-		}
-		count := func(op, outcome string) float64 {
-			return e.metric("ellipsis_worker_commands_total", map[string]string{"op": op, "outcome": outcome})
-		}
-		if n := count("start", OutcomeStarted); n != 150 {
-			t.Errorf("started %v, want 150", n)
-		}
-		if n := count("start", OutcomeThrottled) + count("start", OutcomeRefreshed); n != 50 {
-			t.Errorf("refreshes %v, want 50", n)
-		}
-		if n := count("stop", OutcomeStopped); n != 100 {
-			t.Errorf("stopped %v, want 100", n)
-		}
-		if n := e.processed(); n != float64(len(cmds)) {
-			t.Errorf("processed %v, want %d", n, len(cmds))
-		}
-	})
 }
 
 // On Redis Cluster (the worker indexes rooms after the scripts), a start
@@ -630,7 +464,7 @@ func TestApplyLostUnorderedStartReplyStillIndexed(t *testing.T) {
 		e.hook.mu.Lock()
 		e.hook.loseEveryOtherReply = true
 		e.hook.mu.Unlock()
-		if got := applied(t, e.st, []protocol.Command{start("r1", "u1", "", "c1", 0)}); !slices.Equal(got, []string{OutcomeThrottled}) {
+		if got := applied(t, e.st, []protocol.Command{start("r1", "u1", "", "c1", 0)}); !slices.Equal(got, []Outcome{OutcomeThrottled}) {
 			t.Fatalf("outcomes %v, want the rerun's throttled", got)
 		}
 		bucket := e.names.SweepKey(names.SweepBucket("r1"))

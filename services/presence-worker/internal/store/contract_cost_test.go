@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func (se *storeEnv) redisNowMs() int64 {
 	return tm.UnixMilli()
 }
 
-func (se *storeEnv) apply(cmd protocol.Command) string {
+func (se *storeEnv) apply(cmd protocol.Command) Outcome {
 	se.t.Helper()
 	outs, errs := se.st.Apply(context.Background(), []protocol.Command{cmd})
 	if errs[0] != nil {

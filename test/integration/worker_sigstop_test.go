@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// Issue 13 item 5 with a real worker process frozen by SIGSTOP. Worker 0,
+// alone in the queue group, is given alice's refresh (sent before the
+// platform's stop) and frozen before it applies it; worker 1 then applies
+// the chat service's stop without conn ("message posted"). Resumed with
+// SIGCONT, worker 0 applies the held start late: it is dropped
+// (superseded, counted on worker 0) and alice never shows after the stop,
+// not in an event and not in a snapshot. A start sent a second after the
+// stop shows as usual.
+func TestFrozenWorkerProcessStaleStartNeverShows(t *testing.T) {
+	t.Parallel()
+	// A long ttl: alice's first entry must not expire (and be swept by
+	// worker 1) while worker 0 is frozen, or the stop would find her hidden
+	// already and the test would show nothing.
+	ps := newProcStack(t, map[string]string{"ELLIPSIS_TYPING_TTL": "30s"})
+	cfg := ps.s.cfg
+	n := names.New(cfg.KeyPrefix, cfg.SubjectPrefix)
+	const room = "frozen-worker"
+	ctx := context.Background()
+
+	sub := ps.s.rdb.Subscribe(ctx, n.RoomChannel(room))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	events := sub.Channel()
+	next := func(d time.Duration) (protocol.RoomEvent, bool) {
+		select {
+		case m := <-events:
+			ev, err := protocol.DecodeRoomEvent([]byte(m.Payload))
+			if err != nil {
+				t.Fatalf("bad room event %q: %v", m.Payload, err)
+			}
+			return ev, true
+		case <-time.After(d):
+			return protocol.RoomEvent{}, false
+		}
+	}
+	expect := func(typ, reason string, within time.Duration) {
+		t.Helper()
+		ev, ok := next(within)
+		if !ok || ev.Type != typ || ev.User != "alice" || ev.Reason != reason {
+			t.Fatalf("want %s %s of alice within %v, got %+v (ok %v)", typ, reason, within, ev, ok)
+		}
+	}
+
+	w0 := ps.startWorker(nil)
+	nc := connectNATS(t, cfg.NATSURL)
+	aliceStart := func(seq uint64) protocol.Command {
+		return protocol.Command{Op: protocol.OpStart, Room: room, User: "alice", Name: "Alice", Conn: "gw:1", Seq: seq, TsMs: time.Now().UnixMilli()}
+	}
+	publishCommand(t, nc, cfg.SubjectPrefix, aliceStart(1))
+	expect(protocol.TypeTypingStart, "", 10*time.Second)
+
+	// Worker 0 is frozen with alice's refresh delivered to it (it is the
+	// only member of the queue group), not applied.
+	w0.kill(syscall.SIGSTOP)
+	publishCommand(t, nc, cfg.SubjectPrefix, aliceStart(2))
+	time.Sleep(20 * time.Millisecond) // the stop is published after the start was sent
+
+	// Worker 1 applies the platform's stop. The queue group may hand a copy
+	// to the frozen worker (which only holds it), so the stop is published
+	// until a live worker has applied it; repeats are harmless (a stop
+	// without conn of a hidden user is a noop).
+	ps.startWorker(nil)
+	stopped := false
+	for deadline := time.Now().Add(20 * time.Second); !stopped && time.Now().Before(deadline); {
+		publishCommand(t, nc, cfg.SubjectPrefix, protocol.Command{Op: protocol.OpStop, Room: room, User: "alice"})
+		if ev, ok := next(time.Second); ok {
+			if ev.Type != protocol.TypeTypingStop || ev.User != "alice" || ev.Reason != protocol.ReasonStopped {
+				t.Fatalf("while worker 0 is frozen: %+v, want alice's typing_stop (stopped)", ev)
+			}
+			stopped = true
+		}
+	}
+	if !stopped {
+		t.Fatal("no typing_stop of alice from the live worker")
+	}
+
+	w0.kill(syscall.SIGCONT)
+	superseded := func() float64 {
+		return metric(t, w0.adminAddr, "ellipsis_worker_commands_total", `op="start"`, `outcome="superseded"`)
+	}
+	for deadline := time.Now().Add(20 * time.Second); superseded() < 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker 0 did not drop the held start as superseded: commands %v",
+				metric(t, w0.adminAddr, "ellipsis_worker_commands_total", `op="start"`))
+		}
+	}
+	if ev, ok := next(time.Second); ok {
+		t.Fatalf("after the stop, with worker 0 resumed: %+v, want nothing", ev)
+	}
+	if snap := snapshotOf(t, nc, n, room); snap.Total != 0 || len(snap.Users) != 0 {
+		t.Fatalf("snapshot after the stop: %+v, want nobody", snap)
+	}
+
+	// A start sent a second or more after the stop shows as usual.
+	time.Sleep(time.Second)
+	publishCommand(t, nc, cfg.SubjectPrefix, aliceStart(3))
+	expect(protocol.TypeTypingStart, "", 10*time.Second)
+}
+
+// snapshotOf asks the workers who is typing in room over NATS.
+func snapshotOf(t *testing.T, nc *nats.Conn, n names.Names, room string) protocol.SnapshotReply {
+	t.Helper()
+	req, _ := json.Marshal(protocol.SnapshotRequest{V: protocol.Version, Room: room})
+	m, err := nc.Request(n.SnapshotSubject(), req, 5*time.Second)
+	if err != nil {
+		t.Fatalf("snapshot of %q: %v", room, err)
+	}
+	var r protocol.SnapshotReply
+	if err := json.Unmarshal(m.Data, &r); err != nil || r.Error != nil {
+		t.Fatalf("snapshot of %q: %s (%v)", room, m.Data, err)
+	}
+	return r
+}
