@@ -58,7 +58,7 @@ type Options struct {
 	// Config holds the settings; the caller loaded and validated it
 	// (config.Load). The worker reads NATSURL, RedisURL, SubjectPrefix,
 	// KeyPrefix, AdminAddr, TypingTTL, TypingThrottle, SweepInterval,
-	// SnapshotTimeout, SnapshotMax, WorkerShards and Store, and [New] checks those
+	// SnapshotTimeout, SnapshotMax, WorkerShards, Store and NATSEvents, and [New] checks those
 	// again (an unknown Store is refused, naming ELLIPSIS_STORE).
 	Config config.Config
 	// Logger receives the worker's logs. Nil means zap.NewNop().
@@ -107,6 +107,9 @@ type Server struct {
 	// natsClosed is closed by the NATS ClosedHandler.
 	natsClosed     chan struct{}
 	natsClosedOnce sync.Once
+	// events publishes room events on NATS; nil unless
+	// Config.NATSEvents (natsevents.go).
+	events *natsEvents
 
 	// shards apply commands; see dispatch.go.
 	shards       []chan protocol.Command
@@ -236,7 +239,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 
 	s.rdb = s.redisOpts.NewClient()
-	if s.st, err = store.New(store.Options{Kind: s.cfg.Store, PubSub: s.cfg.RedisPubSubMode(), Redis: s.rdb, Names: s.names, TTL: s.cfg.TypingTTL, Throttle: s.cfg.TypingThrottle, Metrics: &s.m.Metrics, Log: s.log.Named("store"), RateLog: s.rl}); err != nil {
+	if s.st, err = store.New(store.Options{Kind: s.cfg.Store, PubSub: s.cfg.RedisPubSubMode(), Redis: s.rdb, Names: s.names, TTL: s.cfg.TypingTTL, Throttle: s.cfg.TypingThrottle, Metrics: &s.m.Metrics, Log: s.log.Named("store"), RateLog: s.rl, Events: s.newEvents()}); err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -251,6 +254,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err = s.connectNATS(ctx); err != nil {
 		return err
 	}
+	s.startEvents()
 
 	sctx, scancel := context.WithCancel(context.Background())
 	s.sweepCancel = scancel
@@ -290,6 +294,7 @@ func (s *Server) abortStart() {
 		s.sweepCancel()
 		s.sweepWG.Wait()
 	}
+	s.stopEvents()
 	if s.rdb != nil {
 		_ = s.rdb.Close()
 	}
@@ -390,6 +395,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	// 4. Sweeper, Redis, admin.
 	s.sweepCancel()
 	s.sweepWG.Wait()
+	s.stopEvents()
 	if err := s.rdb.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: closing redis: %w", err))
 	}

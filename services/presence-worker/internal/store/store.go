@@ -246,6 +246,11 @@ type Options struct {
 	// none.
 	Log     *zap.Logger
 	RateLog RateLog
+	// Events, when not nil, gets every room event the store publishes on
+	// Redis Pub/Sub, after the script that published it returned (see
+	// [EventSink]; the worker's ELLIPSIS_NATS_EVENTS). nil: no events are
+	// reported, and the sweep script keeps none (no cost when off).
+	Events EventSink
 }
 
 // New builds the store of o.Kind on o.Redis (see [Options]). It does no
@@ -264,7 +269,7 @@ func New(o Options) (Store, error) {
 		rl = nopRateLog{}
 	}
 	st := &redisStore{engine: engine{
-		rdb: o.Redis, names: n, m: m, log: log, rl: rl,
+		rdb: o.Redis, names: n, m: m, log: log, rl: rl, events: o.Events,
 		indexAfter: isCluster(o.Redis),
 		ttlMs:      ttl.Milliseconds(),
 		throttleMs: throttle.Milliseconds(),

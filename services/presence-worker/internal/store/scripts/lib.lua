@@ -65,7 +65,7 @@ end
 -- index puts the room in its sweep bucket, due at unix ms due, when the
 -- script has the bucket (standalone and Sentinel: KEYS[bucket]); on Redis
 -- Cluster the bucket is in another hash slot and the worker does it after
--- the call from the due the script returns (store_apply.go). LT keeps the
+-- the call from the due the script returns (apply.go). LT keeps the
 -- earliest due and replaces a sweeper's claim (due.lua).
 local function index(bucket, due, enc_room)
   if due > 0 and bucket then

@@ -9,7 +9,7 @@
 -- KEYS[4] pending zset    typing:pending:{R}   enc(user) -> when the sweeper settles it
 -- KEYS[5] room channel    chat:room:{R}        (a key for cluster routing)
 -- KEYS[6] sweep bucket    typing:sweep:{s<k>}  (standalone and Sentinel only)
--- ARGV (store_args.go): 1 conn  2 enc(user)  3 name ('' = none)
+-- ARGV (args.go): 1 conn  2 enc(user)  3 name ('' = none)
 --   4 seq (decimal, '0' = unordered)  5 ts_ms (gateway send time, '0' = none)
 --   6 ttl ms  7 throttle ms  8 key px ms  9 stop guard ms  10 enc(room)
 --   11 typing_start event JSON up to "ts_ms":
