@@ -13,7 +13,7 @@ FUZZTIME ?= 50000x
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
+.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -56,7 +56,7 @@ build:
 test:
 	scripts/testenv.sh $(MAKE) --no-print-directory --keep-going test-all
 
-test-all: vet tidy-check unit fuzz-smoke js
+test-all: vet tidy-check unit fuzz-smoke js examples-node
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
@@ -85,6 +85,11 @@ readme-images:
 ## js: the browser SDK's tests (node --test, keystroke replay, headless Chromium end to end; installs Chromium when missing)
 js:
 	clients/js/scripts/test.sh
+
+## examples-node: the Node.js examples of the platform hooks (examples/node), each against a private stack;
+## the Go examples (examples/go) run in unit
+examples-node:
+	examples/node/scripts/test.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
