@@ -74,7 +74,7 @@ unit:
 fuzz-smoke:
 	@set -e; cd shared; for t in FuzzDecodeClientFrame FuzzDecodeCommand FuzzDecodeRoomEvent; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./protocol; done; \
-	  for t in FuzzEnc FuzzNames; do \
+	  for t in FuzzEnc FuzzNames FuzzRoomToken; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./names; done
 
 ## readme-images: copy the two-tabs screenshot that the Chromium test made (make js) into docs/img for the README

@@ -143,6 +143,8 @@ var goDecoders = map[string]func(t *testing.T, example []byte) error{
 	"ping":               clientFrame(protocol.TypePing),
 	"typingStart":        roomEvent(protocol.TypeTypingStart),
 	"typingStop":         roomEvent(protocol.TypeTypingStop),
+	"natsTypingStart":    roomEvent(protocol.TypeTypingStart),
+	"natsTypingStop":     roomEvent(protocol.TypeTypingStop),
 	"joined":             serverFrame[protocol.Joined](protocol.TypeJoined),
 	"left":               serverFrame[protocol.Left](protocol.TypeLeft),
 	"typing":             serverFrame[protocol.TypingSnapshot](protocol.TypeTyping),
@@ -323,11 +325,16 @@ func TestAsyncAPISchemasAcceptGoMessages(t *testing.T) {
 		event := func(ev protocol.RoomEvent) []byte {
 			return append(strconv.AppendInt(protocol.RoomEventPrefix(ev), 1764480000123, 10), '}')
 		}
+		// The NATS room events (ELLIPSIS_NATS_EVENTS) are the same bytes.
 		for _, name := range []string{"", "Alice", long} {
-			add("typingStart", event(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: room, User: "alice", Name: name, TTLMs: 5000}))
+			ev := event(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: room, User: "alice", Name: name, TTLMs: 5000})
+			add("typingStart", ev)
+			add("natsTypingStart", ev)
 		}
 		for _, reason := range []string{protocol.ReasonStopped, protocol.ReasonExpired, protocol.ReasonDisconnected, protocol.ReasonLeft} {
-			add("typingStop", event(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: long, Reason: reason}))
+			ev := event(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: long, Reason: reason})
+			add("typingStop", ev)
+			add("natsTypingStop", ev)
 		}
 
 		// NATS payloads as the gateway and the worker build them.

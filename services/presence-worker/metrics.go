@@ -25,6 +25,7 @@ type metrics struct {
 	snapshots       *prometheus.CounterVec // {outcome}: ok, bad_request, unavailable, internal
 	queued          prometheus.Gauge       // commands waiting in the shards' queues, all shards
 	snapshotsCut    *prometheus.CounterVec // {reason}: max, payload
+	natsEvents      *prometheus.CounterVec // {result}: published, dropped, failed (natsevents.go)
 
 	// natsConnected is read by the nats_connected gauge at each scrape;
 	// nil until the connection exists (see watchNATS).
@@ -79,6 +80,10 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "snapshots_cut_total",
 			Help: "Snapshot replies listing fewer typists than total, by reason: max (ELLIPSIS_SNAPSHOT_MAX), payload (cut further to fit the NATS max_payload).",
 		}, []string{"reason"}),
+		natsEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "nats_events_total",
+			Help: "Room events for the NATS room event subjects (ELLIPSIS_NATS_EVENTS), by result: published (handed to the NATS client), dropped (the event queue was full), failed (the NATS client refused it: connection closed, reconnect buffer full).",
+		}, []string{"result"}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "queued_commands",
 			Help: "Commands waiting in the worker's shard queues (all shards; each queue holds at most 1024).",
@@ -109,6 +114,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	m.snapshots = reg1(m.snapshots).(*prometheus.CounterVec)
 	m.queued = reg1(m.queued).(prometheus.Gauge)
 	m.snapshotsCut = reg1(m.snapshotsCut).(*prometheus.CounterVec)
+	m.natsEvents = reg1(m.natsEvents).(*prometheus.CounterVec)
 	// On a registry shared by two workers the first one's gauge stays: it
 	// reports that worker's connection.
 	reg1(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -129,6 +135,9 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 	}
 	for _, reason := range []string{"max", "payload"} {
 		m.snapshotsCut.WithLabelValues(reason)
+	}
+	for _, result := range []string{natsEventPublished, natsEventDropped, natsEventFailed} {
+		m.natsEvents.WithLabelValues(result)
 	}
 	if private {
 		// A private registry is this worker's alone: add the process and Go

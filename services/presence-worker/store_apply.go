@@ -25,7 +25,9 @@ func (st *redisStore) Start(ctx context.Context, cmd protocol.Command) (string, 
 // Stop implements [Store] with the stop script.
 func (st *redisStore) Stop(ctx context.Context, cmd protocol.Command, reason string) (string, error) {
 	defer observeSince(st.m, scriptStop)()
-	res, errs, retried := st.evalRetryTracked(ctx, scriptStop, []scriptCall{st.commandCall(st.lua.stop, stopArgs(cmd, cmd.Room, reason))})
+	calls := []scriptCall{st.commandCall(st.lua.stop, stopArgs(cmd, cmd.Room, reason))}
+	res, errs, retried := st.evalRetryTracked(ctx, scriptStop, calls)
+	st.emitCommands(calls, []string{cmd.Room}, res, errs)
 	out, err := st.callOutcome(res[0], errs[0])
 	st.indexDue(ctx, []string{cmd.Room}, res, errs, retried)
 	return out, err
@@ -41,6 +43,7 @@ func (st *redisStore) Disconnect(ctx context.Context, cmd protocol.Command) ([]s
 	}
 	defer observeSince(st.m, scriptDisconnect)()
 	res, errs, retried := st.evalRetryTracked(ctx, scriptDisconnect, calls)
+	st.emitCommands(calls, cmd.Rooms, res, errs)
 	st.indexDue(ctx, cmd.Rooms, res, errs, retried)
 	return st.roomOutcomes(cmd.Rooms, res, errs)
 }
@@ -141,6 +144,7 @@ func (st *redisStore) applyRun(ctx context.Context, cmds []protocol.Command, out
 	}
 	began := time.Now()
 	res, cerrs, retried := st.evalRetryTracked(ctx, name, calls)
+	st.emitCommands(calls, rooms, res, cerrs)
 	k := 0
 	for i, cmd := range cmds {
 		switch cmd.Op {

@@ -64,6 +64,10 @@ func stopArgs(cmd protocol.Command, room, reason string) cmdArgs {
 	return a
 }
 
+// argEvent is the index of cmdArgs.Event (ARGV[11]) in a command call's
+// args (store_events.go reads it back).
+const argEvent = 10
+
 // commandCall builds the script call of a (st.lua.start or st.lua.stop).
 func (st *redisStore) commandCall(script *redis.Script, a cmdArgs) scriptCall {
 	n := st.names

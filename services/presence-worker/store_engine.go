@@ -34,6 +34,10 @@ type engine struct {
 	// user hash and of the room's sorted sets after their last renewal
 	// (ttl + DefaultKeyGrace + throttle); guardMs: StopGuard.
 	ttlMs, throttleMs, keyPxMs, guardMs int64
+
+	// events, when not nil, also gets every room event the scripts
+	// published, after they return (store_events.go).
+	events EventSink
 }
 
 // scriptCall is one script invocation.

@@ -143,6 +143,7 @@ func (st *redisStore) settle(ctx context.Context, claims []claim, total *SweepRe
 		st.m.eventsPublished.WithLabelValues(protocol.TypeTypingStop).Add(float64(stops))
 		st.m.eventsPublished.WithLabelValues(protocol.TypeTypingStart).Add(float64(starts))
 		resched[c.bucket] = append(resched[c.bucket], c.encRoom, c.claim, next)
+		st.emitSweep(c.room, v)
 	}
 	rcalls := make([]scriptCall, 0, len(resched))
 	for b, args := range resched {
@@ -163,7 +164,7 @@ func (st *redisStore) sweepCall(room string) (scriptCall, error) {
 	}
 	n := st.names
 	keys := []string{usersKey(n, room), pendingKey(n, room), n.RoomChannel(room)}
-	args := []any{userKeyPrefix(n, room), st.lay.connsPrefix(n, room), head, tail, st.throttleMs, st.keyPxMs, sweepRoomLimit}
+	args := []any{userKeyPrefix(n, room), st.lay.connsPrefix(n, room), head, tail, st.throttleMs, st.keyPxMs, sweepRoomLimit, st.eventsFlag()}
 	return scriptCall{st.lua.sweep, keys, args}, nil
 }
 

@@ -57,7 +57,7 @@ type Options struct {
 	// Config holds the settings; the caller loaded and validated it
 	// (config.Load). The worker reads NATSURL, RedisURL, SubjectPrefix,
 	// KeyPrefix, AdminAddr, TypingTTL, TypingThrottle, SweepInterval,
-	// SnapshotTimeout, SnapshotMax, WorkerShards and Store, and [New] checks those
+	// SnapshotTimeout, SnapshotMax, WorkerShards, Store and NATSEvents, and [New] checks those
 	// again (an unknown Store is refused, naming ELLIPSIS_STORE).
 	Config config.Config
 	// Logger receives the worker's logs. Nil means zap.NewNop().
@@ -106,6 +106,9 @@ type Server struct {
 	// natsClosed is closed by the NATS ClosedHandler.
 	natsClosed     chan struct{}
 	natsClosedOnce sync.Once
+	// events publishes room events on NATS; nil unless
+	// Config.NATSEvents (natsevents.go).
+	events *natsEvents
 
 	// shards apply commands; see dispatch.go.
 	shards       []chan protocol.Command
@@ -235,9 +238,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 
 	s.rdb = s.redisOpts.NewClient()
-	if s.st, err = newStore(s.cfg.Store, s.cfg.RedisPubSubMode(), s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, s.m, s.log.Named("store"), s.rl); err != nil {
+	st, err := newStore(s.cfg.Store, s.cfg.RedisPubSubMode(), s.rdb, s.names, s.cfg.TypingTTL, s.cfg.TypingThrottle, s.m, s.log.Named("store"), s.rl)
+	if err != nil {
 		return err
 	}
+	s.st = st
+	s.attachEvents(st)
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	if err := s.st.Prepare(lctx); err != nil {
 		s.log.Warn("redis not ready at start, scripts will load on first use", zap.Error(err))
@@ -250,6 +256,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err = s.connectNATS(ctx); err != nil {
 		return err
 	}
+	s.startEvents()
 
 	sctx, scancel := context.WithCancel(context.Background())
 	s.sweepCancel = scancel
@@ -289,6 +296,7 @@ func (s *Server) abortStart() {
 		s.sweepCancel()
 		s.sweepWG.Wait()
 	}
+	s.stopEvents()
 	if s.rdb != nil {
 		_ = s.rdb.Close()
 	}
@@ -389,6 +397,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	// 4. Sweeper, Redis, admin.
 	s.sweepCancel()
 	s.sweepWG.Wait()
+	s.stopEvents()
 	if err := s.rdb.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: closing redis: %w", err))
 	}

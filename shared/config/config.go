@@ -257,6 +257,11 @@ type Config struct {
 	// room, the default) or "keys" (seed pattern 1: one TTL key per typist,
 	// listed with SCAN). ELLIPSIS_STORE, default "zset".
 	Store string
+	// NATSEvents also publishes every typing_start and typing_stop the
+	// worker puts on Redis Pub/Sub on the NATS subject
+	// <prefix>.typing.v1.room.<token> (docs/protocol.md, "NATS room
+	// events"). ELLIPSIS_NATS_EVENTS, default false.
+	NATSEvents bool
 	// GatewayID names this gateway in conn ids ("<id>:<n>"). Empty means a
 	// random one. ELLIPSIS_GATEWAY_ID.
 	GatewayID string
@@ -453,6 +458,7 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_WORKER_SHARDS", "worker: commands applied concurrently", func() (func(string) error, func() string) { return integer(&c.WorkerShards) })
 	add("ELLIPSIS_SNAPSHOT_MAX", "worker: typists listed in one snapshot (total counts them all)", func() (func(string) error, func() string) { return integer(&c.SnapshotMax) })
 	add("ELLIPSIS_STORE", "worker: typing-state layout, zset or keys (seed pattern 1)", func() (func(string) error, func() string) { return str(&c.Store) })
+	add("ELLIPSIS_NATS_EVENTS", "worker: also publish room events on NATS <prefix>.typing.v1.room.<token>", func() (func(string) error, func() string) { return boolean(&c.NATSEvents) })
 	add("ELLIPSIS_GATEWAY_ID", "gateway id in conn ids (default random)", func() (func(string) error, func() string) { return str(&c.GatewayID) })
 	add("ELLIPSIS_DEMO_PAGE", "serve the demo page at /", func() (func(string) error, func() string) { return boolean(&c.DemoPage) })
 	add("ELLIPSIS_LOG_LEVEL", "debug, info, warn or error", func() (func(string) error, func() string) { return str(&c.LogLevel) })

@@ -338,3 +338,92 @@ func (n Names) SnapshotSubject() string { return n.subjectPrefix + ".typing.v1.s
 // AuthzJoinSubject is the optional join authorisation hook:
 // "<prefix>.authz.v1.join".
 func (n Names) AuthzJoinSubject() string { return n.subjectPrefix + ".authz.v1.join" }
+
+// RoomToken is room as one NATS subject token: every byte outside
+// [A-Za-z0-9_-] becomes %XX (upper-case hex), UTF-8 included, so the token
+// holds no '.', '*', '>' or white space, and is printable ASCII
+// (docs/protocol.md, "NATS room events"). It is injective ([RoomFromToken]
+// inverts it) and empty only for the empty room, which is no valid room id.
+func RoomToken(room string) string {
+	n := 0
+	for i := 0; i < len(room); i++ {
+		if !tokenSafe(room[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return room
+	}
+	b := make([]byte, 0, len(room)+2*n)
+	for i := 0; i < len(room); i++ {
+		c := room[i]
+		if tokenSafe(c) {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '%', upperHex[c>>4], upperHex[c&15])
+	}
+	return string(b)
+}
+
+// tokenSafe reports whether b stays as is in a [RoomToken]: [A-Za-z0-9_-].
+func tokenSafe(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-'
+}
+
+// RoomFromToken inverts [RoomToken]. It accepts exactly the tokens RoomToken
+// produces (a '%' followed by two upper-case hex digits naming a byte
+// outside [A-Za-z0-9_-]; no other byte outside that set) and otherwise
+// returns an error wrapping [ErrBadEncoding].
+func RoomFromToken(token string) (string, error) {
+	b := make([]byte, 0, len(token))
+	for i := 0; i < len(token); i++ {
+		c := token[i]
+		if c != '%' {
+			if !tokenSafe(c) {
+				return "", fmt.Errorf("%w: raw byte 0x%02X at %d of a room token", ErrBadEncoding, c, i)
+			}
+			b = append(b, c)
+			continue
+		}
+		if i+2 >= len(token) {
+			return "", fmt.Errorf("%w: truncated escape at %d of a room token", ErrBadEncoding, i)
+		}
+		hi, ok1 := unhex(token[i+1])
+		lo, ok2 := unhex(token[i+2])
+		if !ok1 || !ok2 || tokenSafe(hi<<4|lo) {
+			return "", fmt.Errorf("%w: bad escape at %d of a room token", ErrBadEncoding, i)
+		}
+		b = append(b, hi<<4|lo)
+		i += 2
+	}
+	return string(b), nil
+}
+
+// RoomEventSubject is where the worker also publishes room's events when
+// ELLIPSIS_NATS_EVENTS is on: "<prefix>.typing.v1.room.<RoomToken(room)>".
+func (n Names) RoomEventSubject(room string) string {
+	return n.RoomEventSubjectPrefix() + RoomToken(room)
+}
+
+// RoomEventSubjectPrefix is "<prefix>.typing.v1.room.", what precedes the
+// room token in [Names.RoomEventSubject].
+func (n Names) RoomEventSubjectPrefix() string { return n.subjectPrefix + ".typing.v1.room." }
+
+// RoomEventsWildcard subscribes to the events of every room:
+// "<prefix>.typing.v1.room.>".
+func (n Names) RoomEventsWildcard() string { return n.RoomEventSubjectPrefix() + ">" }
+
+// RoomFromEventSubject inverts [Names.RoomEventSubject]; ok is false for any
+// other subject.
+func (n Names) RoomFromEventSubject(subject string) (room string, ok bool) {
+	tok, found := strings.CutPrefix(subject, n.RoomEventSubjectPrefix())
+	if !found || tok == "" {
+		return "", false
+	}
+	r, err := RoomFromToken(tok)
+	if err != nil {
+		return "", false
+	}
+	return r, true
+}

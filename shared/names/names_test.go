@@ -256,3 +256,79 @@ func TestSweepBucketsCoLocateWithRooms(t *testing.T) {
 		}
 	}
 }
+
+func TestRoomEventSubject(t *testing.T) {
+	n := New("", "")
+	for room, want := range map[string]string{
+		"42":         "ellipsis.typing.v1.room.42",
+		"team-7_a":   "ellipsis.typing.v1.room.team-7_a",
+		"a.b":        "ellipsis.typing.v1.room.a%2Eb",
+		"*":          "ellipsis.typing.v1.room.%2A",
+		">":          "ellipsis.typing.v1.room.%3E",
+		"a b":        "ellipsis.typing.v1.room.a%20b",
+		"100%":       "ellipsis.typing.v1.room.100%25",
+		"café":       "ellipsis.typing.v1.room.caf%C3%A9",
+		"team/7:{x}": "ellipsis.typing.v1.room.team%2F7%3A%7Bx%7D",
+	} {
+		if got := n.RoomEventSubject(room); got != want {
+			t.Errorf("RoomEventSubject(%q) = %q, want %q", room, got, want)
+		}
+		if r, ok := n.RoomFromEventSubject(want); !ok || r != room {
+			t.Errorf("RoomFromEventSubject(%q) = %q, %v", want, r, ok)
+		}
+	}
+	if got := New("", "t1").RoomEventsWildcard(); got != "t1.typing.v1.room.>" {
+		t.Errorf("RoomEventsWildcard = %q", got)
+	}
+	for _, bad := range []string{"ellipsis.typing.v1.room.", "ellipsis.typing.v1.room.a.b", "ellipsis.typing.v1.room.%41", "ellipsis.typing.v1.room.%2e", "ellipsis.typing.v1.room.%2", "ellipsis.typing.v1.cmd", "x.typing.v1.room.a"} {
+		if r, ok := n.RoomFromEventSubject(bad); ok {
+			t.Errorf("RoomFromEventSubject(%q) = %q, accepted", bad, r)
+		}
+	}
+}
+
+// FuzzRoomToken checks that a room token is one NATS subject token of the
+// contract's bytes only ([A-Za-z0-9_%-]: no '.', '*', '>' or white space),
+// that RoomFromToken inverts it (so distinct rooms never share a subject),
+// that bytes already safe are kept, and that any token RoomFromToken
+// accepts re-encodes to itself (one subject per room).
+func FuzzRoomToken(f *testing.F) {
+	for _, s := range contractIDs {
+		f.Add(s)
+	}
+	f.Add("a.b*c>d e%f")
+	f.Add("%2E")
+	f.Add("\x00\xff\xc3\xa9")
+	f.Fuzz(func(t *testing.T, s string) {
+		tok := RoomToken(s)
+		for i := 0; i < len(tok); i++ {
+			if c := tok[i]; c != '%' && !tokenSafe(c) {
+				t.Fatalf("RoomToken(%q) = %q holds 0x%02X", s, tok, c)
+			}
+		}
+		if (tok == "") != (s == "") {
+			t.Fatalf("RoomToken(%q) = %q", s, tok)
+		}
+		if d, err := RoomFromToken(tok); err != nil || d != s {
+			t.Fatalf("RoomFromToken(RoomToken(%q)) = %q, %v", s, d, err)
+		}
+		safe := strings.Count(tok, "%") == 0
+		for i := 0; i < len(s); i++ {
+			safe = safe && tokenSafe(s[i])
+		}
+		if safe != (tok == s) && s != "" {
+			t.Fatalf("RoomToken(%q) = %q: safe bytes must be kept, others escaped", s, tok)
+		}
+		if d, err := RoomFromToken(s); err == nil && RoomToken(d) != s {
+			t.Fatalf("RoomToken(RoomFromToken(%q)) = %q", s, RoomToken(d))
+		}
+		n := New("", "p")
+		subj := n.RoomEventSubject(s)
+		if s != "" && strings.Count(subj, ".") != 4 {
+			t.Fatalf("RoomEventSubject(%q) = %q is not 5 tokens", s, subj)
+		}
+		if r, ok := n.RoomFromEventSubject(subj); s != "" && (!ok || r != s) {
+			t.Fatalf("RoomFromEventSubject(%q) = %q, %v", subj, r, ok)
+		}
+	})
+}

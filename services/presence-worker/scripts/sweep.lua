@@ -11,16 +11,25 @@
 -- ARGV[3] typing_stop JSON up to and including "user":
 -- ARGV[4] the rest up to and including "ts_ms": (',"reason":"expired","ts_ms":')
 -- ARGV[5] throttle ms  ARGV[6] key px ms  ARGV[7] max users per kind per call
+-- ARGV[8] '1': also return the events published (ELLIPSIS_NATS_EVENTS)
 --
 -- Cost O((E + P) log N): E expired and P pending users read, at most
 -- ARGV[7] each; when either hit the limit the room is due again at once.
 --
 -- Returns {stops_published, entries_removed, now_ms, next_due_ms,
--- starts_published}; next_due_ms is -1 when the room holds nobody.
+-- starts_published[, events]}; next_due_ms is -1 when the room holds
+-- nobody; events (ARGV[8] '1' only) lists the payloads published, in order.
 local users, pending, channel = KEYS[1], KEYS[2], KEYS[3]
 local throttle, keypx, limit = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 local now = now_ms()
 local stops, starts = 0, 0
+local evs = ARGV[8] == '1' and {} or nil
+
+-- publish sends msg on the room's channel, and keeps it for the reply.
+local function publish(msg)
+  redis.call(PUBLISH, channel, msg)
+  if evs then evs[#evs + 1] = msg end
+end
 
 -- settle tells receivers u's true state (visible) if they were last told
 -- otherwise and the rate limit allows an event now; if it does not, u waits
@@ -38,10 +47,10 @@ local function settle(u, visible, expired_stop)
   end
   if visible then
     if not f[3] then return end -- no start event left: nothing to show
-    redis.call(PUBLISH, channel, f[3] .. itoa(now) .. '}')
+    publish(f[3] .. itoa(now) .. '}')
     starts = starts + 1
   else
-    redis.call(PUBLISH, channel, (expired_stop or f[4] or (ARGV[3] .. json_str(pct_dec(u)) .. ARGV[4])) .. itoa(now) .. '}')
+    publish((expired_stop or f[4] or (ARGV[3] .. json_str(pct_dec(u)) .. ARGV[4])) .. itoa(now) .. '}')
     stops = stops + 1
   end
   redis.call('HSET', key, 'p', visible and '1' or '0', 'g', itoa(tat))
@@ -76,4 +85,4 @@ else
     end
   end
 end
-return {stops, #expired, now, next_due, starts}
+return {stops, #expired, now, next_due, starts, evs}

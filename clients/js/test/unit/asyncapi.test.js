@@ -63,6 +63,7 @@ test("every message has a payload schema and an example that validates against i
     "join", "leave", "typingStartCommand", "typingStopCommand", "sync", "ping",
     "joined", "left", "typingStart", "typingStop", "typing", "pong", "error",
     "command", "snapshotRequest", "snapshotReply", "authzRequest", "authzReply",
+    "natsTypingStart", "natsTypingStop",
   ]) {
     assert.ok(all.some((m) => m.id === id), `message ${id} is described`);
   }

@@ -1,0 +1,423 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// natsMsgs collects the messages of one NATS subscription.
+type natsMsgs struct {
+	t   *testing.T
+	sub *nats.Subscription
+}
+
+// subscribeNATS subscribes subject on the test's own connection and
+// returns once the server has the subscription.
+func (e *env) subscribeNATS(subject string) *natsMsgs {
+	e.t.Helper()
+	sub, err := e.nc.SubscribeSync(subject)
+	if err != nil {
+		e.t.Fatalf("subscribe %s: %v", subject, err)
+	}
+	if err := e.nc.FlushTimeout(waitLong); err != nil {
+		e.t.Fatalf("flush: %v", err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return &natsMsgs{t: e.t, sub: sub}
+}
+
+// drain returns every message arriving within d of the previous one.
+func (m *natsMsgs) drain(d time.Duration) []*nats.Msg {
+	var out []*nats.Msg
+	for {
+		msg, err := m.sub.NextMsg(d)
+		if errors.Is(err, nats.ErrTimeout) {
+			return out
+		}
+		if err != nil {
+			m.t.Fatalf("next NATS message: %v", err)
+		}
+		out = append(out, msg)
+	}
+}
+
+// eventsOn turns ELLIPSIS_NATS_EVENTS on.
+func eventsOn(c *config.Config) { c.NATSEvents = true }
+
+// collectUntil reads the Redis stream until n events arrived (or waitLong
+// after the last one: then fails).
+func collectUntil(t *testing.T, s *stream, n int, d time.Duration) []received {
+	t.Helper()
+	var out []received
+	for len(out) < n {
+		r, ok := s.next(d)
+		if !ok {
+			var raws []string
+			for _, r := range out {
+				raws = append(raws, r.raw)
+			}
+			t.Fatalf("got %d Redis events, want %d: %v", len(out), n, raws)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestNATSRoomEventsAreTheRedisBytes: with ELLIPSIS_NATS_EVENTS on, a
+// subscriber on <prefix>.typing.v1.room.> gets exactly the bytes the Redis
+// channel got, on the room's subject, for starts and stops of the command
+// path, expired stops of the sweeper, and the trailing edge the sweeper
+// publishes for a coalesced start; and nothing more. Per (room, user) the
+// order is the Redis order (one worker: one shard per connection, the
+// sweeper's events come hundreds of ms later).
+func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be, eventsOn)
+		e.startWorker()
+		s := e.subscribe("r1", "r2")
+		all := e.subscribeNATS(e.names.RoomEventsWildcard())
+
+		// alice: start, stop (the command path).
+		e.send(start("r1", "alice", "Alice", "a1", 1))
+		e.send(stop("r1", "alice", "a1", 2))
+		// bob: start, then expiry (the sweeper).
+		e.send(start("r2", "bob", "", "b1", 1))
+		// carol: five transitions at once; the event rate limit (4 at
+		// once) coalesces the fifth, a start, which the sweeper publishes
+		// when allowed (the trailing edge); then it expires.
+		e.send(start("r1", "carol", "Carol", "c1", 1), stop("r1", "carol", "c1", 2), start("r1", "carol", "Carol", "c1", 3),
+			stop("r1", "carol", "c1", 4), start("r1", "carol", "Carol", "c1", 5))
+		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeCoalesced}); n != 1 {
+			t.Fatalf("commands_total{coalesced} = %v, want 1 (the test needs a trailing edge)", n)
+		}
+		// alice 2, bob 2, carol 4 + trailing start + expired stop.
+		redisEvs := collectUntil(t, s, 10, expiryBound+waitLong)
+		s.expectNone(3 * testSweep)
+		natsEvs := all.drain(3 * testSweep)
+
+		type ev struct{ subject, key, raw string }
+		var fromRedis, fromNATS []ev
+		for _, r := range redisEvs {
+			fromRedis = append(fromRedis, ev{e.names.RoomEventSubject(r.ev.Room), r.ev.Room + "/" + r.ev.User, r.raw})
+		}
+		for _, m := range natsEvs {
+			re, err := protocol.DecodeRoomEvent(m.Data)
+			if err != nil {
+				t.Fatalf("NATS event %q: %v", m.Data, err)
+			}
+			fromNATS = append(fromNATS, ev{m.Subject, re.Room + "/" + re.User, string(m.Data)})
+		}
+		sortEvs := func(x []ev) []ev {
+			y := slices.Clone(x)
+			slices.SortFunc(y, func(a, b ev) int {
+				if a.raw < b.raw {
+					return -1
+				} else if a.raw > b.raw {
+					return 1
+				}
+				return 0
+			})
+			return y
+		}
+		if !slices.Equal(sortEvs(fromRedis), sortEvs(fromNATS)) {
+			t.Fatalf("NATS events differ from Redis's:\nredis %v\nnats  %v", fromRedis, fromNATS)
+		}
+		// Per (room, user), the same order.
+		perKey := func(x []ev) map[string][]string {
+			m := map[string][]string{}
+			for _, v := range x {
+				m[v.key] = append(m[v.key], v.raw)
+			}
+			return m
+		}
+		pr, pn := perKey(fromRedis), perKey(fromNATS)
+		for k := range pr {
+			if !slices.Equal(pr[k], pn[k]) {
+				t.Fatalf("%s: NATS order %v, Redis order %v", k, pn[k], pr[k])
+			}
+		}
+		// What the test meant to cover did happen.
+		var expired, trailing int
+		for i, r := range redisEvs {
+			if r.ev.Reason == protocol.ReasonExpired {
+				expired++
+			}
+			if r.ev.User == "carol" && r.ev.Type == protocol.TypeTypingStart && i > 0 && pr["r1/carol"][4] == r.raw {
+				trailing++
+			}
+		}
+		if expired != 2 || trailing != 1 || len(pr["r1/carol"]) != 6 {
+			t.Fatalf("expired stops %d (want 2), trailing starts %d (want 1), carol's events %d (want 6): %v", expired, trailing, len(pr["r1/carol"]), pr["r1/carol"])
+		}
+		if n := e.metric("ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); n != 10 {
+			t.Fatalf("nats_events_total{published} = %v, want 10", n)
+		}
+		if n := e.metric("ellipsis_worker_nats_events_total", nil); n != 10 {
+			t.Fatalf("nats_events_total = %v, want 10 (none dropped or failed)", n)
+		}
+	})
+}
+
+// TestNATSRoomEventSubjectTokens: room ids with '.', '*', '>', space, '%'
+// and non-ASCII bytes are one subject token each, escaped as the contract
+// says, and one room can be followed alone: a subscriber on one room's
+// subject gets that room's events only, and no dot in a room id makes a
+// subject hierarchy.
+func TestNATSRoomEventSubjectTokens(t *testing.T) {
+	e := newEnv(t, backends[0], eventsOn)
+	e.startWorker()
+	p := e.cfg.SubjectPrefix + ".typing.v1.room."
+	rooms := map[string]string{
+		"a.b":      "a%2Eb",
+		"a":        "a",
+		"*":        "%2A",
+		">":        "%3E",
+		"x y":      "x%20y",
+		"100%":     "100%25",
+		"café ☕":   "caf%C3%A9%20%E2%98%95",
+		"a.b.>":    "a%2Eb%2E%3E",
+		"team-7_q": "team-7_q",
+	}
+	all := e.subscribeNATS(p + ">")
+	one := e.subscribeNATS(p + "a%2Eb")
+	hier := e.subscribeNATS(p + "a.>")
+	star := e.subscribeNATS(p + "*")
+	var seq uint64
+	for room := range rooms {
+		seq++
+		e.send(start(room, "u", "", fmt.Sprintf("c%d", seq), 1))
+	}
+	got := map[string]string{}
+	for _, m := range all.drain(500 * time.Millisecond) {
+		re, err := protocol.DecodeRoomEvent(m.Data)
+		if err != nil {
+			t.Fatalf("NATS event %q: %v", m.Data, err)
+		}
+		got[re.Room] = m.Subject
+	}
+	if len(got) != len(rooms) {
+		t.Fatalf("events for %d rooms on NATS, want %d: %v", len(got), len(rooms), got)
+	}
+	for room, tok := range rooms {
+		if got[room] != p+tok {
+			t.Errorf("room %q on %q, want %q", room, got[room], p+tok)
+		}
+	}
+	ones := one.drain(100 * time.Millisecond)
+	if len(ones) != 1 {
+		t.Fatalf("the subscriber of room a.b got %d events, want 1", len(ones))
+	}
+	if re, _ := protocol.DecodeRoomEvent(ones[0].Data); re.Room != "a.b" {
+		t.Fatalf("the subscriber of room a.b got %s", ones[0].Data)
+	}
+	if ms := hier.drain(100 * time.Millisecond); len(ms) != 0 {
+		t.Fatalf("%s.a.> got %d events (a room id's dot must not make a subject level)", p, len(ms))
+	}
+	// '*' matches one token: every room's subject, each exactly once.
+	if ms := star.drain(100 * time.Millisecond); len(ms) != len(rooms) {
+		t.Fatalf("%s* got %d events, want %d", p, len(ms), len(rooms))
+	}
+}
+
+// TestNATSRoomEventsOffByDefault: without ELLIPSIS_NATS_EVENTS (the
+// default), room events go to Redis only, none to NATS, and the sweep
+// script returns no event list (it keeps nothing).
+func TestNATSRoomEventsOffByDefault(t *testing.T) {
+	if config.Default().NATSEvents || config.Dev().NATSEvents {
+		t.Fatal("ELLIPSIS_NATS_EVENTS must default to false")
+	}
+	forEachBackend(t, func(t *testing.T, be backend) {
+		e := newEnv(t, be)
+		w := e.startWorker()
+		if w.events != nil {
+			t.Fatal("events publisher built with ELLIPSIS_NATS_EVENTS off")
+		}
+		all := e.subscribeNATS(e.names.RoomEventsWildcard())
+		s := e.subscribe("r")
+		e.send(start("r", "alice", "", "a1", 1), start("r", "bob", "", "b1", 1))
+		e.send(stop("r", "alice", "a1", 2))
+		collectUntil(t, s, 4, expiryBound+waitLong) // two starts, a stop, bob's expiry
+		if ms := all.drain(3 * testSweep); len(ms) != 0 {
+			t.Fatalf("%d events on NATS with ELLIPSIS_NATS_EVENTS off, first %s", len(ms), ms[0].Data)
+		}
+		if n := e.metric("ellipsis_worker_nats_events_total", nil); n != 0 {
+			t.Fatalf("nats_events_total = %v", n)
+		}
+	})
+}
+
+// TestSweepReplyCarriesEventsOnlyWhenAsked: the sweep script's reply has
+// the event list (sixth element) only with ARGV[8] "1", and the list holds
+// exactly the payloads published.
+func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
+	se := newStoreEnv(t, backends[0])
+	st := se.st.(*redisStore)
+	sub := se.subscribe("r")
+	for _, on := range []bool{false, true} {
+		rec := &recordSink{}
+		st.events = nil
+		if on {
+			st.events = rec
+		}
+		se.startNamed("r", "u", "", "c", 0, OutcomeStarted, OutcomeRefreshed)
+		pub := sub.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		// Expire the entry by hand: its score in the past.
+		if err := se.rdb.ZAdd(context.Background(), usersKey(se.names, "r"), redis.Z{Score: 1, Member: names.Enc("u")}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		call, err := st.sweepCall("r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, errs := st.eval(context.Background(), scriptSweep, []scriptCall{call})
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		reply := res[0].([]any)
+		stopEv := sub.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+		if !on {
+			if len(reply) != 5 {
+				t.Fatalf("events off: sweep reply %v, want 5 elements", reply)
+			}
+			continue
+		}
+		if len(reply) != 6 {
+			t.Fatalf("events on: sweep reply %v, want 6 elements", reply)
+		}
+		st.emitSweep("r", reply)
+		if got := rec.raws(); !slices.Equal(got, []string{pub.raw, stopEv.raw}) {
+			t.Fatalf("sink got %q, want the start and the expired stop %q, %q", got, pub.raw, stopEv.raw)
+		}
+	}
+}
+
+// recordSink is an EventSink that keeps what it gets.
+type recordSink struct {
+	mu  sync.Mutex
+	evs []string
+}
+
+func (r *recordSink) RoomEvent(room string, ev []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, room+" "+string(ev))
+}
+
+func (r *recordSink) raws() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []string{}
+	for _, e := range r.evs {
+		out = append(out, e[len("r "):])
+	}
+	return out
+}
+
+// fakePublisher records publishes; block makes Publish wait until
+// released, fail makes it return an error.
+type fakePublisher struct {
+	mu      sync.Mutex
+	got     []string
+	fail    bool
+	release chan struct{}
+}
+
+func (p *fakePublisher) Publish(subject string, data []byte) error {
+	if p.release != nil {
+		<-p.release
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fail {
+		return nats.ErrConnectionClosed
+	}
+	p.got = append(p.got, subject+" "+string(data))
+	return nil
+}
+
+func (p *fakePublisher) published() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.got)
+}
+
+func newTestEvents(t *testing.T) (*natsEvents, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newNATSEvents(names.New("", "p"), m, newRateLog(zap.NewNop(), time.Minute)), reg
+}
+
+// TestNATSEventsQueue: events are published in the order handed over; a
+// full queue drops (never blocks) and counts; a publish error counts as
+// failed; stop publishes what is queued, and is safe twice and without
+// start.
+func TestNATSEventsQueue(t *testing.T) {
+	e, reg := newTestEvents(t)
+	pub := &fakePublisher{release: make(chan struct{})}
+	e.start(pub)
+	// The goroutine takes one event and blocks in Publish; the queue then
+	// holds natsEventQueue more, and every later one is dropped at once.
+	total := natsEventQueue + 1 + 100
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range total {
+			e.RoomEvent(fmt.Sprintf("r.%d", i), []byte(fmt.Sprint(i)))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(waitLong):
+		t.Fatal("RoomEvent blocked on a full queue")
+	}
+	dropped := gatherSum(t, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventDropped})
+	// The goroutine may not have taken the first event yet: 100 or 101.
+	if dropped != 100 && dropped != 101 {
+		t.Fatalf("dropped = %v, want 100 (or 101)", dropped)
+	}
+	close(pub.release)
+	e.stop()
+	e.stop()
+	got := pub.published()
+	if len(got) != total-int(dropped) {
+		t.Fatalf("published %d, want %d", len(got), total-int(dropped))
+	}
+	for i, g := range got {
+		if want := fmt.Sprintf("p.typing.v1.room.r%%2E%d %d", i, i); g != want {
+			t.Fatalf("publish %d = %q, want %q (order kept)", i, g, want)
+		}
+	}
+	if n := gatherSum(t, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); int(n) != len(got) {
+		t.Fatalf("published counted %v, want %d", n, len(got))
+	}
+
+	e2, reg2 := newTestEvents(t)
+	e2.RoomEvent("r", []byte("x")) // before start: waits in the queue
+	e2.start(&fakePublisher{fail: true})
+	e2.stop()
+	if n := gatherSum(t, reg2, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventFailed}); n != 1 {
+		t.Fatalf("failed = %v, want 1", n)
+	}
+	e3, _ := newTestEvents(t)
+	e3.stop() // never started: returns
+	e3.start(&fakePublisher{})
+	e3.RoomEvent("r", []byte("x")) // after stop: queued, never published, no panic
+}
