@@ -12,14 +12,14 @@
 //	{"v":1,"type":"typing_start","room":"42","user":"alice","name":"Alice","ttl_ms":5000,"ts_ms":1764480000000}
 //
 // Follow one room with [RoomSubject], every room with [AllRoomsSubject].
-// Delivery is NATS core: at most once, in the order published per room;
-// for the current state after a gap, ask the snapshot (package
-// whoistyping).
+// Delivery is NATS core, at most once. The events of one user's
+// connection arrive in order; across users, the order is only per worker
+// shard (docs/protocol.md, "Order"). For the current state after a gap,
+// ask the snapshot (package whoistyping).
 package roomevents
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -27,37 +27,22 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-const upperHex = "0123456789ABCDEF"
-
-// Token is the room's subject token: every byte outside [A-Za-z0-9_-]
-// becomes %XX (upper-case hex), so the token never holds ".", "*", ">" or
-// white space, and two rooms never share one. "café ☕" → "caf%C3%A9%20%E2%98%95".
-func Token(room string) string {
-	var b strings.Builder
-	b.Grow(len(room))
-	for i := 0; i < len(room); i++ {
-		c := room[i]
-		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(upperHex[c>>4])
-		b.WriteByte(upperHex[c&15])
-	}
-	return b.String()
-}
+// Token is the room's subject token ([names.RoomToken]): every byte
+// outside [A-Za-z0-9_-] becomes %XX (upper-case hex), so the token never
+// holds ".", "*", ">" or white space, and two rooms never share one.
+// "café ☕" → "caf%C3%A9%20%E2%98%95".
+func Token(room string) string { return names.RoomToken(room) }
 
 // RoomSubject is one room's event subject, "<prefix>.typing.v1.room.<token>"
-// (subjectPrefix "" = "ellipsis").
+// (subjectPrefix "" = "ellipsis"; [names.Names.RoomEventSubject]).
 func RoomSubject(subjectPrefix, room string) string {
-	return names.New("", subjectPrefix).SubjectPrefix() + ".typing.v1.room." + Token(room)
+	return names.New("", subjectPrefix).RoomEventSubject(room)
 }
 
 // AllRoomsSubject matches the events of every room,
-// "<prefix>.typing.v1.room.>".
+// "<prefix>.typing.v1.room.>" ([names.Names.RoomEventsWildcard]).
 func AllRoomsSubject(subjectPrefix string) string {
-	return names.New("", subjectPrefix).SubjectPrefix() + ".typing.v1.room.>"
+	return names.New("", subjectPrefix).RoomEventsWildcard()
 }
 
 // Follow subscribes subject (from [RoomSubject] or [AllRoomsSubject]) and

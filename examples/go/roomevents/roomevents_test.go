@@ -6,6 +6,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/internal/stacktest"
 	"github.com/ellipsis-chat/ellipsis/examples/go/roomevents"
+	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -25,6 +26,9 @@ func TestToken(t *testing.T) {
 		if got := roomevents.Token(room); got != want {
 			t.Errorf("Token(%q) = %q, want %q", room, got, want)
 		}
+		if back, ok := names.New("", "").RoomFromEventSubject(roomevents.RoomSubject("", room)); !ok || back != room {
+			t.Errorf("RoomSubject(%q) does not invert: %q %v", room, back, ok)
+		}
 	}
 	if got := roomevents.RoomSubject("", "room:42"); got != "ellipsis.typing.v1.room.room%3A42" {
 		t.Errorf("RoomSubject = %q", got)
@@ -34,19 +38,10 @@ func TestToken(t *testing.T) {
 	}
 }
 
-// natsEventsInWorker says whether the presence worker of this tree
-// publishes room events on NATS (ELLIPSIS_NATS_EVENTS, issue 15 item 2).
-// NEEDS FEATURE: false until that worker feature is merged; TestFollow is
-// skipped (not passed) meanwhile.
-const natsEventsInWorker = false
-
 // TestFollow: with ELLIPSIS_NATS_EVENTS=true on the worker, a follower of
 // the room's subject and one of every room see alice start and stop, with
 // the fields of the Redis event.
 func TestFollow(t *testing.T) {
-	if !natsEventsInWorker {
-		t.Skip("NEEDS FEATURE: the worker's room events on NATS (ELLIPSIS_NATS_EVENTS, issue 15 item 2) are not in this tree; set natsEventsInWorker when they are")
-	}
 	st := stacktest.Start(t, map[string]string{"ELLIPSIS_NATS_EVENTS": "true"})
 	room := "room:42 ☕"
 	one := make(chan protocol.RoomEvent, 16)

@@ -5,8 +5,9 @@
 // id with every byte outside [A-Za-z0-9_-] as %XX, upper-case hex), with
 // the same bytes as the room's Redis Pub/Sub event:
 //   {"v":1,"type":"typing_start","room":"42","user":"alice","name":"Alice","ttl_ms":5000,"ts_ms":1764480000000}
-// NATS core: at most once, in order per room; after a gap, ask the
-// snapshot (who-is-typing.js) for the current state.
+// NATS core: at most once; one user's connection's events in order,
+// across users only per worker shard (docs/protocol.md, "Order"). After a
+// gap, ask the snapshot (who-is-typing.js) for the current state.
 //
 //   ELLIPSIS_NATS_URL=nats://127.0.0.1:4222 node src/room-events.js [room]   # no room: every room
 

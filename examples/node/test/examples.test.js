@@ -21,11 +21,6 @@ import { followRoomEvents } from "../src/room-events.js";
 const run = promisify(execFile);
 const script = (name) => fileURLToPath(new URL(`../src/${name}`, import.meta.url));
 
-// NEEDS FEATURE: the worker's room events on NATS (ELLIPSIS_NATS_EVENTS,
-// issue 15 item 2). Until they are in this tree, test (d) is skipped (not
-// passed); set this to true when they are.
-const NATS_EVENTS_IN_WORKER = false;
-
 let stack;
 let nc;
 before(async () => {
@@ -139,7 +134,6 @@ test("(c) join authoriser: the gateway lets Alice into her room and nowhere else
 
 test(
   "(d) room events on NATS: a follower of the room and one of every room see Alice start and stop",
-  { skip: !NATS_EVENTS_IN_WORKER && "NEEDS FEATURE: the worker's room events on NATS (ELLIPSIS_NATS_EVENTS, issue 15 item 2) are not in this tree" },
   async (t) => {
     const room = "node d: café ☕ " + Date.now();
     const seen = { one: [], all: [] };
