@@ -360,7 +360,7 @@ test("gateway restart: pages reconnect with backoff, rejoin, and typing shows ag
   }
 });
 
-test("dev stack: a message sent in Alice's tab appears in Bob's, and the chat service's stop clears her indicator", { timeout: 60_000 }, async (t) => {
+test("dev stack: a message sent in Alice's tab appears in Bob's, and the chat service's stop clears her indicator", { timeout: 180_000 }, async (t) => {
   const dev = await startDevStack({ root: repoRoot, artifacts });
   t.after(() => dev.stop());
   const r = room();
