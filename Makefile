@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 # Every module of the workspace (go.work); `go test ./...` at the root would
 # test none of them.
-MODULES := shared deploy services/gateway services/presence-worker clients/js tools test
+MODULES := shared deploy services/gateway services/presence-worker clients/js tools test examples/go
 # A count, not a duration: with a duration, Go 1.26's fuzz coordinator can
 # fail a clean run with "context deadline exceeded" at the deadline on a
 # loaded machine (golang/go#75804, fixed in Go 1.27). 50000 inputs: 1-10 s each.
@@ -13,7 +13,7 @@ FUZZTIME ?= 50000x
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle plots plots-sweep fmt
+.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle plots plots-sweep fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -64,11 +64,11 @@ build:
 test:
 	scripts/testenv.sh $(MAKE) --no-print-directory --keep-going test-all
 
-test-all: vet tidy-check unit fuzz-smoke js
+test-all: vet tidy-check unit fuzz-smoke js examples-node
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
-	@set -e; for m in shared services/gateway services/presence-worker tools; do (cd $$m && GOWORK=off $(GO) build ./...); done; echo "== every module builds alone (GOWORK=off)"
+	@set -e; for m in shared services/gateway services/presence-worker tools examples/go; do (cd $$m && GOWORK=off $(GO) build ./...); done; echo "== every module builds alone (GOWORK=off)"
 
 ## tidy-check: every module's go.mod and go.sum are as `go mod tidy` leaves them
 tidy-check:
@@ -93,6 +93,11 @@ readme-images:
 ## js: the browser SDK's tests (node --test, keystroke replay, headless Chromium end to end; installs Chromium when missing)
 js:
 	clients/js/scripts/test.sh
+
+## examples-node: the Node.js examples of the platform hooks (examples/node), each against a private stack;
+## the Go examples (examples/go) run in unit
+examples-node:
+	examples/node/scripts/test.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

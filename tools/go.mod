@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/ellipsis-chat/ellipsis/examples/go v0.0.0
 	github.com/ellipsis-chat/ellipsis/services/gateway v0.0.0
 	github.com/ellipsis-chat/ellipsis/services/presence-worker v0.0.0
 	github.com/ellipsis-chat/ellipsis/shared v0.0.0
@@ -54,6 +55,7 @@ require (
 
 replace (
 	github.com/ellipsis-chat/ellipsis/clients/js => ../clients/js
+	github.com/ellipsis-chat/ellipsis/examples/go => ../examples/go
 	github.com/ellipsis-chat/ellipsis/services/gateway => ../services/gateway
 	github.com/ellipsis-chat/ellipsis/services/presence-worker => ../services/presence-worker
 	github.com/ellipsis-chat/ellipsis/shared => ../shared

@@ -13,7 +13,8 @@
 //
 // Public listener (cfg.HTTPAddr): GET /v1/ws (WebSocket), GET
 // /v1/rooms/{room}/typing (snapshot), GET /v1/config (client timing), and,
-// when cfg.DemoPage, the demo page at / and the JS client at /src/. Admin
+// when cfg.DemoPage, the demo page at / and the JS client at /src/ (and
+// Options.DemoChat under /demo/chat/). Admin
 // listener (cfg.AdminAddr): /healthz, /readyz, /metrics.
 package gateway
 
@@ -60,6 +61,11 @@ type Options struct {
 	// registry (with the Go and process collectors added). Either way it is
 	// served on the admin listener's /metrics.
 	Registry *prometheus.Registry
+	// DemoChat, when set and cfg.DemoPage, is the demo page's chat service,
+	// served under /demo/chat/ on the public listener (prefix stripped).
+	// The dev stack passes one (examples/go/chat); the page keeps its
+	// messages in the tab without it.
+	DemoChat http.Handler
 }
 
 // Errors of [Server.Start].
@@ -107,6 +113,7 @@ type Server struct {
 	warn      *rate.Sometimes // shared by connections for repetitive warnings
 	connLog   *zap.Logger     // "conn", shared by connections
 	connSeq   atomic.Uint64
+	demoChat  http.Handler // Options.DemoChat
 
 	// shuttingDown is the lame-duck flag, set first by Shutdown: /readyz
 	// answers 503 at once and new upgrades are refused (503).
@@ -207,6 +214,7 @@ func New(opts Options) (*Server, error) {
 		conns:     map[*session.Conn]struct{}{},
 	}
 	s.connLog = s.log.Named("conn")
+	s.demoChat = opts.DemoChat
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: readHeaderTimeout,
 		ReadBufferSize:   1024,

@@ -88,6 +88,9 @@ func (s *Server) publicHandler() http.Handler {
 			w.Header().Set("Cache-Control", "no-cache")
 			files.ServeHTTP(w, r)
 		}))
+		if s.demoChat != nil {
+			mux.Handle("/demo/chat/", http.StripPrefix("/demo/chat", s.demoChat))
+		}
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)

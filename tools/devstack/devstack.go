@@ -2,7 +2,10 @@
 // development (`make run`) and for tests: a NATS and a Redis (configured,
 // local, or embedded; see package backends), the presence worker and the
 // gateway, sharing one Prometheus registry, served on the gateway's admin
-// listener only.
+// listener only. With the demo page and auth none, it also serves the
+// demo page's chat service (examples/go/chat) under /demo/chat/: a message
+// posted in one tab reaches the room's other tabs and ends its author's
+// typing through the platform's stop command on NATS.
 //
 //	st, err := devstack.Start(ctx, devstack.Options{Config: cfg, Logger: log})
 //	if err != nil { ... }
@@ -18,12 +21,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
 	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
 	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
+	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/tools/backends"
 )
@@ -55,6 +60,8 @@ type Stack struct {
 	back    *backends.Backends
 	worker  *worker.Server
 	gateway *gateway.Server
+	chat    *chat.Service // the demo page's chat service; nil without one
+	chatNC  *nats.Conn    // the chat service's NATS connection
 
 	once sync.Once
 	err  error
@@ -114,7 +121,15 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		return nil, fmt.Errorf("start the presence worker: %w", err)
 	}
 
-	g, err := gateway.New(gateway.Options{Config: cfg, Logger: log, Registry: reg})
+	gopts := gateway.Options{Config: cfg, Logger: log, Registry: reg}
+	if cfg.DemoPage && cfg.Auth == config.AuthNone {
+		// The chat service trusts the user a page names: auth none only.
+		if err := s.startChat(); err != nil {
+			return nil, err
+		}
+		gopts.DemoChat = s.chat.Handler()
+	}
+	g, err := gateway.New(gopts)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -124,6 +139,24 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// chatConnectTimeout bounds the chat service's NATS connect.
+const chatConnectTimeout = 5 * time.Second
+
+// startChat connects the demo chat service to NATS.
+func (s *Stack) startChat() error {
+	nc, err := nats.Connect(s.cfg.NATSURL, nats.Name("ellipsis-dev-chat"), nats.Timeout(chatConnectTimeout), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("demo chat service: connect to NATS %s: %w", backends.Redact(s.cfg.NATSURL), err)
+	}
+	s.chatNC = nc
+	s.chat = chat.NewService(nc, s.cfg.SubjectPrefix)
+	clog := s.log.Named("demo-chat")
+	s.chat.OnStopError = func(room, user string, err error) {
+		clog.Warn("stop typing after a message failed", zap.String("room", room), zap.String("user", user), zap.Error(err))
+	}
+	return nil
 }
 
 // checkListen binds and releases addr, to report a busy address before
@@ -182,6 +215,9 @@ func BrowserHost(addr string) string {
 func (s *Stack) Shutdown(ctx context.Context) error {
 	s.once.Do(func() {
 		var errs []error
+		if s.chat != nil {
+			s.chat.Close() // ends the page's message streams, which the gateway's HTTP shutdown would wait for
+		}
 		if s.gateway != nil {
 			if err := s.gateway.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("gateway shutdown: %w", err))
@@ -191,6 +227,9 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 			if err := s.worker.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("worker shutdown: %w", err))
 			}
+		}
+		if s.chatNC != nil {
+			s.chatNC.Close()
 		}
 		if s.back != nil {
 			s.back.Close()

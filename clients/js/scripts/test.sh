@@ -7,7 +7,8 @@
 #      tools/keystrokes/data (events per message vs keystrokes)
 #   4. end-to-end tests in headless Chromium against a real stack: builds
 #      the gateway and presence-worker into a temporary folder and runs them
-#      on free loopback ports with their own Redis key / NATS subject prefix.
+#      on free loopback ports with their own Redis key / NATS subject prefix
+#      (and the dev stack, ellipsis-dev, for the demo page's chat service).
 # Needs Node >= 20, Go, and the Redis and NATS named by
 # ELLIPSIS_TEST_REDIS_URL / ELLIPSIS_TEST_NATS_URL (`make test` starts
 # private ones; else 127.0.0.1:6379 and :4222). Installs Debian's chromium when /usr/bin/chromium
@@ -44,7 +45,7 @@ trap cleanup EXIT
 npx --no-install tsc -p types/tsconfig.json >test-artifacts/tsc.log 2>&1 &
 tsc_pid=$!
 if [ "${ELLIPSIS_JS_SKIP_E2E:-}" != 1 ] && [ -z "${ELLIPSIS_E2E_URL:-}" ]; then
-  (cd ../.. && go build -o "$bindir/" ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker) \
+  (cd ../.. && go build -o "$bindir/" ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev) \
     >test-artifacts/go-build.log 2>&1 &
   build_pid=$!
 fi
@@ -74,7 +75,7 @@ if [ ! -x "$CHROMIUM" ]; then
 fi
 
 if [ -z "${ELLIPSIS_E2E_URL:-}" ]; then
-  step "go build gateway + presence-worker"
+  step "go build gateway + presence-worker + ellipsis-dev"
   if ! wait "$build_pid"; then cat test-artifacts/go-build.log; echo "clients/js: go build failed" >&2; exit 1; fi
   echo "ok"
 fi

@@ -105,7 +105,9 @@ func openHint(mode, url string) string {
 	if mode == config.AuthNone {
 		return fmt.Sprintf(`  Open %s in two browser tabs (or two browsers), enter a different user
   in each, join the same room, and type in one: the other shows
-  "… is typing". Or run the scripted users: make demo
+  "… is typing". Send the message: it appears in every tab, and the
+  indicator clears through the platform's stop (examples/go/chat).
+  Or run the scripted users: make demo
 `, url)
 	}
 	return fmt.Sprintf(`  Auth is jwt: each tab needs its own token. Mint one per user with

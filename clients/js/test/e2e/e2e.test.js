@@ -13,7 +13,7 @@ import { mkdirSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { chromium } from "playwright-core";
-import { startStack, repoRoot } from "./stack.js";
+import { startStack, startDevStack, repoRoot } from "./stack.js";
 
 const artifacts = join(repoRoot, "clients", "js", "test-artifacts");
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
@@ -62,9 +62,10 @@ const room = () => `e2e ${randomBytes(3).toString("hex")} ☕`; // a space and n
  * Opens the demo page as a user in its own browser context, joined to room,
  * and starts recording its typing line and connection states.
  */
-async function openUser(user, name, roomId, url = stack.url) {
+async function openUser(user, name, roomId, url = stack.url, beforeGoto = async (_page) => {}) {
   const context = await browser.newContext({ viewport: { width: 720, height: 540 } });
   const page = await context.newPage();
+  await beforeGoto(page);
   const errors = [];
   page.on("pageerror", (err) => errors.push(err.message));
   const q = new URLSearchParams({ name, room: roomId, user, lang: "en", autojoin: "1" });
@@ -354,6 +355,44 @@ test("gateway restart: pages reconnect with backoff, rejoin, and typing shows ag
       stack.gateway.start();
       await stack.gateway.ready();
     }
+    await alice.close();
+    await bob.close();
+  }
+});
+
+test("dev stack: a message sent in Alice's tab appears in Bob's, and the chat service's stop clears her indicator", { timeout: 180_000 }, async (t) => {
+  const dev = await startDevStack({ root: repoRoot, artifacts });
+  t.after(() => dev.stop());
+  const r = room();
+  // Alice's own typing_stop frames never reach the gateway: only the chat
+  // service's stop on NATS (the platform path) can clear her indicator
+  // before it expires.
+  const dropStops = (page) =>
+    page.routeWebSocket(/\/v1\/ws/, (ws) => {
+      const server = ws.connectToServer();
+      ws.onMessage((m) => {
+        if (!String(m).includes('"typing_stop"')) server.send(m);
+      });
+    });
+  const [bob, alice] = await Promise.all([openUser("bob", "Bob", r, dev.url), openUser("alice", "Alice", r, dev.url, dropStops)]);
+  try {
+    for (const u of [alice, bob]) await u.page.waitForFunction(() => window.ellipsisDemo.chat === true, null, { timeout: 10_000 });
+    await alice.page.keyboard.type("hello there");
+    await lineBecomes(bob.page, "Alice is typing…", 5000);
+    const sentAt = await alice.page.evaluate(() => {
+      const t = Date.now();
+      document.getElementById("compose").requestSubmit();
+      return t;
+    });
+    const cleared = await lineBecomes(bob.page, "", timing.ttl_ms);
+    t.diagnostic(`message sent → Bob's line clears through the chat service's stop: ${cleared - sentAt} ms`);
+    assert.ok(cleared - sentAt <= 1500, `cleared ${cleared - sentAt} ms after the send (the ttl is ${timing.ttl_ms} ms)`);
+    for (const u of [bob, alice]) {
+      await u.page.waitForFunction(() => document.querySelectorAll("#messages li:not(.note)").length === 1, null, { timeout: 5000 });
+      assert.match(await u.page.locator("#messages li:not(.note)").innerText(), /Alice\s*hello there/);
+    }
+    assert.deepEqual([...alice.errors, ...bob.errors], []);
+  } finally {
     await alice.close();
     await bob.close();
   }

@@ -44,10 +44,10 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  */
 export async function buildBinaries(root) {
   const pre = process.env.ELLIPSIS_E2E_BIN_DIR;
-  if (pre && existsSync(join(pre, "gateway")) && existsSync(join(pre, "presence-worker"))) return { dir: pre, temp: false };
+  if (pre && ["gateway", "presence-worker", "ellipsis-dev"].every((b) => existsSync(join(pre, b)))) return { dir: pre, temp: false };
   const dir = mkdtempSync(join(tmpdir(), "ellipsis-e2e-bin-"));
   try {
-    await run(goBinary(), ["build", "-o", dir + "/", "./services/gateway/cmd/gateway", "./services/presence-worker/cmd/presence-worker"], {
+    await run(goBinary(), ["build", "-o", dir + "/", "./services/gateway/cmd/gateway", "./services/presence-worker/cmd/presence-worker", "./tools/cmd/ellipsis-dev"], {
       cwd: root,
       maxBuffer: 16 << 20,
     });
@@ -159,6 +159,48 @@ export async function startStack({ root, artifacts, env = {}, tag = "" }) {
     worker,
     async stop() {
       await Promise.all([gateway.stop(), worker.stop()]);
+      if (bins.temp) rmSync(bins.dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Starts the dev stack (`make run`'s ellipsis-dev: gateway and worker in
+ * one process, auth none, and the demo page's chat service) on the test
+ * Redis and NATS, and waits until it is ready.
+ * @param {{root: string, artifacts: string, env?: Record<string, string>}} opts
+ */
+export async function startDevStack({ root, artifacts, env = {} }) {
+  const bins = await buildBinaries(root);
+  const id = randomBytes(4).toString("hex");
+  const [httpPort, admin] = [await freePort(), await freePort()];
+  const dev = new Service(
+    "ellipsis-dev",
+    join(bins.dir, "ellipsis-dev"),
+    {
+      ELLIPSIS_REDIS_URL: process.env.ELLIPSIS_TEST_REDIS_URL || "redis://127.0.0.1:6379",
+      ELLIPSIS_NATS_URL: process.env.ELLIPSIS_TEST_NATS_URL || "nats://127.0.0.1:4222",
+      ELLIPSIS_KEY_PREFIX: `e2e-dev-${id}:`,
+      ELLIPSIS_SUBJECT_PREFIX: `e2edev${id}`,
+      ELLIPSIS_HTTP_ADDR: `127.0.0.1:${httpPort}`,
+      ELLIPSIS_ADMIN_ADDR: `127.0.0.1:${admin}`,
+      ELLIPSIS_SHUTDOWN_DRAIN: "1s",
+      ELLIPSIS_LOG_FORMAT: "console",
+      ...env,
+    },
+    join(artifacts, "e2e-ellipsis-dev.log"),
+  );
+  dev.start();
+  try {
+    await dev.ready();
+  } catch (err) {
+    await dev.stop(2000);
+    throw err;
+  }
+  return {
+    url: `http://127.0.0.1:${httpPort}`,
+    async stop() {
+      await dev.stop();
       if (bins.temp) rmSync(bins.dir, { recursive: true, force: true });
     },
   };

@@ -1,0 +1,54 @@
+// Command stop-typing is what a chat service does when a user's message is
+// posted: it ends the user's typing indicator in the room, on every device
+// (package chat, docs/protocol.md "Typing commands").
+//
+//	go run ./examples/go/cmd/stop-typing -room 42 -user alice
+//
+// Flags -nats (default $ELLIPSIS_NATS_URL, else nats://127.0.0.1:4222) and
+// -prefix (default $ELLIPSIS_SUBJECT_PREFIX, else "ellipsis") choose the
+// deployment.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
+)
+
+func main() {
+	natsURL := flag.String("nats", envOr("ELLIPSIS_NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated")
+	prefix := flag.String("prefix", envOr("ELLIPSIS_SUBJECT_PREFIX", "ellipsis"), "subject prefix (ELLIPSIS_SUBJECT_PREFIX of the deployment)")
+	room := flag.String("room", "", "room id (required)")
+	user := flag.String("user", "", "user id whose message was posted (required)")
+	flag.Parse()
+
+	nc, err := nats.Connect(*natsURL, nats.Name("example-stop-typing"), nats.Timeout(5*time.Second))
+	if err != nil {
+		fail(fmt.Errorf("connect to NATS %s: %w", *natsURL, err))
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := chat.StopTyping(ctx, nc, *prefix, *room, *user); err != nil {
+		fail(err)
+	}
+	fmt.Printf("stop sent: user %q in room %q\n", *user, *room)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "stop-typing:", err)
+	os.Exit(1)
+}

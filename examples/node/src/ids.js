@@ -1,0 +1,60 @@
+// Ids and subjects shared by the examples (docs/protocol.md, "Terms and
+// ids" and "NATS"). The Go equivalents are shared/protocol and shared/names.
+
+import { resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const MAX_ID_BYTES = 256;
+const encoder = new TextEncoder();
+
+/**
+ * Throws unless s is a valid room or user id: 1..256 bytes of UTF-8 without
+ * control characters. The error names the field and the limit.
+ * @param {string} field
+ * @param {unknown} s
+ */
+export function checkId(field, s) {
+  if (typeof s !== "string") throw new TypeError(`${field}: must be a string`);
+  const n = encoder.encode(s).length;
+  if (n < 1 || n > MAX_ID_BYTES) throw new RangeError(`${field}: must be 1..${MAX_ID_BYTES} bytes, got ${n}`);
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(s)) throw new RangeError(`${field}: must not contain control characters`);
+  if (s.isWellFormed && !s.isWellFormed()) throw new RangeError(`${field}: must be valid UTF-8 (lone surrogate)`);
+}
+
+/** The deployment's subjects for ELLIPSIS_SUBJECT_PREFIX `prefix` ("ellipsis" by default). */
+export function subjects(prefix = "ellipsis") {
+  return {
+    command: `${prefix}.typing.v1.cmd`,
+    snapshot: `${prefix}.typing.v1.snapshot`,
+    authzJoin: `${prefix}.authz.v1.join`,
+    room: (room) => `${prefix}.typing.v1.room.${roomToken(room)}`,
+    allRooms: `${prefix}.typing.v1.room.>`,
+  };
+}
+
+/**
+ * The room's subject token: every byte of its UTF-8 outside [A-Za-z0-9_-]
+ * becomes %XX (upper-case hex). "room:42" → "room%3A42".
+ * @param {string} room
+ */
+export function roomToken(room) {
+  let out = "";
+  for (const b of encoder.encode(room)) {
+    const c = String.fromCharCode(b);
+    out += /[A-Za-z0-9_-]/.test(c) ? c : "%" + b.toString(16).toUpperCase().padStart(2, "0");
+  }
+  return out;
+}
+
+/** The CLI's settings from the environment: ELLIPSIS_NATS_URL and ELLIPSIS_SUBJECT_PREFIX. */
+export function envSettings() {
+  return {
+    servers: (process.env.ELLIPSIS_NATS_URL || "nats://127.0.0.1:4222").split(","),
+    prefix: process.env.ELLIPSIS_SUBJECT_PREFIX || "ellipsis",
+  };
+}
+
+/** True when the module at `url` is the script node was started with. */
+export function isMain(url) {
+  return Boolean(process.argv[1]) && resolve(process.argv[1]) === fileURLToPath(url);
+}

@@ -1,0 +1,6 @@
+// The examples as one module, for tests and for copying from.
+export { checkId, roomToken, subjects } from "./ids.js";
+export { stopTyping } from "./stop-typing.js";
+export { whoIsTyping } from "./who-is-typing.js";
+export { serveJoinAuthz, parseAllow, QUEUE_GROUP } from "./join-authz.js";
+export { followRoomEvents } from "./room-events.js";

@@ -1,0 +1,48 @@
+// "Message posted → stop typing" (docs/protocol.md, "Typing commands").
+// When a user's message is posted, the chat service publishes
+//   {"v":1,"op":"stop","room":"42","user":"alice"}
+// on <prefix>.typing.v1.cmd. Without "conn" the stop ends every connection
+// (every device) of the user in the room, and a start a gateway sent
+// before it (or within 500 ms after) is dropped, so the indicator never
+// outlives the message.
+//
+//   ELLIPSIS_NATS_URL=nats://127.0.0.1:4222 node src/stop-typing.js <room> <user>
+
+import { connect, JSONCodec } from "nats";
+import { checkId, envSettings, isMain, subjects } from "./ids.js";
+
+const json = JSONCodec();
+
+/**
+ * Publishes the stop command for (room, user) and flushes, so the NATS
+ * server has it when the promise resolves. Throws on an invalid id (naming
+ * the field) or a failed flush (`timeoutMs`, default 2000).
+ * @param {import("nats").NatsConnection} nc
+ * @param {{prefix?: string, room: string, user: string, timeoutMs?: number}} opts
+ */
+export async function stopTyping(nc, { prefix = "ellipsis", room, user, timeoutMs = 2000 }) {
+  checkId("room", room);
+  checkId("user", user);
+  nc.publish(subjects(prefix).command, json.encode({ v: 1, op: "stop", room, user }));
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`stop typing: no flush from the NATS server within ${timeoutMs} ms`)), timeoutMs);
+  });
+  try {
+    await Promise.race([nc.flush(), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+if (isMain(import.meta.url)) {
+  const [room, user] = process.argv.slice(2);
+  const { servers, prefix } = envSettings();
+  const nc = await connect({ servers, name: "example-stop-typing", timeout: 5000 });
+  try {
+    await stopTyping(nc, { prefix, room, user });
+    console.log(`stop sent: user ${JSON.stringify(user)} in room ${JSON.stringify(room)}`);
+  } finally {
+    await nc.close();
+  }
+}

@@ -1,0 +1,169 @@
+// Each example against a private stack (test/stack.js): a user types over
+// the WebSocket, the example acts over NATS, and the effect is checked end
+// to end. (a) and (b) run the example scripts as a platform team would;
+// (c) runs the authoriser script beside a gateway with ELLIPSIS_AUTHZ=nats;
+// (d) follows the events that the worker publishes with
+// ELLIPSIS_NATS_EVENTS=true.
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFile, spawn } from "node:child_process";
+import { once } from "node:events";
+import { promisify } from "node:util";
+import { fileURLToPath } from "node:url";
+import { connect } from "nats";
+
+import { startStack, dial, natsURL } from "./stack.js";
+import { roomToken, subjects, checkId, parseAllow } from "../src/index.js";
+import { whoIsTyping } from "../src/who-is-typing.js";
+import { followRoomEvents } from "../src/room-events.js";
+
+const run = promisify(execFile);
+const script = (name) => fileURLToPath(new URL(`../src/${name}`, import.meta.url));
+
+let stack;
+let nc;
+before(async () => {
+  stack = await startStack({ ELLIPSIS_NATS_EVENTS: "true" });
+  nc = await connect({ servers: natsURL.split(","), timeout: 5000 });
+});
+after(async () => {
+  if (nc) await nc.close();
+  if (stack) await stack.stop();
+});
+
+const env = () => ({ ...process.env, ELLIPSIS_NATS_URL: natsURL, ELLIPSIS_SUBJECT_PREFIX: stack.prefix });
+
+/** Alice and Bob in room; Alice types until Bob sees it. */
+async function aliceTyping(room) {
+  const alice = await dial(stack.wsURL, "alice", "Alice");
+  const bob = await dial(stack.wsURL, "bob", "Bob");
+  for (const u of [alice, bob]) assert.equal((await u.join(room)).type, "joined");
+  alice.send({ type: "typing_start", room });
+  await bob.until((f) => f.type === "typing_start" && f.user === "alice" && f.room === room);
+  return { alice, bob, close: () => (alice.close(), bob.close()) };
+}
+
+test("ids and subject tokens", () => {
+  assert.equal(roomToken("42"), "42");
+  assert.equal(roomToken("room:42"), "room%3A42");
+  assert.equal(roomToken("a.b*c>d"), "a%2Eb%2Ac%3Ed");
+  assert.equal(roomToken("50%"), "50%25");
+  assert.equal(roomToken("café ☕"), "caf%C3%A9%20%E2%98%95");
+  assert.equal(roomToken("A-z_09"), "A-z_09");
+  assert.equal(subjects("acme").room("room:42"), "acme.typing.v1.room.room%3A42");
+  assert.equal(subjects().allRooms, "ellipsis.typing.v1.room.>");
+  assert.throws(() => checkId("room", ""), /room: must be 1\.\.256 bytes, got 0/);
+  assert.throws(() => checkId("user", "a\nb"), /user: must not contain control characters/);
+  assert.deepEqual(parseAllow("alice=42,lobby;bob=lobby"), new Map([["alice", new Set(["42", "lobby"])], ["bob", new Set(["lobby"])]]));
+});
+
+test("(a) message posted → stop typing: Bob sees Alice's typing_stop", async () => {
+  const room = "node a ☕ " + Date.now();
+  const { bob, close } = await aliceTyping(room);
+  try {
+    const { stdout } = await run(process.execPath, [script("stop-typing.js"), room, "alice"], { env: env(), timeout: 20000 });
+    assert.match(stdout, /stop sent/);
+    const stop = await bob.until((f) => f.type === "typing_stop" && f.user === "alice");
+    assert.equal(stop.reason, "stopped");
+    assert.equal(stop.room, room);
+  } finally {
+    close();
+  }
+});
+
+test("(a) an invalid id is refused, naming the field", async () => {
+  await assert.rejects(run(process.execPath, [script("stop-typing.js"), "", "alice"], { env: env(), timeout: 20000 }), /room: must be 1\.\.256 bytes/);
+});
+
+test("(b) who is typing in room R: the snapshot lists Alice", async () => {
+  const room = "node b:" + Date.now();
+  assert.deepEqual(await whoIsTyping(nc, { prefix: stack.prefix, room }), { room, users: [], total: 0 });
+  const { close } = await aliceTyping(room);
+  try {
+    const { stdout } = await run(process.execPath, [script("who-is-typing.js"), room], { env: env(), timeout: 20000 });
+    assert.equal(stdout, "typing: alice (Alice)\ntotal: 1\n");
+    const snap = await whoIsTyping(nc, { prefix: stack.prefix, room });
+    assert.deepEqual(snap, { room, users: [{ user: "alice", name: "Alice" }], total: 1 });
+  } finally {
+    close();
+  }
+});
+
+test("(c) join authoriser: the gateway lets Alice into her room and nowhere else", async (t) => {
+  const authzStack = await startStack({ ELLIPSIS_AUTHZ: "nats" });
+  t.after(() => authzStack.stop());
+  const proc = spawn(process.execPath, [script("join-authz.js"), "alice=team:42"], {
+    env: { ...process.env, ELLIPSIS_NATS_URL: natsURL, ELLIPSIS_SUBJECT_PREFIX: authzStack.prefix },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const exited = once(proc, "exit");
+  t.after(async () => {
+    if (proc.exitCode === null) proc.kill("SIGTERM");
+    await exited;
+  });
+  let out = "";
+  proc.stdout.setEncoding("utf8");
+  await new Promise((res, rej) => {
+    const timer = setTimeout(() => rej(new Error(`join-authz did not start: ${out}`)), 20000);
+    proc.stdout.on("data", (d) => {
+      out += d;
+      if (out.includes("authorising joins on")) {
+        clearTimeout(timer);
+        res();
+      }
+    });
+    proc.on("exit", (code) => rej(new Error(`join-authz exited ${code}: ${out}`)));
+  });
+
+  const alice = await dial(authzStack.wsURL, "alice", "Alice");
+  const bob = await dial(authzStack.wsURL, "bob", "Bob");
+  try {
+    assert.equal((await alice.join("team:42")).type, "joined");
+    assert.equal((await alice.join("public-hall")).type, "joined");
+    const denied = await alice.join("team:7");
+    assert.equal(denied.type, "error");
+    assert.equal(denied.code, "forbidden");
+    const bobDenied = await bob.join("team:42");
+    assert.equal(bobDenied.code, "forbidden");
+  } finally {
+    alice.close();
+    bob.close();
+  }
+});
+
+test(
+  "(d) room events on NATS: a follower of the room and one of every room see Alice start and stop",
+  async (t) => {
+    const room = "node d: café ☕ " + Date.now();
+    const seen = { one: [], all: [] };
+    const bad = [];
+    const subs = [
+      followRoomEvents(nc, { prefix: stack.prefix, room, onEvent: (ev) => seen.one.push(ev), onBad: (_d, e) => bad.push(e.message) }),
+      followRoomEvents(nc, { prefix: stack.prefix, onEvent: (ev) => ev.room === room && seen.all.push(ev), onBad: (_d, e) => bad.push(e.message) }),
+    ];
+    t.after(() => subs.forEach((s) => s.unsubscribe()));
+    await nc.flush();
+    const alice = await dial(stack.wsURL, "alice", "Alice");
+    t.after(() => alice.close());
+    await alice.join(room);
+    alice.send({ type: "typing_start", room });
+    alice.send({ type: "typing_stop", room });
+    const deadline = Date.now() + 10000;
+    while (Date.now() < deadline && (seen.one.length < 2 || seen.all.length < 2)) await new Promise((r) => setTimeout(r, 20));
+    for (const [name, evs] of Object.entries(seen)) {
+      assert.equal(evs.length, 2, `${name}: ${JSON.stringify(evs)}`);
+      assert.deepEqual(
+        evs.map((e) => [e.type, e.room, e.user]),
+        [
+          ["typing_start", room, "alice"],
+          ["typing_stop", room, "alice"],
+        ],
+      );
+      assert.equal(evs[0].name, "Alice");
+      assert.ok(evs[0].ttl_ms > 0 && evs[1].ts_ms > 0);
+      assert.equal(evs[1].reason, "stopped");
+    }
+    assert.deepEqual(bad, []);
+  },
+);

@@ -1,0 +1,116 @@
+package devstack_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/tools/backends"
+	"github.com/ellipsis-chat/ellipsis/tools/devstack"
+)
+
+// TestDemoChat: the dev stack serves the demo page's chat service. Alice
+// types and never stops on her own; her message posted to the chat service
+// reaches the room's stream (every tab) and ends her indicator for Bob
+// through the platform path (a stop without conn on NATS): typing_stop
+// "stopped".
+func TestDemoChat(t *testing.T) {
+	cfg, _ := testConfig(t, nil)
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + closedAddr(t)}})
+	room := "chat " + randHex(t) + " ☕"
+	chatURL := st.URL() + "demo/chat/rooms/" + url.PathEscape(room) + "/messages"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, chatURL, nil)
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("chat stream: %d", stream.StatusCode)
+	}
+
+	dial := func(user string) *websocket.Conn {
+		c, _, err := websocket.DefaultDialer.Dial(st.WebSocketURL()+"?user="+user+"&name="+user, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := c.WriteJSON(map[string]string{"type": "join", "room": room}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	until := func(c *websocket.Conn, typ, user string) map[string]any {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			var f map[string]any
+			if err := c.ReadJSON(&f); err != nil {
+				t.Fatalf("waiting for %s of %s: %v", typ, user, err)
+			}
+			if f["type"] == typ && (user == "" || f["user"] == user) {
+				return f
+			}
+		}
+	}
+	alice, bob := dial("alice"), dial("bob")
+	until(alice, "joined", "")
+	until(bob, "joined", "")
+	if err := alice.WriteJSON(map[string]string{"type": "typing_start", "room": room}); err != nil {
+		t.Fatal(err)
+	}
+	until(bob, "typing_start", "alice")
+
+	resp, err := http.Post(chatURL, "application/json", strings.NewReader(`{"user":"alice","name":"Alice","text":"hello from the chat"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("post: %d", resp.StatusCode)
+	}
+	if f := until(bob, "typing_stop", "alice"); f["reason"] != "stopped" {
+		t.Fatalf("typing_stop %v, want reason stopped", f)
+	}
+	sc := bufio.NewScanner(stream.Body)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var m struct{ Room, User, Name, Text string }
+			if err := json.Unmarshal([]byte(data), &m); err != nil {
+				t.Fatal(err)
+			}
+			if m.Room != room || m.User != "alice" || m.Name != "Alice" || m.Text != "hello from the chat" {
+				t.Fatalf("streamed %+v", m)
+			}
+			// Shutdown must not wait for the open stream.
+			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer scancel()
+			begin := time.Now()
+			if err := st.Shutdown(sctx); err != nil {
+				t.Fatalf("Shutdown with an open chat stream: %v (after %s)", err, time.Since(begin))
+			}
+			return
+		}
+	}
+	t.Fatalf("chat stream ended without the message: %v", sc.Err())
+}
+
+// TestDemoChatOnlyWithAuthNone: the chat service trusts the page's user, so
+// with auth=jwt it is not served (the page keeps messages in the tab).
+func TestDemoChatOnlyWithAuthNone(t *testing.T) {
+	cfg, _ := testConfig(t, map[string]string{"ELLIPSIS_AUTH": "jwt", "ELLIPSIS_JWT_SECRET": "dev-secret-" + randHex(t)})
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + closedAddr(t)}})
+	if code, body := get(t, st.URL()+"demo/chat/rooms/r/messages"); code != http.StatusNotFound {
+		t.Fatalf("chat with auth jwt: %d %s, want 404", code, body)
+	}
+}
