@@ -69,7 +69,7 @@ var (
 )
 
 // HTTP server timeouts of both listeners. Hijacked WebSocket connections
-// set their own deadlines (session.DefaultPongWait, DefaultWriteWait).
+// set their own deadlines (ELLIPSIS_PONG_WAIT, ELLIPSIS_WRITE_WAIT).
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second

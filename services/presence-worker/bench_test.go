@@ -40,7 +40,7 @@ func BenchmarkStartCommand(b *testing.B) {
 	}
 	n := names.New("t-bench-"+randHex(4)+":", "")
 	defer cleanupKeys(rdb, n.KeyPrefix())
-	st, err := newStore(config.StoreZSet, testPubSub, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+	st, err := newStore(config.StoreZSet, testPubSub, rdb, n, config.Default().TypingTTL, config.Default().TypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}

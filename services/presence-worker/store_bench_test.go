@@ -570,7 +570,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := newStore(kind, testPubSub, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+			st, err := newStore(kind, testPubSub, rdb, n, config.Default().TypingTTL, config.Default().TypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -578,7 +578,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 				b.Fatal(err)
 			}
 			s := &Server{st: st, m: m, rl: newRateLog(zap.NewNop(), time.Minute), log: zap.NewNop()}
-			const shards = config.DefaultWorkerShards
+			shards := config.Default().WorkerShards
 			var next atomic.Int64
 			b.SetParallelism(max(1, shards/runtime.GOMAXPROCS(0))) // shards goroutines in all
 			b.ReportAllocs()
@@ -626,7 +626,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := newStore(kind, testPubSub, rdb, n, config.DefaultTypingTTL, config.DefaultTypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+			st, err := newStore(kind, testPubSub, rdb, n, config.Default().TypingTTL, config.Default().TypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
 			if err != nil {
 				b.Fatal(err)
 			}
