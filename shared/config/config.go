@@ -18,6 +18,7 @@
 // # Adding a setting
 //
 //  1. Add the field to [Config], with a one-line comment naming its variable.
+//
 //  2. Add one entry to the table in settings.go, where it belongs in the
 //     README's order, e.g.
 //
@@ -29,8 +30,10 @@
 //     notNegative, atLeast, between, oneOf, listenAddr, or rule(desc, func)
 //     for anything else (value.go). Dev sets the dev stack's value when it
 //     differs; DefaultDoc replaces the README's default column ("random").
+//
 //  3. A check involving other settings (or only in some modes) goes in
 //     settings.go's rules, naming every setting it involves.
+//
 //  4. Run `make config-doc` to rewrite the README's table, and add a line
 //     to CHANGELOG.md.
 package config

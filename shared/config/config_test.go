@@ -2,15 +2,15 @@ package config
 
 import (
 	"flag"
-	"reflect"
-	"unsafe"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
