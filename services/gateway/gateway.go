@@ -34,7 +34,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
@@ -47,6 +46,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -104,7 +104,7 @@ type Server struct {
 	origins   *origin.Checker
 	redisOpt  *redisconn.Options
 	upgrader  websocket.Upgrader
-	warn      *rate.Sometimes // shared by connections for repetitive warnings
+	warn      *ratelog.Logger // shared by connections for repetitive warnings
 	connLog   *zap.Logger     // "conn", shared by connections
 	connSeq   atomic.Uint64
 
@@ -203,7 +203,7 @@ func New(opts Options) (*Server, error) {
 		sec:       sec,
 		origins:   origin.New(cfg.AllowedOrigins),
 		redisOpt:  redisOpt,
-		warn:      &rate.Sometimes{First: 1, Interval: time.Minute},
+		warn:      ratelog.New(log, time.Minute),
 		conns:     map[*session.Conn]struct{}{},
 	}
 	s.connLog = s.log.Named("conn")

@@ -17,6 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // Batching: the shards' drain (fill, runShard), Store.Apply on both stores
@@ -135,7 +136,7 @@ func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
 		t.Fatal(err)
 	}
 	n := names.New("t-"+randHex(5)+":", "")
-	st, err := newStore(kind, be.pubsub, srdb, n, 10*time.Second, 5*time.Second, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
+	st, err := newStore(kind, be.pubsub, srdb, n, 10*time.Second, 5*time.Second, m, testLogger(), ratelog.New(zap.NewNop(), time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,7 +483,7 @@ func shardServer(t *testing.T, batch int) (*Server, *fakeStore) {
 	}
 	f := &fakeStore{applied: make(chan int, 4096)}
 	return &Server{
-		st: f, m: m, log: zap.NewNop(), rl: newRateLog(zap.NewNop(), time.Minute),
+		st: f, m: m, log: zap.NewNop(), rl: ratelog.New(zap.NewNop(), time.Minute),
 		commandBatch: batch, quit: make(chan struct{}), runCtx: context.Background(),
 	}, f
 }

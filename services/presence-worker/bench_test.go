@@ -14,6 +14,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // BenchmarkStartCommand measures the start command path against the real
@@ -40,7 +41,7 @@ func BenchmarkStartCommand(b *testing.B) {
 	}
 	n := names.New("t-bench-"+randHex(4)+":", "")
 	defer cleanupKeys(rdb, n.KeyPrefix())
-	st, err := newStore(config.StoreZSet, testPubSub, rdb, n, config.Default().TypingTTL, config.Default().TypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+	st, err := newStore(config.StoreZSet, testPubSub, rdb, n, config.Default().TypingTTL, config.Default().TypingThrottle, m, zap.NewNop(), ratelog.New(zap.NewNop(), time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func BenchmarkStartCommand(b *testing.B) {
 	if err := st.Prepare(ctx); err != nil {
 		b.Fatal(err)
 	}
-	s := &Server{st: st, m: m, rl: newRateLog(zap.NewNop(), time.Minute), log: zap.NewNop()}
+	s := &Server{st: st, m: m, rl: ratelog.New(zap.NewNop(), time.Minute), log: zap.NewNop()}
 	apply := func(b *testing.B, payload []byte) {
 		cmd, err := protocol.DecodeCommand(payload)
 		if err != nil {

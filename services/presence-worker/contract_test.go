@@ -18,6 +18,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // The Store contract suite (watermill's TestPubSub shape): every test runs
@@ -545,7 +546,7 @@ func TestContractGlobKeyPrefix(t *testing.T) {
 			prefixes := []string{base + "[ab]*:", base + "a-x:", base + "b:", base + "\\:"}
 			stores := map[string]Store{}
 			for _, p := range prefixes {
-				st, err := newStore(config.StoreKeys, testPubSub, rdb, names.New(p, ""), stTTL, stThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Second))
+				st, err := newStore(config.StoreKeys, testPubSub, rdb, names.New(p, ""), stTTL, stThrottle, m, zap.NewNop(), ratelog.New(zap.NewNop(), time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // dispatchServer is a Server with just what dispatch and the shards need,
@@ -30,7 +31,7 @@ func dispatchServer(t *testing.T, st Store, nShards int) (*Server, *prometheus.R
 	cfg := config.Default()
 	cfg.WorkerShards = nShards
 	s := &Server{
-		cfg: cfg, st: st, m: m, log: zap.NewNop(), rl: newRateLog(zap.NewNop(), time.Minute),
+		cfg: cfg, st: st, m: m, log: zap.NewNop(), rl: ratelog.New(zap.NewNop(), time.Minute),
 		commandBatch: DefaultCommandBatch, quit: make(chan struct{}), runCtx: context.Background(),
 	}
 	t.Cleanup(func() {
@@ -348,7 +349,7 @@ func BenchmarkOnCommand(b *testing.B) {
 	}
 	cfg := config.Default()
 	s := &Server{
-		cfg: cfg, st: nopStore{}, m: m, log: zap.NewNop(), rl: newRateLog(zap.NewNop(), time.Minute),
+		cfg: cfg, st: nopStore{}, m: m, log: zap.NewNop(), rl: ratelog.New(zap.NewNop(), time.Minute),
 		commandBatch: DefaultCommandBatch, quit: make(chan struct{}), runCtx: context.Background(),
 	}
 	s.startShards()

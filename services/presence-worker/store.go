@@ -14,6 +14,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -188,7 +189,7 @@ var _ Store = (*redisStore)(nil)
 // on rdb, publishing room events with PUBLISH (pubsub
 // redisconn.PubSubClassic) or SPUBLISH (redisconn.PubSubSharded). It does
 // no I/O.
-func newStore(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *metrics, log *zap.Logger, rl *rateLog) (*redisStore, error) {
+func newStore(kind, pubsub string, rdb redis.UniversalClient, n names.Names, ttl, throttle time.Duration, m *metrics, log *zap.Logger, rl *ratelog.Logger) (*redisStore, error) {
 	st := &redisStore{engine: engine{
 		rdb: rdb, names: n, m: m, log: log, rl: rl,
 		indexAfter: isCluster(rdb),

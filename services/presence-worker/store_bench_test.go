@@ -27,6 +27,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // The store comparison of docs/BENCHMARKS.md: seed pattern 1 (store keys)
@@ -267,7 +268,7 @@ func benchStore(b *testing.B, kind string, rdb redis.UniversalClient) (Store, na
 		b.Fatal(err)
 	}
 	n := names.New("b:", "")
-	st, err := newStore(kind, testPubSub, rdb, n, time.Hour, 30*time.Minute, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+	st, err := newStore(kind, testPubSub, rdb, n, time.Hour, 30*time.Minute, m, zap.NewNop(), ratelog.New(zap.NewNop(), time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -570,14 +571,14 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := newStore(kind, testPubSub, rdb, n, config.Default().TypingTTL, config.Default().TypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+			st, err := newStore(kind, testPubSub, rdb, n, config.Default().TypingTTL, config.Default().TypingThrottle, m, zap.NewNop(), ratelog.New(zap.NewNop(), time.Minute))
 			if err != nil {
 				b.Fatal(err)
 			}
 			if err := st.Prepare(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			s := &Server{st: st, m: m, rl: newRateLog(zap.NewNop(), time.Minute), log: zap.NewNop()}
+			s := &Server{st: st, m: m, rl: ratelog.New(zap.NewNop(), time.Minute), log: zap.NewNop()}
 			shards := config.Default().WorkerShards
 			var next atomic.Int64
 			b.SetParallelism(max(1, shards/runtime.GOMAXPROCS(0))) // shards goroutines in all
@@ -626,7 +627,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := newStore(kind, testPubSub, rdb, n, config.Default().TypingTTL, config.Default().TypingThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+			st, err := newStore(kind, testPubSub, rdb, n, config.Default().TypingTTL, config.Default().TypingThrottle, m, zap.NewNop(), ratelog.New(zap.NewNop(), time.Minute))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // engine is the part of the store that talks to Redis: the client, the
@@ -22,7 +23,7 @@ type engine struct {
 	names names.Names
 	m     *metrics
 	log   *zap.Logger
-	rl    *rateLog
+	rl    *ratelog.Logger
 
 	// indexAfter: the command scripts cannot add their room to its sweep
 	// bucket (Redis Cluster: another hash slot), so the worker does it

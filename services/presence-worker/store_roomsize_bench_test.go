@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // BenchmarkRoomSize measures the Redis time of each typing command against
@@ -99,7 +100,7 @@ func BenchmarkRoomSize(b *testing.B) {
 			})
 			b.Run(pfx+"/op=sweep", func(b *testing.B) {
 				m, _ := newMetrics(prometheus.NewRegistry(), false)
-				short, err := newStore(kind, testPubSub, p.rdb, n, 20*time.Millisecond, 10*time.Millisecond, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Minute))
+				short, err := newStore(kind, testPubSub, p.rdb, n, 20*time.Millisecond, 10*time.Millisecond, m, zap.NewNop(), ratelog.New(zap.NewNop(), time.Minute))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // The script suite, without NATS: the store's scripts called directly, time
@@ -69,7 +70,7 @@ func newStoreEnvTTL(t *testing.T, be backend, kind string, ttl time.Duration) *s
 		t.Fatal(err)
 	}
 	n := names.New("t-"+randHex(5)+":", "")
-	st, err := newStore(kind, be.pubsub, rdb, n, ttl, stThrottle, m, testLogger(), newRateLog(zap.NewNop(), time.Second))
+	st, err := newStore(kind, be.pubsub, rdb, n, ttl, stThrottle, m, testLogger(), ratelog.New(zap.NewNop(), time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -89,7 +90,7 @@ type Server struct {
 	log       *zap.Logger
 	reg       *prometheus.Registry
 	m         *metrics
-	rl        *rateLog
+	rl        *ratelog.Logger
 	names     names.Names
 	redisOpts *redisconn.Options
 
@@ -174,7 +175,7 @@ func New(opts Options) (*Server, error) {
 		log:        log,
 		reg:        reg,
 		m:          m,
-		rl:         newRateLog(log, logEvery),
+		rl:         ratelog.New(log, ratelog.DefaultInterval),
 		names:      names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
 		redisOpts:  ropts,
 		done:       make(chan struct{}),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // pauseProxy forwards TCP to a Redis server and can hold every byte in
@@ -122,7 +123,7 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 
 		// Another worker applies the chat service's "message posted".
 		m, _ := newMetrics(prometheus.NewRegistry(), false)
-		other, err := newStore(e.cfg.Store, be.pubsub, e.rdb, e.names, testTTL, testThrottle, m, zap.NewNop(), newRateLog(zap.NewNop(), time.Second))
+		other, err := newStore(e.cfg.Store, be.pubsub, e.rdb, e.names, testTTL, testThrottle, m, zap.NewNop(), ratelog.New(zap.NewNop(), time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

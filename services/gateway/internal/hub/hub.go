@@ -44,13 +44,13 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // Errors of [Hub.Join] and [Hub.Sync].
@@ -123,7 +123,7 @@ type Hub struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
-	badEvent rate.Sometimes // rate-limits "invalid room event" warnings
+	badEvent *ratelog.Logger // rate-limits "invalid room event" warnings
 }
 
 var _ pubsub.Handler = (*Hub)(nil)
@@ -147,7 +147,7 @@ func New(opts Options) *Hub {
 		broker:   opts.Broker,
 		ctx:      ctx,
 		cancel:   cancel,
-		badEvent: rate.Sometimes{First: 3, Interval: time.Minute},
+		badEvent: ratelog.New(log, time.Minute),
 	}
 	for i := range h.shards {
 		h.shards[i].rooms = map[string]*room{}

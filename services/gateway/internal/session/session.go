@@ -29,7 +29,6 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/time/rate"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
@@ -38,6 +37,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // WebSocket close codes used by the gateway (RFC 6455 section 7.4.1,
@@ -107,7 +107,7 @@ type Deps struct {
 	Logger     *zap.Logger
 	// Warn rate-limits warnings that every connection could log at once
 	// (slow consumers); shared by all connections.
-	Warn *rate.Sometimes
+	Warn *ratelog.Logger
 }
 
 // Conn is one client connection.
@@ -283,9 +283,9 @@ func (c *Conn) Send(frame []byte) bool {
 	if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "slow consumer: outbound queue full") {
 		c.met.SlowConsumerCloses.Inc()
 		if c.deps.Warn != nil {
-			c.deps.Warn.Do(func() {
-				c.logAt(zapcore.WarnLevel, "closing slow consumer (1013); logged at most once a minute", zap.Int("queue", c.cfg.OutboundQueue))
-			})
+			if ok, n := c.deps.Warn.Allow("slow-consumer"); ok {
+				c.logAt(zapcore.WarnLevel, "closing slow consumer (1013); logged at most once a minute", zap.Int("queue", c.cfg.OutboundQueue), zap.Int("suppressed", n))
+			}
 		}
 	}
 	return false
