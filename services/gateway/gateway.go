@@ -43,6 +43,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
+	"github.com/ellipsis-chat/ellipsis/shared/admin"
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
@@ -123,7 +124,7 @@ type Server struct {
 	hub      *hub.Hub
 	authz    authz.Authorizer
 	httpSrv  *http.Server
-	adminSrv *http.Server
+	adminSrv *admin.Server
 	httpLn   net.Listener
 	adminLn  net.Listener
 	serveWG  sync.WaitGroup // the listeners' Serve goroutines
@@ -301,8 +302,8 @@ func (s *Server) Start(ctx context.Context) error {
 	s.serve(s.httpSrv, httpLn)
 	if adminLn != nil {
 		s.adminLn = adminLn
-		s.adminSrv = newHTTPServer(s.adminHandler(), s.log)
-		s.serve(s.adminSrv, adminLn)
+		s.adminSrv = s.newAdmin()
+		s.adminSrv.Serve(adminLn)
 	}
 	s.state = stateStarted
 	s.log.Info("gateway serving", zap.String("http_addr", s.HTTPAddr()), zap.String("admin_addr", s.AdminAddr()),

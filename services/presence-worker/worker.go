@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +36,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/shared/admin"
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
@@ -121,10 +121,9 @@ type Server struct {
 	sweepCancel context.CancelFunc
 	sweepWG     sync.WaitGroup
 
-	admin     *http.Server
+	admin     *admin.Server
 	adminLn   net.Listener
 	adminAddr string
-	adminWG   sync.WaitGroup
 }
 
 // New checks the settings the worker uses (see checkConfig) and builds a
@@ -395,10 +394,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	if s.admin != nil {
 		if err := s.admin.Shutdown(ctx); err != nil {
-			_ = s.admin.Close()
 			errs = append(errs, fmt.Errorf("worker: admin server: %w", err))
 		}
-		s.adminWG.Wait()
 	}
 	s.log.Info("presence worker stopped")
 	return errors.Join(errs...)
