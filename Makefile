@@ -13,7 +13,7 @@ FUZZTIME ?= 50000x
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run demo build test test-all vet tidy-check readme-images unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle plots plots-sweep fmt
+.PHONY: run demo build test test-all vet tidy-check readme-images config-doc unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle plots plots-sweep fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -84,6 +84,10 @@ fuzz-smoke:
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./protocol; done; \
 	  for t in FuzzEnc FuzzNames FuzzRoomToken; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./names; done
+
+## config-doc: write the README's configuration table from the settings table (shared/config/settings.go)
+config-doc:
+	cd shared && $(GO) run ./config/cmd/configdoc -readme ../README.md
 
 ## readme-images: copy the two-tabs screenshot that the Chromium test made (make js) into docs/img for the README
 readme-images:

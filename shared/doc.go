@@ -6,8 +6,16 @@
 //   - [github.com/ellipsis-chat/ellipsis/shared/names]: enc() and every Redis
 //     key, Pub/Sub channel and NATS subject name.
 //   - [github.com/ellipsis-chat/ellipsis/shared/config]: configuration from
-//     environment variables and flags, with Validate.
+//     environment variables and flags, with Validate, from one table of
+//     settings (settings.go) that also writes the README's table.
 //   - [github.com/ellipsis-chat/ellipsis/shared/logging]: zap logger setup.
+//   - [github.com/ellipsis-chat/ellipsis/shared/ratelog]: log lines rate-limited
+//     per kind (both services).
+//   - [github.com/ellipsis-chat/ellipsis/shared/admin]: the admin listener
+//     (/healthz, /readyz with one JSON shape, /metrics) of both services.
+//   - [github.com/ellipsis-chat/ellipsis/shared/run]: the one shape of the
+//     services' mains (-version, configuration, logger, signals, graceful
+//     shutdown, exit codes).
 //
 // The module never imports a service.
 package shared

@@ -35,7 +35,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
@@ -45,9 +44,11 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
+	"github.com/ellipsis-chat/ellipsis/shared/admin"
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -75,7 +76,7 @@ var (
 )
 
 // HTTP server timeouts of both listeners. Hijacked WebSocket connections
-// set their own deadlines (session.DefaultPongWait, DefaultWriteWait).
+// set their own deadlines (ELLIPSIS_PONG_WAIT, ELLIPSIS_WRITE_WAIT).
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
@@ -110,7 +111,7 @@ type Server struct {
 	origins   *origin.Checker
 	redisOpt  *redisconn.Options
 	upgrader  websocket.Upgrader
-	warn      *rate.Sometimes // shared by connections for repetitive warnings
+	warn      *ratelog.Logger // shared by connections for repetitive warnings
 	connLog   *zap.Logger     // "conn", shared by connections
 	connSeq   atomic.Uint64
 	demoChat  http.Handler // Options.DemoChat
@@ -130,7 +131,7 @@ type Server struct {
 	hub      *hub.Hub
 	authz    authz.Authorizer
 	httpSrv  *http.Server
-	adminSrv *http.Server
+	adminSrv *admin.Server
 	httpLn   net.Listener
 	adminLn  net.Listener
 	serveWG  sync.WaitGroup // the listeners' Serve goroutines
@@ -210,7 +211,7 @@ func New(opts Options) (*Server, error) {
 		sec:       sec,
 		origins:   origin.New(cfg.AllowedOrigins),
 		redisOpt:  redisOpt,
-		warn:      &rate.Sometimes{First: 1, Interval: time.Minute},
+		warn:      ratelog.New(log, time.Minute),
 		conns:     map[*session.Conn]struct{}{},
 	}
 	s.connLog = s.log.Named("conn")
@@ -309,8 +310,8 @@ func (s *Server) Start(ctx context.Context) error {
 	s.serve(s.httpSrv, httpLn)
 	if adminLn != nil {
 		s.adminLn = adminLn
-		s.adminSrv = newHTTPServer(s.adminHandler(), s.log)
-		s.serve(s.adminSrv, adminLn)
+		s.adminSrv = s.newAdmin()
+		s.adminSrv.Serve(adminLn)
 	}
 	s.state = stateStarted
 	s.log.Info("gateway serving", zap.String("http_addr", s.HTTPAddr()), zap.String("admin_addr", s.AdminAddr()),

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	webclient "github.com/ellipsis-chat/ellipsis/clients/js"
@@ -18,6 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
+	"github.com/ellipsis-chat/ellipsis/shared/admin"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -251,23 +251,32 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	})
 }
 
-// Readiness is the body of /readyz: Ready, and for each dependency "ok" or
-// what is wrong; Down lists the failed ones ("nats", "redis", "shutdown").
-type Readiness struct {
-	Ready  bool              `json:"ready"`
-	Down   []string          `json:"down,omitempty"`
-	Checks map[string]string `json:"checks"`
-}
-
-// adminHandler routes the admin listener.
-func (s *Server) adminHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+// newAdmin builds the admin listener (package admin): /readyz is 200 only
+// when NATS is connected and every Redis Pub/Sub link of the hub is up
+// (cached state, no I/O: the links are PINGed every
+// ELLIPSIS_PUBSUB_PING_INTERVAL, so /readyz answers at once whatever Redis
+// does), and 503 "shutdown" at once when Shutdown began (the lame duck).
+func (s *Server) newAdmin() *admin.Server {
+	return admin.New(admin.Options{
+		Gatherer: s.reg,
+		Checks: []admin.Check{
+			{Name: "nats", Probe: func(context.Context) error {
+				if !s.pres.Connected() {
+					return errors.New("not connected (" + s.pres.Status() + ")")
+				}
+				return nil
+			}},
+			{Name: "redis", Probe: func(context.Context) error {
+				if h := s.hub.Health(); !h.OK {
+					return errors.New("pubsub link down: " + formatDown(h.Down))
+				}
+				return nil
+			}},
+		},
+		ShuttingDown:   s.shuttingDown.Load,
+		ShutdownReason: "shutting down (lame duck)",
+		Logger:         s.log,
 	})
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	return mux
 }
 
 // formatDown lists down links as "link: error; ...", sorted.
@@ -278,41 +287,6 @@ func formatDown(down map[string]string) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")
-}
-
-// handleReady answers 200 only when NATS is connected, every Redis Pub/Sub
-// link of the hub is up (cached state, no I/O) and the gateway is not
-// shutting down; 503 otherwise, naming what is down. Once Shutdown began
-// (the lame duck) it answers 503 at once.
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if s.shuttingDown.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, Readiness{Down: []string{"shutdown"}, Checks: map[string]string{"shutdown": "shutting down (lame duck)"}})
-		return
-	}
-	rd := Readiness{Ready: true, Checks: map[string]string{}}
-	fail := func(name, why string) {
-		rd.Ready = false
-		rd.Down = append(rd.Down, name)
-		rd.Checks[name] = why
-	}
-	if s.pres.Connected() {
-		rd.Checks["nats"] = "ok"
-	} else {
-		fail("nats", "not connected ("+s.pres.Status()+")")
-	}
-	// The Pub/Sub links' state as last observed (health PINGs every
-	// ELLIPSIS_PUBSUB_PING_INTERVAL): no I/O here, so /readyz answers at
-	// once whatever Redis does.
-	if h := s.hub.Health(); h.OK {
-		rd.Checks["redis"] = "ok"
-	} else {
-		fail("redis", "pubsub link down: "+formatDown(h.Down))
-	}
-	status := http.StatusOK
-	if !rd.Ready {
-		status = http.StatusServiceUnavailable
-	}
-	writeJSON(w, status, rd)
 }
 
 // quoteShort quotes a client-chosen string for an error message, cut to 64

@@ -19,6 +19,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // BenchmarkStartCommand measures the start command path against the real
@@ -45,7 +46,7 @@ func BenchmarkStartCommand(b *testing.B) {
 	}
 	n := names.New("t-bench-"+randHex(4)+":", "")
 	defer cleanupKeys(rdb, n.KeyPrefix())
-	st, err := store.New(store.Options{Kind: config.StoreZSet, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.DefaultTypingTTL, Throttle: config.DefaultTypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: newRateLog(zap.NewNop(), time.Minute)})
+	st, err := store.New(store.Options{Kind: config.StoreZSet, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func BenchmarkStartCommand(b *testing.B) {
 	if err := st.Prepare(ctx); err != nil {
 		b.Fatal(err)
 	}
-	s := &Server{st: st, m: m, rl: newRateLog(zap.NewNop(), time.Minute), log: zap.NewNop()}
+	s := &Server{st: st, m: m, rl: ratelog.New(zap.NewNop(), time.Minute), log: zap.NewNop()}
 	apply := func(b *testing.B, payload []byte) {
 		cmd, err := protocol.DecodeCommand(payload)
 		if err != nil {
@@ -169,15 +170,15 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := store.New(store.Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.DefaultTypingTTL, Throttle: config.DefaultTypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: newRateLog(zap.NewNop(), time.Minute)})
+			st, err := store.New(store.Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
 			if err != nil {
 				b.Fatal(err)
 			}
 			if err := st.Prepare(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			s := &Server{st: st, m: m, rl: newRateLog(zap.NewNop(), time.Minute), log: zap.NewNop()}
-			const shards = config.DefaultWorkerShards
+			s := &Server{st: st, m: m, rl: ratelog.New(zap.NewNop(), time.Minute), log: zap.NewNop()}
+			shards := config.Default().WorkerShards
 			var next atomic.Int64
 			b.SetParallelism(max(1, shards/runtime.GOMAXPROCS(0))) // shards goroutines in all
 			b.ReportAllocs()

@@ -173,7 +173,7 @@ func (s *Server) shardOf(cmd protocol.Command) int {
 	return int(h % uint32(len(s.shards)))
 }
 
-// dropCommand counts and logs (at most once per logEvery for each outcome)
+// dropCommand counts and logs (at most once per ratelog.DefaultInterval for each outcome)
 // a command dispatch refused.
 func (s *Server) dropCommand(shard int, cmd protocol.Command, outcome store.Outcome) {
 	s.m.command(cmd.Op, outcome)

@@ -17,6 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // dispatchServer is a Server with just what dispatch and the shards need,
@@ -31,7 +32,7 @@ func dispatchServer(t *testing.T, st store.Store, nShards int) (*Server, *promet
 	cfg := config.Default()
 	cfg.WorkerShards = nShards
 	s := &Server{
-		cfg: cfg, st: st, m: m, log: zap.NewNop(), rl: newRateLog(zap.NewNop(), time.Minute),
+		cfg: cfg, st: st, m: m, log: zap.NewNop(), rl: ratelog.New(zap.NewNop(), time.Minute),
 		commandBatch: DefaultCommandBatch, quit: make(chan struct{}), runCtx: context.Background(),
 	}
 	t.Cleanup(func() {
@@ -349,7 +350,7 @@ func BenchmarkOnCommand(b *testing.B) {
 	}
 	cfg := config.Default()
 	s := &Server{
-		cfg: cfg, st: nopStore{}, m: m, log: zap.NewNop(), rl: newRateLog(zap.NewNop(), time.Minute),
+		cfg: cfg, st: nopStore{}, m: m, log: zap.NewNop(), rl: ratelog.New(zap.NewNop(), time.Minute),
 		commandBatch: DefaultCommandBatch, quit: make(chan struct{}), runCtx: context.Background(),
 	}
 	s.startShards()

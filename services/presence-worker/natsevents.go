@@ -7,6 +7,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // NATS room events (ELLIPSIS_NATS_EVENTS, docs/protocol.md "NATS room
@@ -57,7 +58,7 @@ type natsEvent struct {
 type natsEvents struct {
 	names names.Names
 	m     *metrics
-	rl    *rateLog
+	rl    *ratelog.Logger
 
 	q    chan natsEvent
 	quit chan struct{} // closed by stop
@@ -70,7 +71,7 @@ type natsEvents struct {
 
 var _ store.EventSink = (*natsEvents)(nil)
 
-func newNATSEvents(n names.Names, m *metrics, rl *rateLog) *natsEvents {
+func newNATSEvents(n names.Names, m *metrics, rl *ratelog.Logger) *natsEvents {
 	return &natsEvents{names: n, m: m, rl: rl,
 		q: make(chan natsEvent, natsEventQueue), quit: make(chan struct{}), done: make(chan struct{})}
 }

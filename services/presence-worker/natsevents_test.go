@@ -16,6 +16,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // natsMsgs collects the messages of one NATS subscription.
@@ -300,7 +301,7 @@ func newTestEvents(t *testing.T) (*natsEvents, *prometheus.Registry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newNATSEvents(names.New("", "p"), m, newRateLog(zap.NewNop(), time.Minute)), reg
+	return newNATSEvents(names.New("", "p"), m, ratelog.New(zap.NewNop(), time.Minute)), reg
 }
 
 // TestNATSEventsQueue: events are published in the order handed over; a
@@ -391,7 +392,7 @@ func BenchmarkNATSEventsRoomEvent(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return newNATSEvents(names.New("", ""), m, newRateLog(zap.NewNop(), time.Minute)), reg
+		return newNATSEvents(names.New("", ""), m, ratelog.New(zap.NewNop(), time.Minute)), reg
 	}
 	b.Run("enqueue", func(b *testing.B) {
 		ev, reg := newEvents(b) // never started: the benchmark empties the queue

@@ -14,6 +14,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // Batching in the shards: the drain (fill, runShard) hands what is queued
@@ -48,7 +49,7 @@ func shardServer(t *testing.T, batch int) (*Server, *fakeStore) {
 	}
 	f := &fakeStore{applied: make(chan int, 4096)}
 	return &Server{
-		st: f, m: m, log: zap.NewNop(), rl: newRateLog(zap.NewNop(), time.Minute),
+		st: f, m: m, log: zap.NewNop(), rl: ratelog.New(zap.NewNop(), time.Minute),
 		commandBatch: batch, quit: make(chan struct{}), runCtx: context.Background(),
 	}, f
 }

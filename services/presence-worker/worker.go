@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,10 +37,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/shared/admin"
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -90,7 +91,7 @@ type Server struct {
 	log       *zap.Logger
 	reg       *prometheus.Registry
 	m         *metrics
-	rl        *rateLog
+	rl        *ratelog.Logger
 	names     names.Names
 	redisOpts *redisconn.Options
 
@@ -124,10 +125,9 @@ type Server struct {
 	sweepCancel context.CancelFunc
 	sweepWG     sync.WaitGroup
 
-	admin     *http.Server
+	admin     *admin.Server
 	adminLn   net.Listener
 	adminAddr string
-	adminWG   sync.WaitGroup
 }
 
 // New checks the settings the worker uses (see checkConfig) and builds a
@@ -178,7 +178,7 @@ func New(opts Options) (*Server, error) {
 		log:        log,
 		reg:        reg,
 		m:          m,
-		rl:         newRateLog(log, logEvery),
+		rl:         ratelog.New(log, ratelog.DefaultInterval),
 		names:      names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
 		redisOpts:  ropts,
 		done:       make(chan struct{}),
@@ -401,10 +401,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	if s.admin != nil {
 		if err := s.admin.Shutdown(ctx); err != nil {
-			_ = s.admin.Close()
 			errs = append(errs, fmt.Errorf("worker: admin server: %w", err))
 		}
-		s.adminWG.Wait()
 	}
 	s.log.Info("presence worker stopped")
 	return errors.Join(errs...)

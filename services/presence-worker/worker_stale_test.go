@@ -15,6 +15,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // pauseProxy forwards TCP to a Redis server and can hold every byte in
@@ -123,7 +124,7 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 
 		// Another worker applies the chat service's "message posted".
 		m, _ := newMetrics(prometheus.NewRegistry(), false)
-		other, err := store.New(store.Options{Kind: e.cfg.Store, PubSub: be.pubsub, Redis: e.rdb, Names: e.names, TTL: testTTL, Throttle: testThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: newRateLog(zap.NewNop(), time.Second)})
+		other, err := store.New(store.Options{Kind: e.cfg.Store, PubSub: be.pubsub, Redis: e.rdb, Names: e.names, TTL: testTTL, Throttle: testThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}

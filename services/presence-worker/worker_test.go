@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/shared/admin"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -520,7 +521,7 @@ func TestAdminEndpoints(t *testing.T) {
 			t.Fatalf("healthz %d %s", code, body)
 		}
 		code, body = httpGet(t, base+"/readyz")
-		if code != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
+		if code != 200 || strings.TrimSpace(body) != `{"ready":true,"checks":{"nats":"ok","redis":"ok"}}` {
 			t.Fatalf("readyz %d %s", code, body)
 		}
 		e.send(start("r", "u", "", "c", 1))
@@ -553,11 +554,9 @@ func TestReadyzNamesWhatIsDown(t *testing.T) {
 			e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
 			w := e.startWorker(tc.mod) // Start succeeds with a backend down
 			code, body := httpGet(t, "http://"+w.AdminAddr()+"/readyz")
-			var v struct {
-				Status string            `json:"status"`
-				Down   map[string]string `json:"down"`
-			}
-			if err := json.Unmarshal([]byte(body), &v); err != nil || code != 503 || v.Status != "unavailable" || v.Down[tc.down] == "" || len(v.Down) != 1 {
+			var v admin.Readiness
+			if err := json.Unmarshal([]byte(body), &v); err != nil || code != 503 || v.Ready || len(v.Down) != 1 || v.Down[0] != tc.down ||
+				v.Checks[tc.down] == "" || v.Checks[tc.down] == "ok" {
 				t.Fatalf("readyz %d %s, want 503 naming %s only", code, body, tc.down)
 			}
 		})

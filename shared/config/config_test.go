@@ -5,10 +5,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -218,7 +220,7 @@ func TestSecuritySettingsValidated(t *testing.T) {
 	for _, want := range []string{
 		"ELLIPSIS_AUTHZ: claims reads the rooms claim of a JWT and needs ELLIPSIS_AUTH=jwt",
 		"ELLIPSIS_JWKS_RELOAD: must be at least 100ms",
-		"ELLIPSIS_JWT_LEEWAY: must be 0..5m",
+		"ELLIPSIS_JWT_LEEWAY: must be 0s..5m0s, got -1s",
 		"ELLIPSIS_AUTHZ_TIMEOUT: must be positive",
 		"ELLIPSIS_AUTHZ_CACHE_TTL: must not be negative",
 		"ELLIPSIS_AUTHZ_DENY_CACHE_TTL: must not be negative",
@@ -322,7 +324,7 @@ func TestRedisTopologiesAndPubSub(t *testing.T) {
 }
 
 func TestSnapshotMax(t *testing.T) {
-	if c, err := load(t, nil); err != nil || c.SnapshotMax != DefaultSnapshotMax || DefaultSnapshotMax != 100 {
+	if c, err := load(t, nil); err != nil || c.SnapshotMax != 100 {
 		t.Fatalf("default: %d, %v", c.SnapshotMax, err)
 	}
 	if c, err := load(t, map[string]string{"ELLIPSIS_SNAPSHOT_MAX": "1"}); err != nil || c.SnapshotMax != 1 {
@@ -357,6 +359,65 @@ func TestProtocolDocNamesAreRead(t *testing.T) {
 	for _, n := range named {
 		if !read[n] {
 			t.Errorf("docs/protocol.md names %s, which no service reads", n)
+		}
+	}
+}
+
+// TestREADMETable fails when README.md's configuration table is not the
+// one the settings table renders.
+func TestREADMETable(t *testing.T) {
+	path := filepath.Join("..", "..", "README.md")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := UpdateREADME(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want != string(b) {
+		t.Fatalf("README.md's configuration table differs from shared/config/settings.go's table; regenerate it with `make config-doc` (or `cd shared && go generate ./config`)")
+	}
+}
+
+// TestEveryFieldHasOneEntry: each Config field (but Service) is bound by
+// exactly one entry of the table, and each entry by a field of its own.
+func TestEveryFieldHasOneEntry(t *testing.T) {
+	var c Config
+	bound := map[uintptr]string{}
+	for _, s := range c.table() {
+		p := reflect.ValueOf(s.V).Elem().FieldByName("p").Pointer()
+		if prev, dup := bound[p]; dup {
+			t.Errorf("%s and %s bind the same field", prev, s.Env)
+		}
+		bound[p] = s.Env
+		if s.Doc == "" || s.For == 0 || !strings.HasPrefix(s.Env, "ELLIPSIS_") {
+			t.Errorf("%s: incomplete entry (doc %q, read by %v)", s.Env, s.Doc, s.For)
+		}
+	}
+	rt := reflect.TypeOf(c)
+	base := uintptr(unsafe.Pointer(&c))
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if f.Name == "Service" || f.Name == "set" {
+			continue
+		}
+		if _, ok := bound[base+f.Offset]; !ok {
+			t.Errorf("Config.%s is in no entry of the settings table", f.Name)
+		}
+	}
+}
+
+// TestDevValuesParse: Dev differs from Default exactly by the table's Dev
+// values, and Dev() validates.
+func TestDevValuesParse(t *testing.T) {
+	d, p := Dev(), Default()
+	if d.Auth != AuthNone || d.LogFormat != "console" || d.LameDuck != 0 || p.LameDuck != 3*time.Second {
+		t.Fatalf("dev %+v", d)
+	}
+	for _, s := range Settings() {
+		if s.Default() != s.V.String() {
+			t.Errorf("%s: Settings() not bound to the defaults: %q vs %q", s.Env, s.V.String(), s.Default())
 		}
 	}
 }

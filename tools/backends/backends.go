@@ -66,7 +66,7 @@ type Options struct {
 	// DefaultProbeTimeout.
 	ProbeTimeout time.Duration
 	// DefaultRedisURL is probed when ELLIPSIS_REDIS_URL is not set. Empty
-	// means config.DefaultRedisURL (redis://127.0.0.1:6379).
+	// means config.Default().RedisURL (redis://127.0.0.1:6379).
 	DefaultRedisURL string
 }
 
@@ -104,7 +104,7 @@ func Resolve(ctx context.Context, opts Options) (*Backends, error) {
 	}
 	defRedis := opts.DefaultRedisURL
 	if defRedis == "" {
-		defRedis = config.DefaultRedisURL
+		defRedis = config.Default().RedisURL
 	}
 	cfg := opts.Config
 	b := &Backends{}

@@ -71,7 +71,7 @@ func TestEmbeddedWhenNothingSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if b.NATSSource != Embedded || b.NATSURL == config.DefaultNATSURL {
+	if b.NATSSource != Embedded || b.NATSURL == config.Default().NATSURL {
 		t.Fatalf("NATS = %s (%s), want an embedded one on a random port", b.NATSURL, b.NATSSource)
 	}
 	if b.RedisSource != Embedded || !strings.HasPrefix(b.RedisURL, "redis://127.0.0.1:") {
@@ -107,7 +107,7 @@ func TestDefaultRedisUsedWhenItAnswers(t *testing.T) {
 func TestRealRedisAsDefault(t *testing.T) {
 	url := os.Getenv("ELLIPSIS_TEST_REDIS_URL")
 	if url == "" {
-		url = config.DefaultRedisURL
+		url = config.Default().RedisURL
 	}
 	if err := pingRedis(context.Background(), url, time.Second); err != nil {
 		t.Fatalf("no Redis at %s (make test starts one; or set ELLIPSIS_TEST_REDIS_URL): %v", url, err)

@@ -264,7 +264,7 @@ func prepare(ctx context.Context, opts Options) (*runner, error) {
 			ttl = time.Duration(sc.TTLMs) * time.Millisecond
 		}
 	}
-	ttl = cmp.Or(ttl, config.DefaultTypingTTL)
+	ttl = cmp.Or(ttl, config.Default().TypingTTL)
 	probe, err := typist.New(timers, ttl)
 	if err != nil {
 		return nil, fmt.Errorf("demo: client timers: %w", err)

@@ -231,7 +231,7 @@ func TestStackEmbeddedBackendsRunsDemo(t *testing.T) {
 func TestStackLocalRedisRunsDemo(t *testing.T) {
 	url := os.Getenv("ELLIPSIS_TEST_REDIS_URL")
 	if url == "" {
-		url = config.DefaultRedisURL
+		url = config.Default().RedisURL
 	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {

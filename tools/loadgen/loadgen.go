@@ -80,11 +80,11 @@ const (
 	// DefaultReplaySpread: replaying clients start within this much time,
 	// so their bursts do not line up.
 	DefaultReplaySpread = 10 * time.Second
-	// DefaultInboundRate is the gateway's per-connection inbound limit
-	// (ELLIPSIS_INBOUND_RATE); rate mode refuses to exceed it per
-	// connection.
-	DefaultInboundRate = config.DefaultInboundRate
 )
+
+// DefaultInboundRate is the gateway's per-connection inbound limit
+// (ELLIPSIS_INBOUND_RATE); rate mode refuses to exceed it per connection.
+var DefaultInboundRate = config.Default().InboundRate
 
 // Options configure [Run]. Zero values take the defaults above.
 type Options struct {
@@ -457,7 +457,8 @@ func (r *runner) prepare(ctx context.Context) error {
 	// Centrifugo has no typing timers: the client side uses the protocol
 	// defaults (refresh, idle stop), as an Ellipsis gateway with its
 	// defaults would have them.
-	cc := clientConfig{ttl: config.DefaultTypingTTL, refresh: config.DefaultTypingRefresh, idleStop: config.DefaultTypingIdleStop}
+	def := config.Default()
+	cc := clientConfig{ttl: def.TypingTTL, refresh: def.TypingRefresh, idleStop: def.TypingIdleStop}
 	if o.System == SystemEllipsis {
 		var err error
 		if cc, err = fetchClientConfig(ctx, o.URLs[0], o.DialTimeout); err != nil {
@@ -864,7 +865,8 @@ type clientConfig struct {
 // fetchClientConfig reads the gateway's client timing; a gateway without
 // /v1/config gets the protocol defaults.
 func fetchClientConfig(ctx context.Context, wsURL string, timeout time.Duration) (clientConfig, error) {
-	cc := clientConfig{ttl: config.DefaultTypingTTL, refresh: config.DefaultTypingRefresh, idleStop: config.DefaultTypingIdleStop}
+	def := config.Default()
+	cc := clientConfig{ttl: def.TypingTTL, refresh: def.TypingRefresh, idleStop: def.TypingIdleStop}
 	u, err := url.Parse(wsURL)
 	if err != nil {
 		return cc, fmt.Errorf("loadgen: %w", err)

@@ -31,14 +31,14 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
 
-// Defaults (docs/protocol.md, "Timing").
-const (
+// Defaults (docs/protocol.md, "Timing"; shared/config's table).
+var (
 	// DefaultRefresh is how often typing_start is re-sent while the user
 	// keeps typing: 4 s.
-	DefaultRefresh = config.DefaultTypingRefresh
+	DefaultRefresh = config.Default().TypingRefresh
 	// DefaultIdleStop is how long without a keystroke before typing_stop:
 	// 3 s.
-	DefaultIdleStop = config.DefaultTypingIdleStop
+	DefaultIdleStop = config.Default().TypingIdleStop
 )
 
 // ErrRefreshNotBelowTTL is returned by [New] when the refresh interval would

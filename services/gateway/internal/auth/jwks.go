@@ -26,7 +26,7 @@ import (
 // JWKS reload behaviour.
 const (
 	// DefaultJWKSReload is how often the key set is re-read when no
-	// interval is given (config.DefaultJWKSReload).
+	// interval is given (config.Default().JWKSReload).
 	DefaultJWKSReload = 10 * time.Second
 	// UnknownKIDReloadEvery is the least time between two re-reads of a
 	// JWKS file caused by tokens naming an unknown kid, so random kids

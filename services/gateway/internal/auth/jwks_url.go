@@ -14,7 +14,7 @@ import (
 )
 
 // DefaultJWKSTimeout bounds each fetch of a JWKS URL when no timeout is
-// given (config.DefaultJWKSTimeout).
+// given (config.Default().JWKSTimeout).
 const DefaultJWKSTimeout = 5 * time.Second
 
 // maxJWKSRedirects is how many redirects a JWKS fetch follows.

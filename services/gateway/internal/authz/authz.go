@@ -86,7 +86,7 @@ type Requester interface {
 }
 
 // DefaultTimeout bounds a [NATS] request when its Timeout is zero
-// (config.DefaultAuthzTimeout).
+// (config.Default().AuthzTimeout).
 const DefaultTimeout = time.Second
 
 // NATS asks a platform service (ELLIPSIS_AUTHZ=nats): it requests Subject

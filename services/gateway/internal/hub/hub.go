@@ -36,6 +36,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -43,12 +44,13 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // Errors of [Hub.Join] and [Hub.Sync].
@@ -92,11 +94,12 @@ type Options struct {
 	// Snapshot is used by Sync and resyncs.
 	Snapshot Snapshotter
 	// ReadyTimeout bounds one Sync (subscription confirmation and snapshot
-	// together) and one resync snapshot. Zero means 2 seconds
-	// (ELLIPSIS_SNAPSHOT_TIMEOUT).
+	// together) and one resync snapshot. Zero means the default of
+	// ELLIPSIS_SNAPSHOT_TIMEOUT (config.Default()).
 	ReadyTimeout time.Duration
 	// PendingLimit is how many events are buffered per held member before
-	// they are dropped and a resync is needed. Zero means 256.
+	// they are dropped and a resync is needed. Zero means the default of
+	// ELLIPSIS_OUTBOUND_QUEUE (config.Default()).
 	PendingLimit int
 	// Metrics must not be nil.
 	Metrics *metrics.Metrics
@@ -120,18 +123,17 @@ type Hub struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
-	badEvent rate.Sometimes // rate-limits "invalid room event" warnings
+	badEvent *ratelog.Logger // rate-limits "invalid room event" warnings
 }
 
 var _ pubsub.Handler = (*Hub)(nil)
 
 // New returns a hub; it does no I/O until [Hub.Start].
 func New(opts Options) *Hub {
-	if opts.ReadyTimeout <= 0 {
-		opts.ReadyTimeout = 2 * time.Second
-	}
-	if opts.PendingLimit <= 0 {
-		opts.PendingLimit = 256
+	if opts.ReadyTimeout <= 0 || opts.PendingLimit <= 0 {
+		def := config.Default()
+		opts.ReadyTimeout = cmp.Or(max(opts.ReadyTimeout, 0), def.SnapshotTimeout)
+		opts.PendingLimit = cmp.Or(max(opts.PendingLimit, 0), def.OutboundQueue)
 	}
 	log := opts.Logger
 	if log == nil {
@@ -145,7 +147,7 @@ func New(opts Options) *Hub {
 		broker:   opts.Broker,
 		ctx:      ctx,
 		cancel:   cancel,
-		badEvent: rate.Sometimes{First: 3, Interval: time.Minute},
+		badEvent: ratelog.New(log, time.Minute),
 	}
 	for i := range h.shards {
 		h.shards[i].rooms = map[string]*room{}

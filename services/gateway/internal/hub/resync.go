@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/ellipsis-chat/ellipsis/shared/backoff"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // Resync of one room: its joined members are held, one snapshot is
@@ -35,7 +35,7 @@ type resyncer struct {
 	queue []string
 	done  bool
 
-	warn rate.Sometimes
+	warn *ratelog.Logger
 }
 
 type resyncState struct {
@@ -48,7 +48,7 @@ type resyncState struct {
 
 func newResyncer(h *Hub) *resyncer {
 	return &resyncer{h: h, wake: make(chan struct{}, 1), rooms: map[string]*resyncState{},
-		warn: rate.Sometimes{First: 1, Interval: time.Minute}}
+		warn: ratelog.New(h.log, time.Minute)}
 }
 
 // enqueue asks for a resync of room. A room already queued, or waiting
@@ -151,9 +151,7 @@ func (q *resyncer) finish(room string, ok bool) {
 	st.again = false
 	delay := st.bo.Next()
 	if !ok {
-		q.warn.Do(func() {
-			q.h.log.Warn("room resync failed; retrying it with backoff (logged at most once a minute)", zap.String("room", room), zap.Duration("retry_in", delay))
-		})
+		q.warn.Warn("resync-failed", "room resync failed; retrying it with backoff (logged at most once a minute)", zap.String("room", room), zap.Duration("retry_in", delay))
 	}
 	st.timer = time.AfterFunc(delay, func() {
 		q.mu.Lock()

@@ -236,9 +236,7 @@ func (h *Hub) fanOut(channel, payload string) {
 	}
 	if err != nil {
 		h.met.EventsDropped.Inc()
-		h.badEvent.Do(func() {
-			h.log.Warn("dropping invalid room event", zap.String("channel", channel), zap.Error(err))
-		})
+		h.badEvent.Warn("invalid-room-event", "dropping invalid room event (logged at most once a minute)", zap.String("channel", channel), zap.Error(err))
 		return
 	}
 	rm := h.lookup(name)

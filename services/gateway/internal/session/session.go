@@ -16,6 +16,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,14 +29,15 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/time/rate"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // WebSocket close codes used by the gateway (RFC 6455 section 7.4.1,
@@ -53,29 +55,18 @@ const (
 	CloseTryAgainLater = websocket.CloseTryAgainLater           // 1013: overloaded or too slow a reader
 )
 
-// Defaults of [Config] zero values.
-const (
-	// DefaultPongWait is how long the connection may stay silent (no pong,
-	// no frame) before it is dropped; pings go out at 9/10 of it.
-	DefaultPongWait = 60 * time.Second
-	// DefaultWriteWait bounds every write.
-	DefaultWriteWait = 10 * time.Second
-	// DefaultMaxRejected is how many rate-limited frames within the abuse
-	// window (inbound.go) are tolerated; one more closes the connection
-	// with 1008 (sustained abuse).
-	DefaultMaxRejected = 50
-	// closeGrace is how long the writer waits for the peer's close reply
-	// after sending a close frame before dropping the TCP connection, and
-	// bounds every write once a close was requested (the queued frames and
-	// the close frame), so a peer that stopped reading is let go within
-	// about a second instead of DefaultWriteWait per write.
-	closeGrace = time.Second
-)
+// closeGrace is how long the writer waits for the peer's close reply
+// after sending a close frame before dropping the TCP connection, and
+// bounds every write once a close was requested (the queued frames and
+// the close frame), so a peer that stopped reading is let go within
+// about a second instead of WriteWait per write.
+const closeGrace = time.Second
 
-// Config holds the per-connection limits; zero values take the defaults
-// above (config.Config's are validated upstream). MaxRejectedWindow is how
-// many rate-limited frames are tolerated within the abuse window
-// (inbound.go); one more closes the connection with 1008.
+// Config holds the per-connection limits; zero values take config.Default()'s
+// (ELLIPSIS_PONG_WAIT, ELLIPSIS_WRITE_WAIT, ELLIPSIS_INBOUND_MAX_REJECTED,
+// ELLIPSIS_OUTBOUND_QUEUE; config.Config's are validated upstream).
+// MaxRejectedWindow is how many rate-limited frames are tolerated within
+// the abuse window (inbound.go); one more closes the connection with 1008.
 type Config struct {
 	MaxFrameBytes     int           // read limit; over it: close 1009
 	MaxRooms          int           // joined rooms; over it: room_limit
@@ -116,7 +107,7 @@ type Deps struct {
 	Logger     *zap.Logger
 	// Warn rate-limits warnings that every connection could log at once
 	// (slow consumers); shared by all connections.
-	Warn *rate.Sometimes
+	Warn *ratelog.Logger
 }
 
 // Conn is one client connection.
@@ -164,17 +155,12 @@ var _ hub.Member = (*Conn)(nil)
 // New wraps an upgraded WebSocket. id is the connection id
 // ("<gateway>:<n>"); ident comes from authentication. Serve runs it.
 func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps Deps) *Conn {
-	if cfg.PongWait <= 0 {
-		cfg.PongWait = DefaultPongWait
-	}
-	if cfg.WriteWait <= 0 {
-		cfg.WriteWait = DefaultWriteWait
-	}
-	if cfg.MaxRejectedWindow <= 0 {
-		cfg.MaxRejectedWindow = DefaultMaxRejected
-	}
-	if cfg.OutboundQueue <= 0 {
-		cfg.OutboundQueue = 256
+	if cfg.PongWait <= 0 || cfg.WriteWait <= 0 || cfg.MaxRejectedWindow <= 0 || cfg.OutboundQueue <= 0 {
+		def := config.Default()
+		cfg.PongWait = cmp.Or(max(cfg.PongWait, 0), def.PongWait)
+		cfg.WriteWait = cmp.Or(max(cfg.WriteWait, 0), def.WriteWait)
+		cfg.MaxRejectedWindow = cmp.Or(max(cfg.MaxRejectedWindow, 0), def.InboundMaxRejected)
+		cfg.OutboundQueue = cmp.Or(max(cfg.OutboundQueue, 0), def.OutboundQueue)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Conn{
@@ -297,9 +283,9 @@ func (c *Conn) Send(frame []byte) bool {
 	if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "slow consumer: outbound queue full") {
 		c.met.SlowConsumerCloses.Inc()
 		if c.deps.Warn != nil {
-			c.deps.Warn.Do(func() {
-				c.logAt(zapcore.WarnLevel, "closing slow consumer (1013); logged at most once a minute", zap.Int("queue", c.cfg.OutboundQueue))
-			})
+			if ok, n := c.deps.Warn.Allow("slow-consumer"); ok {
+				c.logAt(zapcore.WarnLevel, "closing slow consumer (1013); logged at most once a minute", zap.Int("queue", c.cfg.OutboundQueue), zap.Int("suppressed", n))
+			}
 		}
 	}
 	return false

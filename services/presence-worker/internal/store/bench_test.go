@@ -573,7 +573,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			}
 			n := names.New("t-bench-"+randHex(4)+":", "")
 			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.DefaultTypingTTL, Throttle: config.DefaultTypingThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+			st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -93,11 +94,14 @@ type Metrics struct {
 }
 
 // RateLog writes repetitive log lines (Redis errors, malformed members) at
-// most once per key per interval; the worker's rate-limited logger.
+// most once per key per interval: the worker's *ratelog.Logger
+// (shared/ratelog).
 type RateLog interface {
 	Warn(key, msg string, fields ...zap.Field)
 	Error(key, msg string, fields ...zap.Field)
 }
+
+var _ RateLog = (*ratelog.Logger)(nil)
 
 // unregisteredMetrics are collectors nobody gathers, for a store built
 // without Options.Metrics.

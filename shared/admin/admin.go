@@ -1,0 +1,190 @@
+// Package admin is the admin listener of both services (docs/protocol.md,
+// "Admin listener"), on ELLIPSIS_ADMIN_ADDR:
+//
+//	GET /healthz  200 {"status":"ok"} while the process runs
+//	GET /readyz   200 {"ready":true,"checks":{"nats":"ok","redis":"ok"}}
+//	              503 {"ready":false,"down":["redis"],"checks":{"nats":"ok","redis":"<what is wrong>"}}
+//	              503 {"ready":false,"down":["shutdown"],"checks":{"shutdown":"shutting down"}} once shutdown began
+//	GET /metrics  Prometheus text format of Options.Gatherer
+//
+// The /readyz body is [Readiness] on both services; the checks are the
+// service's ([Check]).
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// Listener timeouts: probes and scrapes are small and fast.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second // a scrape of a busy registry
+	idleTimeout       = 60 * time.Second
+	// DefaultProbeTimeout bounds each readiness check (Options.ProbeTimeout).
+	DefaultProbeTimeout = time.Second
+)
+
+// ShutdownCheck is the name under which a shutting-down process reports
+// itself down.
+const ShutdownCheck = "shutdown"
+
+// Check is one readiness check.
+type Check struct {
+	// Name is the dependency: "nats", "redis". It is the key in checks
+	// and the word in down.
+	Name string
+	// Probe returns nil when the dependency is usable, else what is wrong
+	// (its text is shown: it must hold no secret). It must honour ctx,
+	// which carries Options.ProbeTimeout.
+	Probe func(ctx context.Context) error
+}
+
+// Readiness is the body of /readyz on both services: Ready, the names of
+// the failed checks in Down (in the order of Options.Checks; absent when
+// ready), and for every check "ok" or what is wrong.
+type Readiness struct {
+	Ready  bool              `json:"ready"`
+	Down   []string          `json:"down,omitempty"`
+	Checks map[string]string `json:"checks"`
+}
+
+// Options configure a [Server].
+type Options struct {
+	// Gatherer is served on /metrics. Nil: no /metrics.
+	Gatherer prometheus.Gatherer
+	// Checks run, one after the other, on every /readyz.
+	Checks []Check
+	// ShuttingDown, when it reports true, makes /readyz answer 503 at
+	// once (down ["shutdown"], with ShutdownReason) without running the
+	// checks: the lame duck. Nil: never.
+	ShuttingDown func() bool
+	// ShutdownReason is the "shutdown" check's text; default "shutting down".
+	ShutdownReason string
+	// ProbeTimeout bounds each check; zero means DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// Logger receives listener errors. Nil: none.
+	Logger *zap.Logger
+}
+
+// Server is one admin listener.
+type Server struct {
+	opts Options
+	log  *zap.Logger
+	srv  *http.Server
+	ln   net.Listener
+	wg   sync.WaitGroup
+}
+
+// New returns a server; it does no I/O until [Server.Serve].
+func New(opts Options) *Server {
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = DefaultProbeTimeout
+	}
+	if opts.ShutdownReason == "" {
+		opts.ShutdownReason = "shutting down"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{opts: opts, log: log}
+	s.srv = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          zap.NewStdLog(log.Named("admin")),
+	}
+	return s
+}
+
+// Handler routes /healthz, /readyz and /metrics.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		rd := s.Ready(r.Context())
+		code := http.StatusOK
+		if !rd.Ready {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, rd)
+	})
+	if s.opts.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+// Ready runs the checks (or reports the shutdown) as /readyz does.
+func (s *Server) Ready(ctx context.Context) Readiness {
+	if s.opts.ShuttingDown != nil && s.opts.ShuttingDown() {
+		return Readiness{Down: []string{ShutdownCheck}, Checks: map[string]string{ShutdownCheck: s.opts.ShutdownReason}}
+	}
+	rd := Readiness{Ready: true, Checks: make(map[string]string, len(s.opts.Checks))}
+	for _, c := range s.opts.Checks {
+		pctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
+		err := c.Probe(pctx)
+		cancel()
+		if err == nil {
+			rd.Checks[c.Name] = "ok"
+			continue
+		}
+		rd.Ready = false
+		rd.Down = append(rd.Down, c.Name)
+		rd.Checks[c.Name] = err.Error()
+	}
+	return rd
+}
+
+// Serve serves ln in the background until [Server.Shutdown].
+func (s *Server) Serve(ln net.Listener) {
+	s.ln = ln
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin listener failed", zap.String("addr", ln.Addr().String()), zap.Error(err))
+		}
+	}()
+}
+
+// Addr is the bound address, "" before Serve.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Shutdown closes the listener and waits, up to ctx, for requests in
+// flight; past ctx it closes their connections and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	s.wg.Wait()
+	return err
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

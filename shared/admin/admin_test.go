@@ -1,0 +1,85 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestAdminListener(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "ellipsis_test_total", Help: "test"})
+	reg.MustRegister(c)
+	c.Inc()
+	var redisErr atomic.Value
+	redisErr.Store("")
+	var stopping atomic.Bool
+	s := New(Options{
+		Gatherer: reg,
+		Checks: []Check{
+			{Name: "nats", Probe: func(context.Context) error { return nil }},
+			{Name: "redis", Probe: func(ctx context.Context) error {
+				if _, ok := ctx.Deadline(); !ok {
+					return errors.New("no deadline")
+				}
+				if e := redisErr.Load().(string); e != "" {
+					return errors.New(e)
+				}
+				return nil
+			}},
+		},
+		ShuttingDown: stopping.Load,
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(ln)
+	base := "http://" + s.Addr()
+
+	if code, body := get(t, base+"/healthz"); code != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
+		t.Fatalf("healthz %d %s", code, body)
+	}
+	if code, body := get(t, base+"/readyz"); code != 200 || strings.TrimSpace(body) != `{"ready":true,"checks":{"nats":"ok","redis":"ok"}}` {
+		t.Fatalf("readyz %d %s", code, body)
+	}
+	redisErr.Store("dial tcp: refused")
+	code, body := get(t, base+"/readyz")
+	var rd Readiness
+	if err := json.Unmarshal([]byte(body), &rd); err != nil || code != 503 || rd.Ready || len(rd.Down) != 1 || rd.Down[0] != "redis" ||
+		rd.Checks["redis"] != "dial tcp: refused" || rd.Checks["nats"] != "ok" {
+		t.Fatalf("readyz with redis down: %d %s", code, body)
+	}
+	stopping.Store(true)
+	if code, body := get(t, base+"/readyz"); code != 503 || strings.TrimSpace(body) != `{"ready":false,"down":["shutdown"],"checks":{"shutdown":"shutting down"}}` {
+		t.Fatalf("readyz shutting down: %d %s", code, body)
+	}
+	if code, body := get(t, base+"/metrics"); code != 200 || !strings.Contains(body, "ellipsis_test_total 1") {
+		t.Fatalf("metrics %d %s", code, body)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Fatal("still serving after Shutdown")
+	}
+}

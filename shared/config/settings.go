@@ -1,0 +1,282 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
+)
+
+// table is THE definition of every setting, one entry each, bound to c's
+// fields: Default, Dev, Load (environment and flags), Validate, EnvNames and
+// the README's configuration table (MarkdownTable, written by `make
+// config-doc`) are all derived from it. The order is the README's.
+// Package doc: "Adding a setting".
+func (c *Config) table() []Setting {
+	return []Setting{
+		{Env: "ELLIPSIS_HTTP_ADDR", For: ForGateway, V: str(&c.HTTPAddr, ":8080", listenAddr(false)),
+			Doc: "public listener (WebSocket, HTTP API, demo page)"},
+		{Env: "ELLIPSIS_ADMIN_ADDR", For: ForBoth, V: str(&c.AdminAddr, ":9090", listenAddr(true)),
+			Doc: "admin listener: `/healthz`, `/readyz`, `/metrics` (empty disables)"},
+		{Env: "ELLIPSIS_NATS_URL", For: ForBoth, V: str(&c.NATSURL, "nats://127.0.0.1:4222", rule("nats://, tls://, ws:// or wss:// URLs", checkNATSURL)),
+			Doc: "NATS server URLs, comma-separated"},
+		{Env: "ELLIPSIS_REDIS_URL", For: ForBoth, V: str(&c.RedisURL, "redis://127.0.0.1:6379", rule("a Redis URL (package redisconn)", checkRedisURL)),
+			Doc: "Redis and its topology: `redis[s]://[[user]:pass@]host:port[/db]` standalone; `redis[s]+sentinel://[[user]:pass@]sentinel:26379[/db]?master_name=NAME[&addr=sentinel2:26379][&password=MASTERPASS]` Sentinel; `redis[s]+cluster://[[user]:pass@]host:port[?addr=host2:port&addr=...]` Cluster (any reachable masters seed the slot map). Query options are go-redis's (`dial_timeout=3s`, `pool_size=20`, ...)"},
+		{Env: "ELLIPSIS_REDIS_PUBSUB", For: ForBoth, V: str(&c.RedisPubSub, "", oneOf("", redisconn.PubSubClassic, redisconn.PubSubSharded)),
+			Doc: "room event Pub/Sub: `classic` (`PUBLISH`/`SUBSCRIBE`) or `sharded` (`SPUBLISH`/`SSUBSCRIBE`, Redis 7+); empty = `sharded` on Cluster, `classic` elsewhere. Gateways and workers of one deployment must agree"},
+		{Env: "ELLIPSIS_SUBJECT_PREFIX", For: ForBoth, V: str(&c.SubjectPrefix, "ellipsis", rule("one NATS subject token", checkSubjectPrefix)),
+			Doc: "first token of every NATS subject"},
+		{Env: "ELLIPSIS_KEY_PREFIX", For: ForBoth, V: str(&c.KeyPrefix, "", rule("no `{` or `}`", checkKeyPrefix)),
+			Doc: "prepended to every Redis key and channel"},
+		{Env: "ELLIPSIS_AUTH", For: ForGateway, V: str(&c.Auth, AuthJWT, oneOf(AuthNone, AuthJWT)), Dev: AuthNone,
+			Doc: "`none` (`?user=&name=`, logs a warning) or `jwt` (needs `ELLIPSIS_JWT_SECRET`, `ELLIPSIS_JWKS_FILE` or `ELLIPSIS_JWKS_URL`)"},
+		{Env: "ELLIPSIS_JWT_SECRET", For: ForGateway, V: str(&c.JWTSecret, ""),
+			Doc: "HS256 shared secret"},
+		{Env: "ELLIPSIS_JWKS_FILE", For: ForGateway, V: str(&c.JWKSFile, ""),
+			Doc: "JWKS file for RS256 / ES256 / EdDSA (re-read when it changes); not with `ELLIPSIS_JWKS_URL`"},
+		{Env: "ELLIPSIS_JWKS_URL", For: ForGateway, V: str(&c.JWKSURL, ""),
+			Doc: "JWKS URL for RS256 / ES256 / EdDSA, usually the identity provider's `jwks_uri`: `https://`, or `http://` only to a loopback host (127.0.0.1, ::1, localhost); not with `ELLIPSIS_JWKS_FILE`"},
+		{Env: "ELLIPSIS_JWKS_RELOAD", For: ForGateway, V: dur(&c.JWKSReload, 10*time.Second),
+			Doc: "how often the JWKS file is re-checked (at least 100ms) or the URL re-fetched (at least 1s); a token with an unknown `kid` re-reads at once, at most once a second for a file and once per interval for a URL"},
+		{Env: "ELLIPSIS_JWKS_TIMEOUT", For: ForGateway, V: dur(&c.JWKSTimeout, 5*time.Second),
+			Doc: "limit of each `ELLIPSIS_JWKS_URL` fetch (connect, TLS, answer; more than 0, up to 1m)"},
+		{Env: "ELLIPSIS_JWKS_CA", For: ForGateway, V: str(&c.JWKSCA, ""), DefaultDoc: "system CAs",
+			Doc: "PEM file of the CAs trusted for `ELLIPSIS_JWKS_URL`'s certificate, in place of the system's (only with the URL)"},
+		{Env: "ELLIPSIS_JWT_ISSUER", For: ForGateway, V: str(&c.JWTIssuer, ""), DefaultDoc: "empty (not checked)",
+			Doc: "the only accepted `iss`; tokens without `iss` are refused when set"},
+		{Env: "ELLIPSIS_JWT_AUDIENCE", For: ForGateway, V: list(&c.JWTAudience, rule("no surrounding spaces", checkAudience)), DefaultDoc: "empty (not checked)",
+			Doc: "accepted `aud` values, comma-separated; the token must name one"},
+		{Env: "ELLIPSIS_JWT_LEEWAY", For: ForGateway, V: dur(&c.JWTLeeway, 0, between(0, 5*time.Minute)),
+			Doc: "clock skew allowed on `exp` and `nbf`"},
+		{Env: "ELLIPSIS_ALLOWED_ORIGINS", For: ForGateway, V: list(&c.AllowedOrigins, rule("origins, `*`", checkOrigins)), DefaultDoc: "same host",
+			Doc: "WebSocket origin allow-list, comma-separated; `https://*.example.com` allowed, `*` allows any"},
+		{Env: "ELLIPSIS_AUTHZ", For: ForGateway, V: str(&c.Authz, AuthzNone, oneOf(AuthzNone, AuthzClaims, AuthzNATS)),
+			Doc: "`none`, `claims` (the token's `rooms` claim; needs `ELLIPSIS_AUTH=jwt`) or `nats`"},
+		{Env: "ELLIPSIS_AUTHZ_TIMEOUT", For: ForGateway, V: dur(&c.AuthzTimeout, time.Second, positive[time.Duration]()),
+			Doc: "authz `nats`: request timeout; no answer in time means deny"},
+		{Env: "ELLIPSIS_AUTHZ_CACHE_TTL", For: ForGateway, V: dur(&c.AuthzCacheTTL, 30*time.Second, notNegative[time.Duration]()),
+			Doc: "authz `nats`: how long an allowed (user, room) is remembered (`0s`: never)"},
+		{Env: "ELLIPSIS_AUTHZ_DENY_CACHE_TTL", For: ForGateway, V: dur(&c.AuthzDenyCacheTTL, 2*time.Second, notNegative[time.Duration]()),
+			Doc: "authz `nats`: how long a denial is remembered (`0s`: never)"},
+		{Env: "ELLIPSIS_TYPING_TTL", For: ForBoth, V: dur(&c.TypingTTL, 5*time.Second, positive[time.Duration](), rule("whole ms", checkWholeMs)),
+			Doc: "a typing entry lives this long after its last start/refresh"},
+		{Env: "ELLIPSIS_TYPING_THROTTLE", For: ForBoth, V: dur(&c.TypingThrottle, 2*time.Second, positive[time.Duration]()),
+			Doc: "at most one refresh fan-out per user per room per window (must be < refresh)"},
+		{Env: "ELLIPSIS_TYPING_REFRESH", For: ForBoth, V: dur(&c.TypingRefresh, 4*time.Second, positive[time.Duration]()),
+			Doc: "client refresh interval while typing, served to clients (must be < ttl)"},
+		{Env: "ELLIPSIS_TYPING_IDLE_STOP", For: ForBoth, V: dur(&c.TypingIdleStop, 3*time.Second, positive[time.Duration]()),
+			Doc: "client stop after this long without a keystroke, served to clients (must be < ttl)"},
+		{Env: "ELLIPSIS_SHUTDOWN_DRAIN", For: ForGateway, V: dur(&c.ShutdownDrain, 5*time.Second, notNegative[time.Duration]()),
+			Doc: "window over which clients are closed with 1001 on SIGTERM, after the lame duck"},
+		{Env: "ELLIPSIS_LAME_DUCK", For: ForGateway, V: dur(&c.LameDuck, 3*time.Second, between(0, 5*time.Minute)), Dev: "0s",
+			Doc: "after SIGTERM, `/readyz` answers 503 and new upgrades are refused (503) at once, while open connections are still served this long; then the drain (0: none; keep `terminationGracePeriodSeconds` ≥ preStop + lame duck + drain + 10 s)"},
+		{Env: "ELLIPSIS_SWEEP_INTERVAL", For: ForWorker, V: dur(&c.SweepInterval, 250*time.Millisecond, positive[time.Duration]()),
+			Doc: "how often expired entries are looked for; expiry pushes reach receivers within ttl + this + latency"},
+		{Env: "ELLIPSIS_SNAPSHOT_TIMEOUT", For: ForBoth, V: dur(&c.SnapshotTimeout, 2*time.Second, positive[time.Duration]()),
+			Doc: "snapshot request timeout; also bounds a join's wait for its subscription"},
+		{Env: "ELLIPSIS_PUBSUB_PING_INTERVAL", For: ForGateway, V: dur(&c.PubSubPingInterval, 5*time.Second, positive[time.Duration]()),
+			Doc: "how often each Redis Pub/Sub connection is PINGed"},
+		{Env: "ELLIPSIS_PUBSUB_PING_TIMEOUT", For: ForGateway, V: dur(&c.PubSubPingTimeout, 2*time.Second, positive[time.Duration]()),
+			Doc: "a Pub/Sub connection silent this long after a PING (a health PING, or the one confirming a batch of subscriptions) is closed and redialed, `/readyz` 503 meanwhile; joins on it fail at once (must be < interval)"},
+		{Env: "ELLIPSIS_MAX_FRAME_BYTES", For: ForGateway, V: integer(&c.MaxFrameBytes, 4096, between(256, 1<<20)),
+			Doc: "largest inbound WebSocket message (over: close 1009)"},
+		{Env: "ELLIPSIS_MAX_ROOMS_PER_CONN", For: ForGateway, V: integer(&c.MaxRoomsPerConn, 100, between(1, 1000)),
+			Doc: "joined rooms per connection (over: `room_limit`)"},
+		{Env: "ELLIPSIS_INBOUND_RATE", For: ForGateway, V: float(&c.InboundRate, 20, positive[float64]()),
+			Doc: "per-connection inbound frames/s (over: `rate_limited`)"},
+		{Env: "ELLIPSIS_INBOUND_BURST", For: ForGateway, V: integer(&c.InboundBurst, 40, between(1, 100000)),
+			Doc: "per-connection inbound burst, frames"},
+		{Env: "ELLIPSIS_OUTBOUND_QUEUE", For: ForGateway, V: integer(&c.OutboundQueue, 256, between(1, 1<<20)),
+			Doc: "per-connection outbound queue in frames (full: close 1013); also the events buffered per joining connection"},
+		{Env: "ELLIPSIS_INBOUND_MAX_REJECTED", For: ForGateway, V: integer(&c.InboundMaxRejected, 50, between(1, 100000)),
+			Doc: "rate-limited frames tolerated within 10 s (the current second and the 10 before it); one more closes the connection (close 1008). With the default bucket: 100 frames/s closed after ~1 s, 25/s after ~18 s, 19/s never"},
+		{Env: "ELLIPSIS_MAX_CONNS", For: ForGateway, V: integer(&c.MaxConns, 10000, between(1, 10_000_000)),
+			Doc: "open WebSocket connections (over: HTTP 503 at the handshake)"},
+		{Env: "ELLIPSIS_MAX_CONNS_PER_USER", For: ForGateway, V: integer(&c.MaxConnsPerUser, 32, between(1, 1_000_000)),
+			Doc: "one user's open connections on one gateway (over: HTTP 429)"},
+		{Env: "ELLIPSIS_PONG_WAIT", For: ForGateway, V: dur(&c.PongWait, 60*time.Second, atLeast(100*time.Millisecond)),
+			Doc: "silence allowed before a connection is dropped; pings every 9/10 of it"},
+		{Env: "ELLIPSIS_WRITE_WAIT", For: ForGateway, V: dur(&c.WriteWait, 10*time.Second, positive[time.Duration]()),
+			Doc: "deadline of every write to a client (missed: connection dropped)"},
+		{Env: "ELLIPSIS_STORE", For: ForWorker, V: str(&c.Store, StoreZSet, oneOf(StoreZSet, StoreKeys)),
+			Doc: "typing-state layout: `zset` (one sorted set per room) or `keys` (seed pattern 1, one key per typist listed with `SCAN`; not on Redis Cluster; for comparison, see docs/BENCHMARKS.md)"},
+		{Env: "ELLIPSIS_WORKER_SHARDS", For: ForWorker, V: integer(&c.WorkerShards, 16, between(1, 4096)),
+			Doc: "commands applied concurrently (one connection's always in order); each shard queues at most 1024 commands (past 768 starts are dropped, at 1024 anything: `commands_total{outcome=\"shed\"\\|\"overflow\"}`)"},
+		{Env: "ELLIPSIS_NATS_EVENTS", For: ForWorker, V: boolean(&c.NATSEvents, false),
+			Doc: "also publish every `typing_start` / `typing_stop` (same bytes as the Redis event) on NATS `<prefix>.typing.v1.room.<token>`, at most once (docs/protocol.md, \"Room events on NATS\")"},
+		{Env: "ELLIPSIS_SNAPSHOT_MAX", For: ForWorker, V: integer(&c.SnapshotMax, 100, between(1, 500)),
+			Doc: "typists listed in one snapshot (`joined`, `typing`, HTTP, NATS reply); `total` still counts all, and a reply is also cut to fit the NATS `max_payload` (500 keeps the largest room's snapshot script under a millisecond of Redis time: docs/BENCHMARKS.md)"},
+		{Env: "ELLIPSIS_GATEWAY_ID", For: ForGateway, V: str(&c.GatewayID, "", rule("≤ 64 bytes, no `:` or spaces", checkGatewayID)), DefaultDoc: "random",
+			Doc: "gateway id in connection ids (`<id>-<per-boot suffix>:<n>`, so a restart never reuses a connection id)"},
+		{Env: "ELLIPSIS_DEMO_PAGE", For: ForGateway, V: boolean(&c.DemoPage, true),
+			Doc: "serve the demo page and JS client at `/`"},
+		{Env: "ELLIPSIS_LOG_LEVEL", For: ForBoth, V: str(&c.LogLevel, "info", oneOf("debug", "info", "warn", "error")),
+			Doc: "zap log level"},
+		{Env: "ELLIPSIS_LOG_FORMAT", For: ForBoth, V: str(&c.LogFormat, "json", oneOf("json", "console")), Dev: "console",
+			Doc: "zap log format"},
+	}
+}
+
+// rules are the checks that involve more than one setting (or one setting
+// only in some modes); each error names every setting it involves. Only the
+// rules for the services the Config is validated for run.
+var rules = []struct {
+	For   Readers
+	check func(c *Config, bad func(format string, a ...any))
+}{
+	// The seed design's timing: throttle < refresh < ttl (so refreshes
+	// keep an entry alive and are not all throttled), and idle_stop < ttl.
+	{ForBoth, func(c *Config, bad func(string, ...any)) {
+		ttl, thr, ref, idle := c.TypingTTL > 0, c.TypingThrottle > 0, c.TypingRefresh > 0, c.TypingIdleStop > 0
+		if ttl && thr && c.TypingThrottle >= c.TypingTTL {
+			bad("ELLIPSIS_TYPING_THROTTLE (%s) must be below ELLIPSIS_TYPING_TTL (%s)", c.TypingThrottle, c.TypingTTL)
+		}
+		if ttl && ref && c.TypingRefresh >= c.TypingTTL {
+			bad("ELLIPSIS_TYPING_REFRESH (%s) must be below ELLIPSIS_TYPING_TTL (%s), or indicators flicker between refreshes", c.TypingRefresh, c.TypingTTL)
+		}
+		if thr && ref && c.TypingThrottle >= c.TypingRefresh {
+			bad("ELLIPSIS_TYPING_THROTTLE (%s) must be below ELLIPSIS_TYPING_REFRESH (%s), or refreshes are never fanned out", c.TypingThrottle, c.TypingRefresh)
+		}
+		if ttl && idle && c.TypingIdleStop >= c.TypingTTL {
+			bad("ELLIPSIS_TYPING_IDLE_STOP (%s) must be below ELLIPSIS_TYPING_TTL (%s)", c.TypingIdleStop, c.TypingTTL)
+		}
+	}},
+	{ForGateway, func(c *Config, bad func(string, ...any)) {
+		if c.PubSubPingInterval > 0 && c.PubSubPingTimeout > 0 && c.PubSubPingTimeout >= c.PubSubPingInterval {
+			bad("ELLIPSIS_PUBSUB_PING_TIMEOUT (%s) must be below ELLIPSIS_PUBSUB_PING_INTERVAL (%s): one PING is outstanding at a time", c.PubSubPingTimeout, c.PubSubPingInterval)
+		}
+	}},
+	{ForWorker, func(c *Config, bad func(string, ...any)) {
+		if ro, err := redisconn.Parse(c.RedisURL); err == nil && ro.Topology == redisconn.Cluster && c.Store == StoreKeys {
+			bad("ELLIPSIS_STORE: keys does not run on Redis Cluster (its snapshot SCANs the keyspace of one node); use zset")
+		}
+	}},
+	{ForGateway, func(c *Config, bad func(string, ...any)) {
+		if c.Auth == AuthJWT && c.JWTSecret == "" && c.JWKSFile == "" && c.JWKSURL == "" {
+			bad("ELLIPSIS_AUTH: jwt needs ELLIPSIS_JWT_SECRET, ELLIPSIS_JWKS_FILE or ELLIPSIS_JWKS_URL (or set ELLIPSIS_AUTH=none for development)")
+		}
+		if c.Authz == AuthzClaims && c.Auth != AuthJWT {
+			bad("ELLIPSIS_AUTHZ: claims reads the rooms claim of a JWT and needs ELLIPSIS_AUTH=jwt, got %q", c.Auth)
+		}
+		if c.JWKSFile != "" && c.JWKSReload < 100*time.Millisecond {
+			bad("ELLIPSIS_JWKS_RELOAD: must be at least 100ms, got %s", c.JWKSReload)
+		}
+	}},
+	// ELLIPSIS_JWKS_URL and the settings that go with it. The gateway
+	// checks the URL again when it builds its client.
+	{ForGateway, func(c *Config, bad func(string, ...any)) {
+		if c.JWKSCA != "" && c.JWKSURL == "" {
+			bad("ELLIPSIS_JWKS_CA: only used with ELLIPSIS_JWKS_URL, which is empty")
+		}
+		if c.JWKSURL == "" {
+			return
+		}
+		if c.JWKSFile != "" {
+			bad("ELLIPSIS_JWKS_FILE and ELLIPSIS_JWKS_URL: set one of them, not both")
+		}
+		u, err := url.Parse(c.JWKSURL)
+		switch {
+		case err != nil:
+			bad("ELLIPSIS_JWKS_URL: not a URL: %v", err)
+		case u.Host == "":
+			bad("ELLIPSIS_JWKS_URL: %q has no host (want https://host/path)", u.Redacted())
+		case u.Scheme == "https":
+		case u.Scheme == "http" && (u.Hostname() == "localhost" || isLoopbackIP(u.Hostname())):
+		default:
+			bad("ELLIPSIS_JWKS_URL: %q must use https (plain http only to a loopback host such as 127.0.0.1)", u.Redacted())
+		}
+		if c.JWKSReload < time.Second {
+			bad("ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL, got %s", c.JWKSReload)
+		}
+		if c.JWKSTimeout <= 0 || c.JWKSTimeout > time.Minute {
+			bad("ELLIPSIS_JWKS_TIMEOUT: must be more than 0 and at most 1m, got %s", c.JWKSTimeout)
+		}
+	}},
+}
+
+// Checks of single settings that are more than a range or a list of words.
+
+func checkNATSURL(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return errors.New("is required")
+	}
+	var errs []error
+	for _, u := range strings.Split(v, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		p, err := url.Parse(u)
+		if err != nil || p.Host == "" || (p.Scheme != "nats" && p.Scheme != "tls" && p.Scheme != "ws" && p.Scheme != "wss") {
+			errs = append(errs, fmt.Errorf("%q is not a nats://, tls://, ws:// or wss:// URL with a host", u))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkRedisURL(v string) error {
+	if _, err := redisconn.Parse(v); err != nil {
+		return fmt.Errorf("%q: %v", redisconn.Redact(v), err)
+	}
+	return nil
+}
+
+func checkSubjectPrefix(v string) error {
+	if v == "" || strings.ContainsAny(v, " \t\r\n.*>") {
+		return fmt.Errorf("%q must be one non-empty NATS subject token (no '.', '*', '>' or spaces)", v)
+	}
+	return nil
+}
+
+func checkKeyPrefix(v string) error {
+	if strings.ContainsAny(v, "{}") {
+		return fmt.Errorf("%q must not contain '{' or '}': Redis Cluster would hash every key on the prefix instead of its room", v)
+	}
+	return nil
+}
+
+func checkWholeMs(d time.Duration) error {
+	if d > 0 && d%time.Millisecond != 0 {
+		return fmt.Errorf("must be whole milliseconds, got %s", d)
+	}
+	return nil
+}
+
+func checkAudience(v []string) error {
+	var errs []error
+	for _, a := range v {
+		if strings.TrimSpace(a) != a {
+			errs = append(errs, fmt.Errorf("%q has surrounding spaces", a))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkOrigins(v []string) error {
+	var errs []error
+	for _, o := range v {
+		if o == "*" {
+			continue
+		}
+		p, err := url.Parse(o)
+		if err != nil || p.Scheme == "" || p.Host == "" || (p.Path != "" && p.Path != "/") {
+			errs = append(errs, fmt.Errorf("%q is not an origin like https://chat.example.com or https://*.example.com", o))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkGatewayID(v string) error {
+	if v != "" && (len(v) > 64 || strings.ContainsAny(v, ": \t\r\n")) {
+		return fmt.Errorf("%q must be at most 64 bytes without ':' or spaces", v)
+	}
+	return nil
+}
+
+func isLoopbackIP(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
