@@ -59,8 +59,8 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if !s.ready.Load() {
 		down["worker"] = "shutting down"
 	}
-	if !s.nc.IsConnected() {
-		down["nats"] = s.nc.Status().String()
+	if !s.natsConn.Connected() {
+		down["nats"] = s.natsConn.Status() // never holds a secret
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readyPingTimeout)
 	defer cancel()

@@ -40,6 +40,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
@@ -102,10 +103,10 @@ type Server struct {
 
 	rdb redis.UniversalClient
 	st  Store
-	nc  *nats.Conn
-	// natsClosed is closed by the NATS ClosedHandler.
-	natsClosed     chan struct{}
-	natsClosedOnce sync.Once
+	nc  *nats.Conn // natsConn.NC
+	// natsConn is the connection (natsconn.Connect); its Closed channel
+	// is closed by the NATS ClosedHandler.
+	natsConn *natsconn.Conn
 
 	// shards apply commands; see dispatch.go.
 	shards       []chan protocol.Command
@@ -178,7 +179,6 @@ func New(opts Options) (*Server, error) {
 		names:      names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
 		redisOpts:  ropts,
 		done:       make(chan struct{}),
-		natsClosed: make(chan struct{}),
 		quit:       make(chan struct{}),
 
 		commandBatch: batch,
@@ -363,7 +363,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.log.Warn("NATS drain impossible, connection closed", zap.Error(err))
 	}
 	select {
-	case <-s.natsClosed:
+	case <-s.natsConn.Closed():
 	case <-ctx.Done():
 		s.nc.Close()
 		errs = append(errs, fmt.Errorf("worker: NATS drain: %w", ctx.Err()))

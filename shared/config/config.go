@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -106,6 +107,20 @@ type Config struct {
 	// NATSURL is one or more NATS server URLs, comma-separated.
 	// ELLIPSIS_NATS_URL, default "nats://127.0.0.1:4222".
 	NATSURL string
+	// NATS credentials besides user info in NATSURL (package natsconn,
+	// [natsconn.Auth]): file paths, empty when unused, each file parsed
+	// by Validate. NATSCreds is a .creds file (user JWT + NKey seed),
+	// ELLIPSIS_NATS_CREDS; NATSNKey a user NKey seed file,
+	// ELLIPSIS_NATS_NKEY (not both); NATSTLSCert and NATSTLSKey a PEM
+	// client certificate and its key, ELLIPSIS_NATS_TLS_CERT and
+	// ELLIPSIS_NATS_TLS_KEY (one needs the other); NATSTLSCA a PEM file of
+	// the CAs trusted for the server, ELLIPSIS_NATS_TLS_CA. Any TLS
+	// setting makes TLS required.
+	NATSCreds   string
+	NATSNKey    string
+	NATSTLSCert string
+	NATSTLSKey  string
+	NATSTLSCA   string
 	// RedisURL names the Redis and its topology: redis:// or rediss://
 	// (standalone), redis+sentinel:// (Sentinel, with master_name=...) or
 	// redis+cluster:// (Redis Cluster); see package redisconn for the
@@ -411,6 +426,11 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_HTTP_ADDR", "gateway public listener", func() (func(string) error, func() string) { return str(&c.HTTPAddr) })
 	add("ELLIPSIS_ADMIN_ADDR", "admin listener (/healthz, /readyz, /metrics); empty disables", func() (func(string) error, func() string) { return str(&c.AdminAddr) })
 	add("ELLIPSIS_NATS_URL", "NATS server URLs, comma-separated", func() (func(string) error, func() string) { return str(&c.NATSURL) })
+	add("ELLIPSIS_NATS_CREDS", "NATS .creds file (user JWT and NKey seed); not with ELLIPSIS_NATS_NKEY", func() (func(string) error, func() string) { return str(&c.NATSCreds) })
+	add("ELLIPSIS_NATS_NKEY", "NATS user NKey seed file; not with ELLIPSIS_NATS_CREDS", func() (func(string) error, func() string) { return str(&c.NATSNKey) })
+	add("ELLIPSIS_NATS_TLS_CERT", "NATS TLS client certificate, PEM file (needs ELLIPSIS_NATS_TLS_KEY; makes TLS required)", func() (func(string) error, func() string) { return str(&c.NATSTLSCert) })
+	add("ELLIPSIS_NATS_TLS_KEY", "NATS TLS client private key, PEM file (needs ELLIPSIS_NATS_TLS_CERT)", func() (func(string) error, func() string) { return str(&c.NATSTLSKey) })
+	add("ELLIPSIS_NATS_TLS_CA", "PEM file of the CAs trusted for the NATS server's certificate (default: the system's; makes TLS required)", func() (func(string) error, func() string) { return str(&c.NATSTLSCA) })
 	add("ELLIPSIS_REDIS_URL", "Redis URL: redis[s]:// standalone, redis[s]+sentinel://...?master_name=NAME, redis[s]+cluster://host:port?addr=host2:port", func() (func(string) error, func() string) { return str(&c.RedisURL) })
 	add("ELLIPSIS_REDIS_PUBSUB", "room event Pub/Sub: classic or sharded; empty = sharded on Cluster, classic elsewhere", func() (func(string) error, func() string) { return str(&c.RedisPubSub) })
 	add("ELLIPSIS_SUBJECT_PREFIX", "first token of every NATS subject", func() (func(string) error, func() string) { return str(&c.SubjectPrefix) })
@@ -470,6 +490,25 @@ func EnvNames() []string {
 	return out
 }
 
+// Shown is how a setting's value may be shown (flag usage, logs): the
+// secrets are hidden, ELLIPSIS_JWT_SECRET as "(set)", the password or
+// token of every ELLIPSIS_NATS_URL as xxxxx and ELLIPSIS_REDIS_URL's
+// password as redisconn.Redact does; other values unchanged (the
+// credential settings are file paths).
+func Shown(env, value string) string {
+	switch {
+	case value == "":
+		return value
+	case env == "ELLIPSIS_JWT_SECRET":
+		return "(set)"
+	case env == "ELLIPSIS_NATS_URL":
+		return natsconn.RedactURLs(value)
+	case env == "ELLIPSIS_REDIS_URL":
+		return redisconn.Redact(value)
+	}
+	return value
+}
+
 // FlagName returns the flag that mirrors an environment variable:
 // ELLIPSIS_TYPING_TTL -> typing-ttl.
 func FlagName(env string) string {
@@ -499,7 +538,7 @@ func Load(fs *flag.FlagSet, args []string, lookup func(string) (string, bool), b
 	if fs != nil {
 		for _, s := range settings {
 			s := s
-			fs.Func(FlagName(s.env), s.usage+" ("+s.env+", now "+strconv.Quote(s.show())+")", func(v string) error {
+			fs.Func(FlagName(s.env), s.usage+" ("+s.env+", now "+strconv.Quote(Shown(s.env, s.show()))+")", func(v string) error {
 				c.set[s.env] = true
 				if err := s.parse(v); err != nil {
 					return err
@@ -549,8 +588,11 @@ func (c *Config) Validate() error {
 		}
 		p, err := url.Parse(u)
 		if err != nil || p.Host == "" || (p.Scheme != "nats" && p.Scheme != "tls" && p.Scheme != "ws" && p.Scheme != "wss") {
-			bad("ELLIPSIS_NATS_URL: %q is not a nats://, tls://, ws:// or wss:// URL with a host", u)
+			bad("ELLIPSIS_NATS_URL: %q is not a nats://, tls://, ws:// or wss:// URL with a host", natsconn.RedactURL(u))
 		}
+	}
+	if err := c.NATSAuth().Check(c.NATSServers()); err != nil {
+		errs = append(errs, err) // each names its setting, never a secret
 	}
 	if ro, err := redisconn.Parse(c.RedisURL); err != nil {
 		bad("ELLIPSIS_REDIS_URL: %q: %v", redisconn.Redact(c.RedisURL), err)
@@ -753,6 +795,12 @@ func (c *Config) validateGateway(bad func(string, ...any)) {
 			bad("ELLIPSIS_ALLOWED_ORIGINS: %q is not an origin like https://chat.example.com or https://*.example.com", o)
 		}
 	}
+}
+
+// NATSAuth returns the NATS credential settings (ELLIPSIS_NATS_CREDS,
+// _NKEY, _TLS_CERT, _TLS_KEY, _TLS_CA) for [natsconn.Connect].
+func (c *Config) NATSAuth() natsconn.Auth {
+	return natsconn.Auth{CredsFile: c.NATSCreds, NKeyFile: c.NATSNKey, TLSCert: c.NATSTLSCert, TLSKey: c.NATSTLSKey, TLSCA: c.NATSTLSCA}
 }
 
 // NATSServers splits NATSURL into its URLs.

@@ -93,6 +93,10 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	s := &Stack{log: log, reg: reg, back: back}
 	cfg.NATSURL, cfg.RedisURL = back.NATSURL, back.RedisURL
+	if back.NATSSource == backends.Embedded {
+		// The embedded nats-server asks for no credentials and speaks no TLS.
+		cfg.NATSCreds, cfg.NATSNKey, cfg.NATSTLSCert, cfg.NATSTLSKey, cfg.NATSTLSCA = "", "", "", "", ""
+	}
 	s.cfg = cfg
 	ok := false
 	defer func() {
