@@ -171,15 +171,15 @@ func New(opts Options) (*Server, error) {
 		batch = DefaultCommandBatch
 	}
 	return &Server{
-		cfg:        cfg,
-		log:        log,
-		reg:        reg,
-		m:          m,
-		rl:         newRateLog(log, logEvery),
-		names:      names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
-		redisOpts:  ropts,
-		done:       make(chan struct{}),
-		quit:       make(chan struct{}),
+		cfg:       cfg,
+		log:       log,
+		reg:       reg,
+		m:         m,
+		rl:        newRateLog(log, logEvery),
+		names:     names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
+		redisOpts: ropts,
+		done:      make(chan struct{}),
+		quit:      make(chan struct{}),
 
 		commandBatch: batch,
 	}, nil

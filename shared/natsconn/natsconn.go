@@ -100,7 +100,7 @@ type Options struct {
 // concurrent use.
 type Conn struct {
 	NC     *nats.Conn
-	urls   []string      // Options.URLs, to scrub from errors
+	urls   []string // Options.URLs, to scrub from errors
 	log    *zap.Logger
 	lim    *limiter
 	closed chan struct{} // closed by nats.go's ClosedHandler
