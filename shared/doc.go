@@ -8,6 +8,8 @@
 //   - [github.com/ellipsis-chat/ellipsis/shared/config]: configuration from
 //     environment variables and flags, with Validate.
 //   - [github.com/ellipsis-chat/ellipsis/shared/logging]: zap logger setup.
+//   - [github.com/ellipsis-chat/ellipsis/shared/natsconn]: the services' one
+//     NATS connection setup and credentials (.creds, NKey, mutual TLS).
 //
 // The module never imports a service.
 package shared
