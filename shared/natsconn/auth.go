@@ -142,7 +142,7 @@ func (a Auth) options() ([]nats.Option, error) {
 		if certCB == nil && caCB == nil {
 			// Cannot happen after Check (TLSKey alone is refused), but
 			// nats.ClientTLSConfig needs one of them.
-			return nil, fmt.Errorf("%s: %s set alone", EnvTLSKey, EnvTLSKey)
+			return nil, fmt.Errorf("%s: set without %s", EnvTLSKey, EnvTLSCert)
 		}
 		opts = append(opts, nats.ClientTLSConfig(certCB, caCB))
 	}
