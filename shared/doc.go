@@ -16,6 +16,8 @@
 //   - [github.com/ellipsis-chat/ellipsis/shared/run]: the one shape of the
 //     services' mains (-version, configuration, logger, signals, graceful
 //     shutdown, exit codes).
+//   - [github.com/ellipsis-chat/ellipsis/shared/natsconn]: the services' one
+//     NATS connection setup and credentials (.creds, NKey, mutual TLS).
 //
 // The module never imports a service.
 package shared

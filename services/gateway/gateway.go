@@ -48,6 +48,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
@@ -264,7 +265,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 
-	pres, err := presence.Connect(s.cfg.NATSServers(), s.names, s.cfg.SnapshotTimeout, s.log.Named("nats"), s.natsMet.Error)
+	pres, err := presence.Connect(s.cfg.NATSServers(), s.cfg.NATSAuth(), s.names, s.cfg.SnapshotTimeout, s.log.Named("nats"), s.natsMet.Error)
 	if err != nil {
 		httpLn.Close()
 		if adminLn != nil {
@@ -279,7 +280,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	cancel()
 	if !pres.Connected() {
-		s.log.Warn("nats not connected at start; retrying in the background", zap.Strings("urls", s.cfg.NATSServers()))
+		s.log.Warn("nats not connected at start; retrying in the background", zap.String("urls", natsconn.RedactURLs(s.cfg.NATSURL)))
 	}
 	s.pres = pres
 	s.natsMet.WatchConnection(pres.Connected)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,23 +12,16 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// NATS settings. Reconnect numbers follow nats.go's defaults where they suit
-// a worker, and say so where they differ.
+// NATS settings. The connection options (reconnect with jitter, timeouts,
+// pings, handlers) are package natsconn's, shared with the gateway.
 const (
 	// natsClientName is the connection name seen in NATS monitoring (and
 	// the Redis CLIENT SETNAME when the URL sets none).
 	natsClientName = "ellipsis-presence-worker"
-	// natsReconnectWait is the pause between reconnect rounds (nats.go
-	// default 2s; 1s brings a worker back sooner after a NATS restart).
-	natsReconnectWait = time.Second
-	// natsReconnectJitter and natsReconnectJitterTLS are added at random to
-	// each wait, so a fleet of workers does not reconnect in lockstep
-	// (nats.go defaults: 100ms and 1s).
-	natsReconnectJitter    = 500 * time.Millisecond
-	natsReconnectJitterTLS = time.Second
 
 	// cmdPendingMsgs and cmdPendingBytes bound the commands nats.go holds
 	// for the command subscription while onCommand decodes and dispatches
@@ -60,52 +52,22 @@ const (
 // command published after Start returns reaches this worker's group.
 func (s *Server) connectNATS(ctx context.Context) error {
 	log := s.log.Named("nats")
-	opts := []nats.Option{
-		nats.Name(natsClientName),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(natsReconnectWait),
-		nats.ReconnectJitter(natsReconnectJitter, natsReconnectJitterTLS),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if s.stopping.Load() {
-				return // our own Shutdown closed the connection
-			}
-			s.m.natsErrors.WithLabelValues("disconnect").Inc()
-			log.Warn("NATS disconnected", zap.Error(err))
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("NATS reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
-		}),
-		nats.ClosedHandler(func(*nats.Conn) {
-			s.natsClosedOnce.Do(func() { close(s.natsClosed) })
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			subject := ""
-			if sub != nil {
-				subject = sub.Subject
-			}
-			if errors.Is(err, nats.ErrSlowConsumer) {
-				s.m.natsErrors.WithLabelValues("slow_consumer").Inc()
-				var pending int
-				if sub != nil {
-					pending, _, _ = sub.Pending()
-				}
-				s.rl.Warn("nats-slow-consumer", "NATS slow consumer: messages dropped, the worker cannot keep up",
-					zap.String("subject", subject), zap.Int("pending", pending))
-				return
-			}
-			s.m.natsErrors.WithLabelValues("async").Inc()
-			s.rl.Warn("nats-async", "NATS error", zap.String("subject", subject), zap.Error(err))
-		}),
-	}
-	nc, err := nats.Connect(strings.Join(s.cfg.NATSServers(), ","), opts...)
+	conn, err := natsconn.Connect(natsconn.Options{
+		URLs:    s.cfg.NATSServers(),
+		Name:    natsClientName,
+		Auth:    s.cfg.NATSAuth(),
+		Log:     log,
+		OnError: func(kind string) { s.m.natsErrors.WithLabelValues(kind).Inc() },
+		Quiet:   s.stopping.Load, // our own Shutdown closed the connection
+	})
 	if err != nil {
 		return fmt.Errorf("worker: NATS: %w", err)
 	}
-	s.nc = nc
-	s.m.watchNATS(nc.IsConnected)
+	nc := conn.NC
+	s.nc, s.natsConn = nc, conn
+	s.m.watchNATS(conn.Connected)
 	if !nc.IsConnected() {
-		log.Warn("NATS not reachable yet, reconnecting in the background", zap.Strings("servers", s.cfg.NATSServers()))
+		log.Warn("NATS not reachable yet, reconnecting in the background", zap.String("servers", natsconn.RedactURLs(s.cfg.NATSURL)))
 	}
 
 	sub, err := nc.QueueSubscribe(s.names.CommandSubject(), names.QueueGroup, s.onCommand)

@@ -188,7 +188,9 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 // subject gets that room's events only, and no dot in a room id makes a
 // subject hierarchy.
 func TestNATSRoomEventSubjectTokens(t *testing.T) {
-	e := newEnv(t, backends[0], eventsOn)
+	// Nothing expires meanwhile: the drains below take about a second on a
+	// loaded machine, and an expiry's typing_stop would be a tenth event.
+	e := newEnv(t, backends[0], eventsOn, func(c *config.Config) { c.TypingTTL = 20 * time.Second })
 	e.startWorker()
 	p := e.cfg.SubjectPrefix + ".typing.v1.room."
 	rooms := map[string]string{

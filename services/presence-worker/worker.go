@@ -41,6 +41,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
@@ -104,10 +105,10 @@ type Server struct {
 
 	rdb redis.UniversalClient
 	st  store.Store
-	nc  *nats.Conn
-	// natsClosed is closed by the NATS ClosedHandler.
-	natsClosed     chan struct{}
-	natsClosedOnce sync.Once
+	nc  *nats.Conn // natsConn.NC
+	// natsConn is the connection (natsconn.Connect); its Closed channel
+	// is closed by the NATS ClosedHandler.
+	natsConn *natsconn.Conn
 	// events publishes room events on NATS; nil unless
 	// Config.NATSEvents (natsevents.go).
 	events *natsEvents
@@ -174,16 +175,15 @@ func New(opts Options) (*Server, error) {
 		batch = DefaultCommandBatch
 	}
 	return &Server{
-		cfg:        cfg,
-		log:        log,
-		reg:        reg,
-		m:          m,
-		rl:         ratelog.New(log, ratelog.DefaultInterval),
-		names:      names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
-		redisOpts:  ropts,
-		done:       make(chan struct{}),
-		natsClosed: make(chan struct{}),
-		quit:       make(chan struct{}),
+		cfg:       cfg,
+		log:       log,
+		reg:       reg,
+		m:         m,
+		rl:        ratelog.New(log, ratelog.DefaultInterval),
+		names:     names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
+		redisOpts: ropts,
+		done:      make(chan struct{}),
+		quit:      make(chan struct{}),
 
 		commandBatch: batch,
 	}, nil
@@ -369,7 +369,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.log.Warn("NATS drain impossible, connection closed", zap.Error(err))
 	}
 	select {
-	case <-s.natsClosed:
+	case <-s.natsConn.Closed():
 	case <-ctx.Done():
 		s.nc.Close()
 		errs = append(errs, fmt.Errorf("worker: NATS drain: %w", ctx.Err()))

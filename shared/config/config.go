@@ -46,6 +46,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -140,9 +141,16 @@ func (s Setting) Valid() string { return s.V.valid() }
 // zero value is not useful: start from [Default] (or [Dev]) and [Load] over
 // it.
 type Config struct {
-	HTTPAddr    string // ELLIPSIS_HTTP_ADDR
-	AdminAddr   string // ELLIPSIS_ADMIN_ADDR
-	NATSURL     string // ELLIPSIS_NATS_URL; see NATSServers
+	HTTPAddr  string // ELLIPSIS_HTTP_ADDR
+	AdminAddr string // ELLIPSIS_ADMIN_ADDR
+	NATSURL   string // ELLIPSIS_NATS_URL; see NATSServers
+	// NATS credentials besides user info in NATSURL: file paths, empty when
+	// unused; see NATSAuth (package natsconn).
+	NATSCreds   string // ELLIPSIS_NATS_CREDS
+	NATSNKey    string // ELLIPSIS_NATS_NKEY
+	NATSTLSCert string // ELLIPSIS_NATS_TLS_CERT
+	NATSTLSKey  string // ELLIPSIS_NATS_TLS_KEY
+	NATSTLSCA   string // ELLIPSIS_NATS_TLS_CA
 	RedisURL    string // ELLIPSIS_REDIS_URL; forms: package redisconn
 	RedisPubSub string // ELLIPSIS_REDIS_PUBSUB; see RedisPubSubMode
 
@@ -250,6 +258,25 @@ func EnvNames() []string {
 	return out
 }
 
+// Shown is how a setting's value may be shown (flag usage, logs): the
+// secrets are hidden, ELLIPSIS_JWT_SECRET as "(set)", the password or
+// token of every ELLIPSIS_NATS_URL as xxxxx and ELLIPSIS_REDIS_URL's
+// password as redisconn.Redact does; other values unchanged (the
+// credential settings are file paths).
+func Shown(env, value string) string {
+	switch {
+	case value == "":
+		return value
+	case env == "ELLIPSIS_JWT_SECRET":
+		return "(set)"
+	case env == "ELLIPSIS_NATS_URL":
+		return natsconn.RedactURLs(value)
+	case env == "ELLIPSIS_REDIS_URL":
+		return redisconn.Redact(value)
+	}
+	return value
+}
+
 // FlagName returns the flag that mirrors an environment variable:
 // ELLIPSIS_TYPING_TTL -> typing-ttl.
 func FlagName(env string) string {
@@ -278,7 +305,7 @@ func Load(fs *flag.FlagSet, args []string, lookup func(string) (string, bool), b
 	}
 	if fs != nil {
 		for _, s := range settings {
-			usage := strings.ReplaceAll(s.Doc, "`", "") + " (" + s.Env + ", now " + strconv.Quote(s.V.String()) + ")"
+			usage := strings.ReplaceAll(s.Doc, "`", "") + " (" + s.Env + ", now " + strconv.Quote(Shown(s.Env, s.V.String())) + ")"
 			fs.Func(FlagName(s.Env), usage, func(v string) error {
 				c.set[s.Env] = true
 				return s.V.set(v)
@@ -341,6 +368,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// NATSAuth returns the NATS credential settings (ELLIPSIS_NATS_CREDS,
+// _NKEY, _TLS_CERT, _TLS_KEY, _TLS_CA) for [natsconn.Connect].
+func (c *Config) NATSAuth() natsconn.Auth {
+	return natsconn.Auth{CredsFile: c.NATSCreds, NKeyFile: c.NATSNKey, TLSCert: c.NATSTLSCert, TLSKey: c.NATSTLSKey, TLSCA: c.NATSTLSCA}
 }
 
 // NATSServers splits NATSURL into its URLs.

@@ -421,3 +421,56 @@ func TestDevValuesParse(t *testing.T) {
 		}
 	}
 }
+
+// TestNATSCredentialSettings: the credential settings are read, and a bad
+// file is an error of Load naming its setting (the files themselves are
+// tested in package natsconn).
+func TestNATSCredentialSettings(t *testing.T) {
+	dir := t.TempDir()
+	_, err := load(t, map[string]string{
+		"ELLIPSIS_NATS_CREDS":    filepath.Join(dir, "missing.creds"),
+		"ELLIPSIS_NATS_TLS_CERT": filepath.Join(dir, "client.crt"),
+	})
+	if err == nil || !strings.Contains(err.Error(), "ELLIPSIS_NATS_CREDS: ") || !strings.Contains(err.Error(), "missing.creds: no such file") ||
+		!strings.Contains(err.Error(), "ELLIPSIS_NATS_TLS_CERT: set, but ELLIPSIS_NATS_TLS_KEY") {
+		t.Fatalf("got %v", err)
+	}
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := load(t, nil, "-nats-tls-ca", ca); err == nil || !strings.Contains(err.Error(), "ELLIPSIS_NATS_TLS_CA: "+ca+": no PEM certificate") {
+		t.Fatalf("flag: got %v", err)
+	}
+	c := Default()
+	c.NATSCreds, c.NATSNKey, c.NATSTLSCert, c.NATSTLSKey, c.NATSTLSCA = "a", "b", "c", "d", "e"
+	if a := c.NATSAuth(); a.CredsFile != "a" || a.NKeyFile != "b" || a.TLSCert != "c" || a.TLSKey != "d" || a.TLSCA != "e" {
+		t.Fatalf("NATSAuth = %+v", a)
+	}
+}
+
+// TestSecretsNotShown: neither -h nor an error shows the JWT secret, a
+// NATS password or token, or a Redis password.
+func TestSecretsNotShown(t *testing.T) {
+	vars := map[string]string{
+		"ELLIPSIS_JWT_SECRET": "jwt-s3cret-value",
+		"ELLIPSIS_NATS_URL":   "nats://nats-t0ken-value@127.0.0.1:4222,nats://u:nats-passw0rd@127.0.0.1:4223,tcp://u:nats-passw0rd@h:1",
+		"ELLIPSIS_REDIS_URL":  "redis://:redis-passw0rd@127.0.0.1:6379",
+	}
+	var out strings.Builder
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(&out)
+	_, err := Load(fs, []string{"-h"}, env(vars), Dev())
+	if err == nil || !strings.Contains(out.String(), "ELLIPSIS_JWT_SECRET, now \"(set)\"") {
+		t.Fatalf("-h: %v\n%s", err, out.String())
+	}
+	_, verr := load(t, vars)
+	if verr == nil || !strings.Contains(verr.Error(), "ELLIPSIS_NATS_URL") {
+		t.Fatalf("the bad URL was accepted: %v", verr)
+	}
+	for _, secret := range []string{"jwt-s3cret-value", "nats-t0ken-value", "nats-passw0rd", "redis-passw0rd"} {
+		if strings.Contains(out.String(), secret) || strings.Contains(verr.Error(), secret) {
+			t.Errorf("%s shown:\n%s\n%v", secret, out.String(), verr)
+		}
+	}
+}

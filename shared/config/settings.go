@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -23,7 +24,17 @@ func (c *Config) table() []Setting {
 		{Env: "ELLIPSIS_ADMIN_ADDR", For: ForBoth, V: str(&c.AdminAddr, ":9090", listenAddr(true)),
 			Doc: "admin listener: `/healthz`, `/readyz`, `/metrics` (empty disables)"},
 		{Env: "ELLIPSIS_NATS_URL", For: ForBoth, V: str(&c.NATSURL, "nats://127.0.0.1:4222", rule("nats://, tls://, ws:// or wss:// URLs", checkNATSURL)),
-			Doc: "NATS server URLs, comma-separated"},
+			Doc: "NATS server URLs, comma-separated; a user and password (`nats://user:pass@host`) or a token (`nats://token@host`) go in the URL, and are never logged"},
+		{Env: "ELLIPSIS_NATS_CREDS", For: ForBoth, V: str(&c.NATSCreds, "", rule("a NATS .creds file", natsconn.CheckCredsFile)),
+			Doc: "NATS `.creds` file (user JWT + NKey seed, decentralised auth); not with `ELLIPSIS_NATS_NKEY` or user info in the URL"},
+		{Env: "ELLIPSIS_NATS_NKEY", For: ForBoth, V: str(&c.NATSNKey, "", rule("a user NKey seed file", natsconn.CheckNKeyFile)),
+			Doc: "NATS user NKey seed file (`SU...`); not with `ELLIPSIS_NATS_CREDS` or user info in the URL"},
+		{Env: "ELLIPSIS_NATS_TLS_CERT", For: ForBoth, V: str(&c.NATSTLSCert, ""),
+			Doc: "NATS mutual TLS: PEM client certificate (needs `ELLIPSIS_NATS_TLS_KEY`; makes TLS required)"},
+		{Env: "ELLIPSIS_NATS_TLS_KEY", For: ForBoth, V: str(&c.NATSTLSKey, ""),
+			Doc: "NATS mutual TLS: the client certificate's PEM private key (needs `ELLIPSIS_NATS_TLS_CERT`)"},
+		{Env: "ELLIPSIS_NATS_TLS_CA", For: ForBoth, V: str(&c.NATSTLSCA, "", rule("a PEM file of CA certificates", natsconn.CheckCAFile)), DefaultDoc: "system CAs",
+			Doc: "PEM file of the CAs trusted for the NATS server's certificate (makes TLS required). Every NATS credential file is parsed at start (a missing or malformed one stops the process, naming the setting) and re-read at each reconnect, so rotated files are picked up"},
 		{Env: "ELLIPSIS_REDIS_URL", For: ForBoth, V: str(&c.RedisURL, "redis://127.0.0.1:6379", rule("a Redis URL (package redisconn)", checkRedisURL)),
 			Doc: "Redis and its topology: `redis[s]://[[user]:pass@]host:port[/db]` standalone; `redis[s]+sentinel://[[user]:pass@]sentinel:26379[/db]?master_name=NAME[&addr=sentinel2:26379][&password=MASTERPASS]` Sentinel; `redis[s]+cluster://[[user]:pass@]host:port[?addr=host2:port&addr=...]` Cluster (any reachable masters seed the slot map). Query options are go-redis's (`dial_timeout=3s`, `pool_size=20`, ...)"},
 		{Env: "ELLIPSIS_REDIS_PUBSUB", For: ForBoth, V: str(&c.RedisPubSub, "", oneOf("", redisconn.PubSubClassic, redisconn.PubSubSharded)),
@@ -166,6 +177,20 @@ var rules = []struct {
 			bad("ELLIPSIS_JWKS_RELOAD: must be at least 100ms, got %s", c.JWKSReload)
 		}
 	}},
+	// The NATS credentials that go together (package natsconn,
+	// Auth.CheckTogether): not .creds and NKey, neither with user info in
+	// ELLIPSIS_NATS_URL, the TLS certificate with its key, read as a pair.
+	// Each file alone is checked by its own entry.
+	{ForBoth, func(c *Config, bad func(string, ...any)) {
+		err := c.NATSAuth().CheckTogether(c.NATSServers())
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				bad("%w", e)
+			}
+		} else if err != nil {
+			bad("%w", err)
+		}
+	}},
 	// ELLIPSIS_JWKS_URL and the settings that go with it. The gateway
 	// checks the URL again when it builds its client.
 	{ForGateway, func(c *Config, bad func(string, ...any)) {
@@ -211,7 +236,7 @@ func checkNATSURL(v string) error {
 		}
 		p, err := url.Parse(u)
 		if err != nil || p.Host == "" || (p.Scheme != "nats" && p.Scheme != "tls" && p.Scheme != "ws" && p.Scheme != "wss") {
-			errs = append(errs, fmt.Errorf("%q is not a nats://, tls://, ws:// or wss:// URL with a host", u))
+			errs = append(errs, fmt.Errorf("%q is not a nats://, tls://, ws:// or wss:// URL with a host", natsconn.RedactURL(u)))
 		}
 	}
 	return errors.Join(errs...)

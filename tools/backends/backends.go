@@ -22,10 +22,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 	"github.com/ellipsis-chat/ellipsis/tools/embedded"
 )
@@ -117,11 +117,11 @@ func Resolve(ctx context.Context, opts Options) (*Backends, error) {
 
 	// NATS.
 	if cfg.IsSet("ELLIPSIS_NATS_URL") {
-		if err := checkNATS(cfg.NATSURL, connect); err != nil {
-			return nil, fmt.Errorf("ELLIPSIS_NATS_URL is set to %s but %w (unset it to use an embedded nats-server)", redactList(cfg.NATSURL), err)
+		if err := checkNATS(cfg.NATSServers(), cfg.NATSAuth(), connect); err != nil {
+			return nil, fmt.Errorf("ELLIPSIS_NATS_URL is set to %s but %w (unset it to use an embedded nats-server)", natsconn.RedactURLs(cfg.NATSURL), err)
 		}
 		b.NATSURL, b.NATSSource = cfg.NATSURL, FromEnv
-		log.Info("NATS: using the configured server (ELLIPSIS_NATS_URL)", zap.String("nats_url", redactList(b.NATSURL)))
+		log.Info("NATS: using the configured server (ELLIPSIS_NATS_URL)", zap.String("nats_url", natsconn.RedactURLs(b.NATSURL)))
 	} else {
 		n, err := embedded.StartNATS(embedded.NATSOptions{Logger: log.Named("nats-server")})
 		if err != nil {
@@ -176,17 +176,10 @@ func (b *Backends) Close() {
 	}
 }
 
-func checkNATS(urls string, timeout time.Duration) error {
-	nc, err := nats.Connect(urls,
-		nats.Name("ellipsis-dev check"),
-		nats.Timeout(timeout),
-		nats.NoReconnect(),
-		nats.RetryOnFailedConnect(false),
-	)
-	if err != nil {
+func checkNATS(urls []string, auth natsconn.Auth, timeout time.Duration) error {
+	if err := natsconn.Probe(urls, auth, "ellipsis-dev check", timeout); err != nil {
 		return fmt.Errorf("NATS is not reachable (timeout %s): %w", timeout, err)
 	}
-	nc.Close()
 	return nil
 }
 
@@ -259,11 +252,3 @@ func probeRedis(ctx context.Context, rawURL string, timeout time.Duration) error
 // redis://:secret@host:6379 gives redis://:xxxxx@host:6379 (a Sentinel
 // URL's password= option too).
 func Redact(raw string) string { return redisconn.Redact(raw) }
-
-func redactList(raw string) string {
-	parts := strings.Split(raw, ",")
-	for i, p := range parts {
-		parts[i] = Redact(strings.TrimSpace(p))
-	}
-	return strings.Join(parts, ",")
-}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/tools/embedded"
 )
 
@@ -231,7 +232,8 @@ func TestProbeRedis(t *testing.T) {
 }
 
 func TestRedact(t *testing.T) {
-	if got := redactList("nats://u:p@a:1, nats://b:2"); got != "nats://u:xxxxx@a:1,nats://b:2" {
-		t.Fatalf("redactList = %q", got)
+	// The NATS list hides the whole user info: a token is the user name.
+	if got := natsconn.RedactURLs("nats://u:p@a:1, nats://tok3n@b:2,nats://c:3"); got != "nats://xxxxx@a:1,nats://xxxxx@b:2,nats://c:3" {
+		t.Fatalf("RedactURLs = %q", got)
 	}
 }

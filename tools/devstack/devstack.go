@@ -21,15 +21,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
 	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
 	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
-	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/tools/backends"
 )
 
@@ -60,8 +60,8 @@ type Stack struct {
 	back    *backends.Backends
 	worker  *worker.Server
 	gateway *gateway.Server
-	chat    *chat.Service // the demo page's chat service; nil without one
-	chatNC  *nats.Conn    // the chat service's NATS connection
+	chat    *chat.Service  // the demo page's chat service; nil without one
+	chatNC  *natsconn.Conn // the chat service's NATS connection
 
 	once sync.Once
 	err  error
@@ -100,6 +100,10 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	s := &Stack{log: log, reg: reg, back: back}
 	cfg.NATSURL, cfg.RedisURL = back.NATSURL, back.RedisURL
+	if back.NATSSource == backends.Embedded {
+		// The embedded nats-server asks for no credentials and speaks no TLS.
+		cfg.NATSCreds, cfg.NATSNKey, cfg.NATSTLSCert, cfg.NATSTLSKey, cfg.NATSTLSCA = "", "", "", "", ""
+	}
 	s.cfg = cfg
 	ok := false
 	defer func() {
@@ -141,18 +145,23 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	return s, nil
 }
 
-// chatConnectTimeout bounds the chat service's NATS connect.
-const chatConnectTimeout = 5 * time.Second
-
-// startChat connects the demo chat service to NATS.
+// startChat connects the demo chat service to NATS with the services'
+// connection setup and credentials (package natsconn: ELLIPSIS_NATS_URL,
+// _CREDS, _NKEY, _TLS_*). Like the services, it returns at once and keeps
+// reconnecting in the background.
 func (s *Stack) startChat() error {
-	nc, err := nats.Connect(s.cfg.NATSURL, nats.Name("ellipsis-dev-chat"), nats.Timeout(chatConnectTimeout), nats.MaxReconnects(-1))
-	if err != nil {
-		return fmt.Errorf("demo chat service: connect to NATS %s: %w", backends.Redact(s.cfg.NATSURL), err)
-	}
-	s.chatNC = nc
-	s.chat = chat.NewService(nc, s.cfg.SubjectPrefix)
 	clog := s.log.Named("demo-chat")
+	conn, err := natsconn.Connect(natsconn.Options{
+		URLs: s.cfg.NATSServers(),
+		Name: "ellipsis-dev-chat",
+		Auth: s.cfg.NATSAuth(),
+		Log:  clog,
+	})
+	if err != nil {
+		return fmt.Errorf("demo chat service: %w", err) // names the setting, never a secret
+	}
+	s.chatNC = conn
+	s.chat = chat.NewService(conn.NC, s.cfg.SubjectPrefix)
 	s.chat.OnStopError = func(room, user string, err error) {
 		clog.Warn("stop typing after a message failed", zap.String("room", room), zap.String("user", user), zap.Error(err))
 	}
@@ -229,7 +238,7 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 			}
 		}
 		if s.chatNC != nil {
-			s.chatNC.Close()
+			s.chatNC.NC.Close()
 		}
 		if s.back != nil {
 			s.back.Close()

@@ -7,6 +7,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
+	"github.com/ellipsis-chat/ellipsis/tools/backends"
 	"github.com/ellipsis-chat/ellipsis/tools/devstack"
 )
 
@@ -37,6 +39,6 @@ func startStack(ctx context.Context, o *Options, log *zap.Logger) (*devstack.Sta
 	o.URLs = []string{st.WebSocketURL()}
 	b := st.Backends()
 	desc := fmt.Sprintf("gateway+worker in this process, NATS %s (%s), Redis %s (%s), store %s, key prefix %q",
-		b.NATSURL, b.NATSSource, b.RedisURL, b.RedisSource, cfg.Store, cfg.KeyPrefix)
+		natsconn.RedactURLs(b.NATSURL), b.NATSSource, backends.Redact(b.RedisURL), b.RedisSource, cfg.Store, cfg.KeyPrefix)
 	return st, desc, nil
 }

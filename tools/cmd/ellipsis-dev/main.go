@@ -24,6 +24,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/logging"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/tools/backends"
 	"github.com/ellipsis-chat/ellipsis/tools/devstack"
 )
@@ -77,7 +78,7 @@ func run() int {
   Ctrl-C stops the stack.
 
 `, st.URL(), st.WebSocketURL(), cfg.Auth, authHint(cfg.Auth), adminLine(st.AdminAddr()),
-		backends.Redact(b.NATSURL), b.NATSSource, backends.Redact(b.RedisURL), b.RedisSource, openHint(cfg.Auth, st.URL()))
+		natsconn.RedactURLs(b.NATSURL), b.NATSSource, backends.Redact(b.RedisURL), b.RedisSource, openHint(cfg.Auth, st.URL()))
 
 	<-ctx.Done()
 	stop() // a second Ctrl-C kills the process at once

@@ -4,13 +4,16 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 )
 
-// NATS error kinds (label kind of ellipsis_gateway_nats_errors_total).
+// NATS error kinds (label kind of ellipsis_gateway_nats_errors_total): the
+// kinds package natsconn reports.
 const (
-	NATSDisconnect   = "disconnect"    // the connection to NATS was lost (nats.go reconnects)
-	NATSSlowConsumer = "slow_consumer" // a subscription (the reply inbox) dropped messages
-	NATSAsync        = "async"         // any other asynchronous error nats.go reported
+	NATSDisconnect   = natsconn.KindDisconnect   // "disconnect": the connection to NATS was lost (nats.go reconnects)
+	NATSSlowConsumer = natsconn.KindSlowConsumer // "slow_consumer": a subscription (the reply inbox) dropped messages
+	NATSAsync        = natsconn.KindAsync        // "async": any other asynchronous error nats.go reported (credentials refused included)
 )
 
 // NATS counts the trouble of the gateway's NATS connection. The log lines

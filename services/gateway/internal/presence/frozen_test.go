@@ -12,6 +12,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -33,7 +34,7 @@ func TestFrozenNATSNeverBlocksStatusOrPublishLong(t *testing.T) {
 	}
 	t.Cleanup(func() { px.Close() })
 	n := names.New("", "presencefrozen"+strings.ReplaceAll(time.Now().Format("150405.000000"), ".", ""))
-	c, err := Connect([]string{"nats://" + px.Addr()}, n, time.Second, zap.NewNop(), nil)
+	c, err := Connect([]string{"nats://" + px.Addr()}, natsconn.Auth{}, n, time.Second, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

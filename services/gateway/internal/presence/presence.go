@@ -8,17 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
-	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -81,146 +78,61 @@ func (c *Client) requestError(err error) error {
 	return unavailable("NATS request failed", err)
 }
 
-// Connection settings (nats.go options used by [Connect]).
-const (
-	// ClientName is the NATS connection name shown in server monitoring.
-	ClientName = "ellipsis-gateway"
-	// ReconnectWait is the pause between reconnect attempts to the same
-	// server (nats.go default 2s); ReconnectJitter adds up to 500ms
-	// (1s with TLS) so gateways do not reconnect in lockstep.
-	ReconnectWait      = time.Second
-	ReconnectJitter    = 500 * time.Millisecond
-	ReconnectJitterTLS = time.Second
-	// ConnectTimeout bounds one dial (nats.go default 2s).
-	ConnectTimeout = 2 * time.Second
-	// FlusherTimeout bounds one write to the NATS socket (nats.go default
-	// 1 minute). nats.go writes while holding its connection lock, which
-	// every publish, request and status check waits on: against a NATS
-	// that stopped reading (a silent partition) the whole gateway would
-	// wait that long. A write that makes no progress within it fails (a
-	// partial one ends the connection, which is then redialed).
-	FlusherTimeout = 2 * time.Second
-	// PingInterval and MaxPingsOut: a NATS connection that answers no
-	// PING for PingInterval * MaxPingsOut is declared dead and redialed
-	// (nats.go defaults 2 minutes and 2: a silent partition would go
-	// unnoticed for about 4 minutes).
-	PingInterval = 5 * time.Second
-	MaxPingsOut  = 2
-	// statusPoll is how often the connection status is observed for
-	// Connected and Status; a reading of it that has waited statusStale
-	// (on nats.go's lock, held by a blocked write) makes the connection
-	// count as unresponsive, so readiness and joins never wait on it.
-	statusPoll  = 100 * time.Millisecond
-	statusStale = time.Second
-)
-
-// observed is one reading of the connection status.
-type observed struct {
-	status nats.Status
-}
+// ClientName is the NATS connection name shown in server monitoring. The
+// other connection settings are package natsconn's, shared with the
+// presence worker.
+const ClientName = "ellipsis-gateway"
 
 // Client publishes commands and requests snapshots. All methods are safe
 // for concurrent use.
 type Client struct {
-	nc      *nats.Conn
+	conn    *natsconn.Conn
+	nc      *nats.Conn // conn.NC
 	names   names.Names
 	timeout time.Duration
-	log     *zap.Logger
-	closed  chan struct{} // closed by nats.go's ClosedHandler
 
 	mu          sync.Mutex
 	onReconnect func()
-
-	// state is the last status read by watchStatus (nil before the first);
-	// reading is the unix ns at which its reading in progress began (0:
-	// none in progress).
-	state   atomic.Pointer[observed]
-	reading atomic.Int64
 }
 
-// Connect dials NATS (urls as in ELLIPSIS_NATS_URL) and returns at once,
-// even when no server is reachable yet. Options, and why:
+// Connect dials NATS (urls as in ELLIPSIS_NATS_URL, auth the credential
+// settings) with [natsconn.Connect] and returns at once, even when no server
+// is reachable yet; it fails only on bad settings (a credentials file
+// missing or malformed: the error names the setting). On top of
+// natsconn's options (reconnect forever with jitter, 2 s dial and write
+// timeouts, PING every 5 s, handlers that count and log), the gateway sets:
 //
 //   - Name("ellipsis-gateway"): visible in the NATS monitoring endpoints.
-//   - RetryOnFailedConnect(true), MaxReconnects(-1): the gateway starts and
-//     keeps serving (answering unavailable) while NATS is down, and
-//     reconnects forever in the background; readiness reports NATS down.
-//   - ReconnectWait(1s) + ReconnectJitter(500ms, 1s TLS): spread reconnects.
 //   - ReconnectBufSize(-1): nats.go buffers no publishes while
 //     disconnected, so a publish fails at once and a command answered
 //     unavailable is never sent later.
-//   - Timeout(2s): dial timeout.
-//   - FlusherTimeout(2s), PingInterval(5s), MaxPingsOutstanding(2): a NATS
-//     that stops reading holds nats.go's connection lock for at most 2 s
-//     per write, and a silent partition is noticed (and redialed) within
-//     about 10 to 15 s; Connected and Status read a status cached every
-//     100 ms, so /readyz and joins never wait on that lock.
-//   - Disconnect/Reconnect/Closed/Error handlers log; the reconnect (and
-//     first connect) handler calls the function set by [Client.OnReconnect]
-//     so the hub can resync its rooms.
+//   - OnConnect: the (re)connect handler calls the function set by
+//     [Client.OnReconnect] so the hub can resync its rooms.
 //   - Subscriptions (the request/reply inbox) keep nats.go's pending limits
 //     (65536 messages, 64 MiB); beyond them NATS drops messages and reports
 //     a slow consumer.
 //
-// snapshotTimeout bounds every snapshot request (ELLIPSIS_SNAPSHOT_TIMEOUT).
-// onError, if not nil, is called with metrics.NATSDisconnect,
-// NATSSlowConsumer or NATSAsync for every problem (to count them; the logs
-// about them are rate-limited).
-func Connect(urls []string, n names.Names, snapshotTimeout time.Duration, log *zap.Logger, onError func(kind string)) (*Client, error) {
-	c := &Client{names: n, timeout: snapshotTimeout, log: log, closed: make(chan struct{})}
-	if onError == nil {
-		onError = func(string) {}
-	}
-	errLog := rate.Sometimes{First: 3, Interval: time.Minute}
-	disconnectLog := rate.Sometimes{First: 3, Interval: time.Minute}
-	nc, err := nats.Connect(strings.Join(urls, ","),
-		nats.Name(ClientName),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(ReconnectWait),
-		nats.ReconnectJitter(ReconnectJitter, ReconnectJitterTLS),
-		nats.ReconnectBufSize(-1),
-		nats.Timeout(ConnectTimeout),
-		nats.FlusherTimeout(FlusherTimeout),
-		nats.PingInterval(PingInterval),
-		nats.MaxPingsOutstanding(MaxPingsOut),
-		nats.ConnectHandler(func(nc *nats.Conn) {
-			log.Info("nats connected", zap.String("url", nc.ConnectedUrlRedacted()))
-			c.reconnected()
-		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil { // nil: closed on purpose
-				onError(metrics.NATSDisconnect)
-				disconnectLog.Do(func() {
-					log.Warn("nats disconnected; reconnecting (logged at most once a minute after 3)", zap.Error(err))
-				})
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
-			c.reconnected()
-		}),
-		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			kind := metrics.NATSAsync
-			if errors.Is(err, nats.ErrSlowConsumer) {
-				kind = metrics.NATSSlowConsumer
-			}
-			onError(kind)
-			subject := ""
-			if sub != nil {
-				subject = sub.Subject
-			}
-			errLog.Do(func() {
-				log.Warn("nats async error (logged at most once a minute after 3)", zap.String("kind", kind), zap.String("subject", subject), zap.Error(err))
-			})
-		}),
-	)
+// Connected and Status read a status cached every 100 ms
+// ([natsconn.Conn.Connected]), so /readyz and joins never wait on nats.go's
+// lock. snapshotTimeout bounds every snapshot request
+// (ELLIPSIS_SNAPSHOT_TIMEOUT). onError, if not nil, is called with
+// metrics.NATSDisconnect, NATSSlowConsumer or NATSAsync for every problem
+// (to count them; the logs about them are rate-limited).
+func Connect(urls []string, auth natsconn.Auth, n names.Names, snapshotTimeout time.Duration, log *zap.Logger, onError func(kind string)) (*Client, error) {
+	c := &Client{names: n, timeout: snapshotTimeout}
+	conn, err := natsconn.Connect(natsconn.Options{
+		URLs:              urls,
+		Name:              ClientName,
+		Auth:              auth,
+		Log:               log,
+		OnError:           onError, // natsconn's kinds are metrics.NATS*
+		OnConnect:         func(*nats.Conn) { c.reconnected() },
+		NoReconnectBuffer: true,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("presence: nats connect: %w", err)
+		return nil, fmt.Errorf("presence: %w", err)
 	}
-	c.nc = nc
-	go c.watchStatus() // ends when the connection is closed (Close)
+	c.conn, c.nc = conn, conn.NC
 	return c, nil
 }
 
@@ -241,57 +153,16 @@ func (c *Client) reconnected() {
 	}
 }
 
-// watchStatus reads the connection status every statusPoll until the
-// connection is closed, for Connected and Status. A read may wait on
-// nats.go's connection lock (up to FlusherTimeout); the callers never do.
-func (c *Client) watchStatus() {
-	t := time.NewTicker(statusPoll)
-	defer t.Stop()
-	for {
-		c.reading.Store(time.Now().UnixNano())
-		c.state.Store(&observed{status: c.nc.Status()})
-		c.reading.Store(0)
-		select {
-		case <-c.closed:
-			c.state.Store(&observed{status: nats.CLOSED})
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// observe returns the last status read and whether it is fresh (no
-// reading has been waiting for statusStale); no I/O, no nats.go lock.
-func (c *Client) observe() (nats.Status, bool) {
-	fresh := true
-	if r := c.reading.Load(); r != 0 && time.Now().UnixNano()-r > int64(statusStale) {
-		fresh = false
-	}
-	o := c.state.Load()
-	if o == nil {
-		return nats.CONNECTING, fresh
-	}
-	return o.status, fresh
-}
-
-// Connected reports whether NATS is connected, as observed at most
-// statusPoll ago; false while a reading of the status has waited
-// statusStale (a write to NATS is blocked). It never waits.
-func (c *Client) Connected() bool {
-	st, fresh := c.observe()
-	return fresh && st == nats.CONNECTED
-}
+// Connected reports whether NATS is connected, as observed at most 100 ms
+// ago; false while a reading of the status has waited 1 s (a write to NATS
+// is blocked). It never waits.
+func (c *Client) Connected() bool { return c.conn.Connected() }
 
 // Status describes the connection for readiness ("CONNECTED",
-// "RECONNECTING", ..., or "UNRESPONSIVE" while a write to NATS is
-// blocked). It never waits.
-func (c *Client) Status() string {
-	st, fresh := c.observe()
-	if !fresh {
-		return "UNRESPONSIVE (a write to NATS is blocked)"
-	}
-	return st.String()
-}
+// "RECONNECTING", "RECONNECTING: nats: authorization violation", ..., or
+// "UNRESPONSIVE (a write to NATS is blocked)"). It never waits and never
+// holds a secret.
+func (c *Client) Status() string { return c.conn.Status() }
 
 // Publish sends cmd on the command subject. It fails with an error wrapping
 // [ErrUnavailable] when NATS is not connected; nothing is buffered for later.
@@ -387,7 +258,7 @@ func (c *Client) Close(ctx context.Context) error {
 		c.nc.Close()
 	}
 	select {
-	case <-c.closed:
+	case <-c.conn.Closed():
 		return nil
 	case <-ctx.Done():
 		c.nc.Close()

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 )
 
 // Tests run against the machine's NATS (ELLIPSIS_TEST_NATS_URL), each on
@@ -32,7 +33,7 @@ func newClient(t *testing.T, timeout time.Duration) (*Client, *nats.Conn, names.
 	_, _ = rand.Read(b)
 	n := names.New("", "presencetest"+hex.EncodeToString(b))
 	var errs atomic.Int64
-	c, err := Connect([]string{natsURL()}, n, timeout, zap.NewNop(), func(string) { errs.Add(1) })
+	c, err := Connect([]string{natsURL()}, natsconn.Auth{}, n, timeout, zap.NewNop(), func(string) { errs.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestSnapshotRetriesALostRequest(t *testing.T) {
 func TestNotConnectedFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	n := names.New("", "presencetest-down")
-	c, err := Connect([]string{"nats://127.0.0.1:1"}, n, time.Second, zap.NewNop(), nil)
+	c, err := Connect([]string{"nats://127.0.0.1:1"}, natsconn.Auth{}, n, time.Second, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
