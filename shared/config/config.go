@@ -103,6 +103,11 @@ type Config struct {
 	// AdminAddr serves /healthz, /readyz and /metrics on both services.
 	// ELLIPSIS_ADMIN_ADDR, default ":9090". Empty disables it.
 	AdminAddr string
+	// Pprof also serves net/http/pprof's /debug/pprof/ on the admin
+	// listener of both services (CPU and heap profiles for
+	// docs/BENCHMARKS.md). ELLIPSIS_PPROF, default false: a profile costs
+	// CPU and shows internals, so it is off unless asked for.
+	Pprof bool
 	// NATSURL is one or more NATS server URLs, comma-separated.
 	// ELLIPSIS_NATS_URL, default "nats://127.0.0.1:4222".
 	NATSURL string
@@ -455,6 +460,7 @@ func (c *Config) settings() []setting {
 	add("ELLIPSIS_STORE", "worker: typing-state layout, zset or keys (seed pattern 1)", func() (func(string) error, func() string) { return str(&c.Store) })
 	add("ELLIPSIS_GATEWAY_ID", "gateway id in conn ids (default random)", func() (func(string) error, func() string) { return str(&c.GatewayID) })
 	add("ELLIPSIS_DEMO_PAGE", "serve the demo page at /", func() (func(string) error, func() string) { return boolean(&c.DemoPage) })
+	add("ELLIPSIS_PPROF", "serve /debug/pprof/ on the admin listener (both services)", func() (func(string) error, func() string) { return boolean(&c.Pprof) })
 	add("ELLIPSIS_LOG_LEVEL", "debug, info, warn or error", func() (func(string) error, func() string) { return str(&c.LogLevel) })
 	add("ELLIPSIS_LOG_FORMAT", "json or console", func() (func(string) error, func() string) { return str(&c.LogFormat) })
 	return s
