@@ -156,8 +156,9 @@ type Conn struct {
 	finalCode   int // close code for metrics
 	readerDone  chan struct{}
 	writerDone  chan struct{}
-	ctx         context.Context // cancelled on close: aborts requests in flight
-	cancel      context.CancelFunc
+	// ctx is done once a close was requested (quit): it aborts requests
+	// in flight. See connCtx.
+	ctx context.Context
 
 	inbound inboundGuard // inbound token bucket and abuse count; reader only
 	lanes   lanes        // per-room FIFOs of joins and syncs in flight (lanes.go)
@@ -186,8 +187,7 @@ func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps De
 	if cfg.OutboundQueue <= 0 {
 		cfg.OutboundQueue = 256
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Conn{
+	c := &Conn{
 		ws:         ws,
 		id:         id,
 		ident:      ident,
@@ -197,11 +197,32 @@ func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps De
 		quit:       make(chan struct{}),
 		readerDone: make(chan struct{}),
 		writerDone: make(chan struct{}),
-		ctx:        ctx,
-		cancel:     cancel,
 		inbound:    newInboundGuard(time.Now(), cfg.InboundRate, cfg.InboundBurst, cfg.MaxRejectedWindow),
 		rooms:      map[string]struct{}{},
 	}
+	c.ctx = connCtx{c}
+	return c
+}
+
+// connCtx is a connection's context: done when quit is closed (the first
+// close request), with no deadline and no values. It replaces a
+// context.WithCancel, whose cancelCtx, lazily made Done channel and
+// children map (kept once a join had derived a timeout from it) were about
+// 500 bytes of every idle connection. A context derived from it watches
+// quit with a goroutine for as long as it lives (a join or sync in
+// flight: context.WithTimeout's rule for a parent of a foreign type).
+type connCtx struct{ c *Conn }
+
+func (connCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (x connCtx) Done() <-chan struct{}     { return x.c.quit }
+func (connCtx) Value(any) any               { return nil }
+
+// Err is context.Canceled once quit is closed, else nil.
+func (x connCtx) Err() error {
+	if x.c.closing() {
+		return context.Canceled
+	}
+	return nil
 }
 
 // logAt logs msg at lvl with the connection's conn_id and user_id first,
@@ -283,8 +304,7 @@ func (c *Conn) closeWith(send, final int, reason string) bool {
 		// A write in flight may be blocked on a peer that stopped reading
 		// (a slow consumer): give it closeGrace at most, not WriteWait.
 		_ = c.ws.UnderlyingConn().SetWriteDeadline(time.Now().Add(closeGrace))
-		close(c.quit)
-		c.cancel()
+		close(c.quit) // also cancels c.ctx
 		// The writer runs the close sequence (flush, close frame, TCP
 		// close); start one unless one runs (it sees quit).
 		c.qmu.Lock()
