@@ -100,3 +100,148 @@ func internType(b []byte) string {
 	}
 	return string(b)
 }
+
+// scanCommand is the fast path of [DecodeCommand] for the commands
+// gateways publish (AppendCommand's output): a JSON object whose members
+// are known Command fields (exact keys), strings of printable ASCII with
+// no escape, whole numbers without sign (v, seq, ts_ms; at most 18
+// digits) and "rooms" an array of such strings. It fills c exactly as
+// encoding/json would and reports ok; anything else returns ok false and
+// the caller decodes with encoding/json. FuzzCommandScan checks it
+// against encoding/json.
+func scanCommand(data []byte) (c Command, ok bool) {
+	i := skipWS(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return c, false
+	}
+	i = skipWS(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return c, skipWS(data, i+1) == len(data)
+	}
+	for {
+		key, j, ok := scanPlainString(data, i)
+		if !ok {
+			return c, false
+		}
+		i = skipWS(data, j)
+		if i >= len(data) || data[i] != ':' {
+			return c, false
+		}
+		i = skipWS(data, i+1)
+		switch string(key) {
+		case "v", "seq", "ts_ms":
+			n, j, ok := scanWhole(data, i)
+			if !ok {
+				return c, false
+			}
+			switch string(key) {
+			case "v":
+				c.V = int(n)
+			case "seq":
+				c.Seq = uint64(n)
+			default:
+				c.TsMs = n
+			}
+			i = j
+		case "rooms":
+			rooms, j, ok := scanPlainStrings(data, i)
+			if !ok {
+				return c, false
+			}
+			c.Rooms, i = rooms, j
+		default:
+			val, j, ok := scanPlainString(data, i)
+			if !ok {
+				return c, false
+			}
+			switch string(key) {
+			case "op":
+				c.Op = internOp(val)
+			case "room":
+				c.Room = string(val)
+			case "user":
+				c.User = string(val)
+			case "name":
+				c.Name = string(val)
+			case "conn":
+				c.Conn = string(val)
+			default:
+				return c, false
+			}
+			i = j
+		}
+		i = skipWS(data, i)
+		if i >= len(data) {
+			return c, false
+		}
+		switch data[i] {
+		case ',':
+			i = skipWS(data, i+1)
+		case '}':
+			return c, skipWS(data, i+1) == len(data)
+		default:
+			return c, false
+		}
+	}
+}
+
+// scanWhole reads a JSON number at data[i] that is a whole number without
+// sign, fraction or exponent, of at most 18 digits (no overflow), and
+// returns it with the index after it.
+func scanWhole(data []byte, i int) (n int64, next int, ok bool) {
+	j := i
+	for j < len(data) && data[j] >= '0' && data[j] <= '9' {
+		n = n*10 + int64(data[j]-'0')
+		j++
+	}
+	switch {
+	case j == i, j-i > 18, data[i] == '0' && j-i > 1:
+		return 0, 0, false
+	case j < len(data) && (data[j] == '.' || data[j] == 'e' || data[j] == 'E'):
+		return 0, 0, false
+	}
+	return n, j, true
+}
+
+// scanPlainStrings reads a JSON array of plain strings (scanPlainString)
+// at data[i]; [] gives an empty, non-nil slice, as encoding/json does.
+func scanPlainStrings(data []byte, i int) (out []string, next int, ok bool) {
+	if i >= len(data) || data[i] != '[' {
+		return nil, 0, false
+	}
+	out = []string{}
+	i = skipWS(data, i+1)
+	if i < len(data) && data[i] == ']' {
+		return out, i + 1, true
+	}
+	for {
+		s, j, ok := scanPlainString(data, i)
+		if !ok {
+			return nil, 0, false
+		}
+		out = append(out, string(s))
+		i = skipWS(data, j)
+		if i >= len(data) {
+			return nil, 0, false
+		}
+		switch data[i] {
+		case ',':
+			i = skipWS(data, i+1)
+		case ']':
+			return out, i + 1, true
+		default:
+			return nil, 0, false
+		}
+	}
+}
+
+// internOp returns the constant for a known command op (no allocation),
+// else a copy of b.
+func internOp(b []byte) string {
+	for _, op := range [...]string{OpStart, OpStop, OpLeave, OpDisconnect} {
+		if string(b) == op {
+			return op
+		}
+	}
+	return string(b)
+}

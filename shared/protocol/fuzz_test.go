@@ -141,3 +141,28 @@ func FuzzAppendCommand(f *testing.F) {
 		}
 	})
 }
+
+// The fast path of DecodeCommand (scanCommand) agrees with encoding/json
+// on every payload it accepts.
+func FuzzCommandScan(f *testing.F) {
+	for _, s := range []string{
+		string(benchCommand), `{"v":1,"op":"disconnect","user":"u","conn":"gw:1","seq":9,"rooms":["a","b"],"ts_ms":5}`,
+		`{"v":01}`, `{"v":1.0}`, `{"seq":-1}`, `{"rooms":[]}`, `{"rooms":["a",]}`, `{"rooms":["a"],"rooms":["b","c"]}`,
+		`{"v":999999999999999999}`, `{"op":"start","op":"stop"}`, `{}`, ` { "v" : 1 } `, `{"v":1e3}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := scanCommand(data)
+		if !ok {
+			return
+		}
+		var want Command
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("scan accepted %q, encoding/json refuses it: %v", data, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("scan of %q = %+v, encoding/json = %+v", data, got, want)
+		}
+	})
+}

@@ -113,9 +113,12 @@ func (c *Command) Validate() error {
 // DecodeCommand parses and validates a command payload. Errors name the
 // field ("json" for malformed payloads).
 func DecodeCommand(data []byte) (Command, error) {
-	var c Command
-	if err := json.Unmarshal(data, &c); err != nil {
-		return Command{}, decodeErr(err)
+	c, ok := scanCommand(data) // the gateways' commands, without reflection
+	if !ok {
+		c = Command{}
+		if err := json.Unmarshal(data, &c); err != nil {
+			return Command{}, decodeErr(err)
+		}
 	}
 	if err := c.Validate(); err != nil {
 		return Command{}, err
