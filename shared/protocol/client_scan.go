@@ -245,3 +245,91 @@ func internOp(b []byte) string {
 	}
 	return string(b)
 }
+
+// scanRoomEvent is the fast path of [DecodeRoomEvent] for the events the
+// workers publish: a JSON object of known RoomEvent fields (exact keys),
+// plain strings (scanPlainString) and whole numbers (scanWhole). It fills
+// ev exactly as encoding/json would and reports ok; anything else returns
+// ok false and the caller decodes with encoding/json. The gateway decodes
+// every room event once (not per receiver) before its fan-out.
+// FuzzRoomEventScan checks it against encoding/json.
+func scanRoomEvent(data []byte) (ev RoomEvent, ok bool) {
+	i := skipWS(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return ev, false
+	}
+	i = skipWS(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return ev, skipWS(data, i+1) == len(data)
+	}
+	for {
+		key, j, ok := scanPlainString(data, i)
+		if !ok {
+			return ev, false
+		}
+		i = skipWS(data, j)
+		if i >= len(data) || data[i] != ':' {
+			return ev, false
+		}
+		i = skipWS(data, i+1)
+		switch string(key) {
+		case "v", "ttl_ms", "ts_ms":
+			n, j, ok := scanWhole(data, i)
+			if !ok {
+				return ev, false
+			}
+			switch string(key) {
+			case "v":
+				ev.V = int(n)
+			case "ttl_ms":
+				ev.TTLMs = n
+			default:
+				ev.TsMs = n
+			}
+			i = j
+		default:
+			val, j, ok := scanPlainString(data, i)
+			if !ok {
+				return ev, false
+			}
+			switch string(key) {
+			case "type":
+				ev.Type = internType(val)
+			case "room":
+				ev.Room = string(val)
+			case "user":
+				ev.User = string(val)
+			case "name":
+				ev.Name = string(val)
+			case "reason":
+				ev.Reason = internReason(val)
+			default:
+				return ev, false
+			}
+			i = j
+		}
+		i = skipWS(data, i)
+		if i >= len(data) {
+			return ev, false
+		}
+		switch data[i] {
+		case ',':
+			i = skipWS(data, i+1)
+		case '}':
+			return ev, skipWS(data, i+1) == len(data)
+		default:
+			return ev, false
+		}
+	}
+}
+
+// internReason returns the constant for a known stop reason (no
+// allocation), else a copy of b.
+func internReason(b []byte) string {
+	for _, r := range [...]string{ReasonStopped, ReasonExpired, ReasonDisconnected, ReasonLeft} {
+		if string(b) == r {
+			return r
+		}
+	}
+	return string(b)
+}

@@ -166,3 +166,27 @@ func FuzzCommandScan(f *testing.F) {
 		}
 	})
 }
+
+// The fast path of DecodeRoomEvent (scanRoomEvent) agrees with
+// encoding/json on every payload it accepts.
+func FuzzRoomEventScan(f *testing.F) {
+	for _, s := range []string{
+		string(benchRoomEvent), string(benchStopEvent), `{}`, `{"v":1,"v":2}`, `{"ts_ms":-1}`, `{"ttl_ms":1.5}`,
+		`{"type":"typing_start","reason":"x"}`, `{"name":"a\u00e9"}`, `{"v":1}  `, `{"v":1,}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := scanRoomEvent(data)
+		if !ok {
+			return
+		}
+		var want RoomEvent
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("scan accepted %q, encoding/json refuses it: %v", data, err)
+		}
+		if got != want {
+			t.Fatalf("scan of %q = %+v, encoding/json = %+v", data, got, want)
+		}
+	})
+}
