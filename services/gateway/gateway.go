@@ -219,8 +219,13 @@ func New(opts Options) (*Server, error) {
 	s.demoChat = opts.DemoChat
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: readHeaderTimeout,
-		ReadBufferSize:   1024,
-		WriteBufferSize:  1024,
+		// Client frames are small (typing frames are about 60 bytes, at
+		// most ELLIPSIS_MAX_FRAME_BYTES): a 256-byte read buffer holds
+		// several, and is 768 bytes less of every idle connection than
+		// 1 KiB (gorilla reads a larger frame in pieces; a control frame's
+		// 125 bytes and header fit).
+		ReadBufferSize:  256,
+		WriteBufferSize: 1024,
 		// Write buffers are taken from the pool for one message and given
 		// back after it is flushed: an idle connection holds none.
 		WriteBufferPool: &sync.Pool{},

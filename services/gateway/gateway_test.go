@@ -709,6 +709,27 @@ func TestAdmin(t *testing.T) {
 	if noAdmin.srv.AdminAddr() != "" {
 		t.Fatalf("AdminAddr %q with the admin listener disabled", noAdmin.srv.AdminAddr())
 	}
+
+	// /debug/pprof/ only with ELLIPSIS_PPROF.
+	if st := getStatus(t, admin+"/debug/pprof/"); st != 404 {
+		t.Errorf("/debug/pprof/ without ELLIPSIS_PPROF: %d, want 404", st)
+	}
+	prof := newEnv(t, func(c *config.Config) { c.Pprof = true })
+	if st := getStatus(t, "http://"+prof.srv.AdminAddr()+"/debug/pprof/goroutine?debug=1"); st != 200 {
+		t.Errorf("/debug/pprof/goroutine with ELLIPSIS_PPROF: %d, want 200", st)
+	}
+}
+
+// getStatus is the status of a GET of u (any body).
+func getStatus(t *testing.T, u string) int {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func TestShutdown(t *testing.T) {

@@ -276,6 +276,7 @@ func (s *Server) newAdmin() *admin.Server {
 		ShuttingDown:   s.shuttingDown.Load,
 		ShutdownReason: "shutting down (lame duck)",
 		Logger:         s.log,
+		Pprof:          s.cfg.Pprof,
 	})
 }
 

@@ -27,6 +27,7 @@ func (s *Server) startAdmin() {
 		},
 		ShuttingDown: func() bool { return !s.ready.Load() },
 		Logger:       s.log,
+		Pprof:        s.cfg.Pprof,
 	})
 	s.admin.Serve(s.adminLn)
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -75,6 +76,10 @@ type Options struct {
 	ProbeTimeout time.Duration
 	// Logger receives listener errors. Nil: none.
 	Logger *zap.Logger
+	// Pprof also serves net/http/pprof's profiles under /debug/pprof/
+	// (ELLIPSIS_PPROF); a CPU profile or trace is bounded by the
+	// listener's write timeout.
+	Pprof bool
 }
 
 // Server is one admin listener.
@@ -110,7 +115,8 @@ func New(opts Options) *Server {
 	return s
 }
 
-// Handler routes /healthz, /readyz and /metrics.
+// Handler routes /healthz, /readyz, /metrics and, with Options.Pprof,
+// /debug/pprof/.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -126,6 +132,13 @@ func (s *Server) Handler() http.Handler {
 	})
 	if s.opts.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if s.opts.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	return mux
 }

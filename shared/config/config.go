@@ -202,6 +202,7 @@ type Config struct {
 	NATSEvents   bool   // ELLIPSIS_NATS_EVENTS
 	GatewayID    string // ELLIPSIS_GATEWAY_ID
 	DemoPage     bool   // ELLIPSIS_DEMO_PAGE
+	Pprof        bool   // ELLIPSIS_PPROF
 	LogLevel     string // ELLIPSIS_LOG_LEVEL
 	LogFormat    string // ELLIPSIS_LOG_FORMAT
 

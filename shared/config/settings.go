@@ -125,6 +125,8 @@ func (c *Config) table() []Setting {
 			Doc: "gateway id in connection ids (`<id>-<per-boot suffix>:<n>`, so a restart never reuses a connection id)"},
 		{Env: "ELLIPSIS_DEMO_PAGE", For: ForGateway, V: boolean(&c.DemoPage, true),
 			Doc: "serve the demo page and JS client at `/`"},
+		{Env: "ELLIPSIS_PPROF", For: ForBoth, V: boolean(&c.Pprof, false),
+			Doc: "also serve Go's profiles (`net/http/pprof`) at `/debug/pprof/` on the admin listener; off by default: a profile costs CPU and shows internals (docs/BENCHMARKS.md)"},
 		{Env: "ELLIPSIS_LOG_LEVEL", For: ForBoth, V: str(&c.LogLevel, "info", oneOf("debug", "info", "warn", "error")),
 			Doc: "zap log level"},
 		{Env: "ELLIPSIS_LOG_FORMAT", For: ForBoth, V: str(&c.LogFormat, "json", oneOf("json", "console")), Dev: "console",

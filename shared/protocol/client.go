@@ -79,15 +79,30 @@ func (e *FrameError) Error() string { return e.Code + ": " + e.Message }
 // it returns a *[FrameError] whose Code is [CodeBadRequest] (malformed JSON,
 // missing or invalid field) or [CodeUnknownType].
 func DecodeClientFrame(data []byte) (ClientFrame, error) {
-	var f ClientFrame
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, ok := scanClientFrame(data) // the common frames, without reflection
+	if !ok {
+		f = ClientFrame{}
+		if err := json.Unmarshal(data, &f); err != nil {
+			return ClientFrame{}, clientDecodeError(err, f)
+		}
+	}
+	return validateClientFrame(f)
+}
+
+// clientDecodeError is the FrameError of a frame encoding/json refused.
+func clientDecodeError(err error, f ClientFrame) error {
+	{
 		fe := &FrameError{Code: CodeBadRequest, Message: decodeErr(err).Error()}
 		// A wrong type in one field still decodes the others: echo the id.
 		if _, typeErr := err.(*json.UnmarshalTypeError); typeErr && ValidateRequestID(f.ID) == nil {
 			fe.ID = f.ID
 		}
-		return ClientFrame{}, fe
+		return fe
 	}
+}
+
+// validateClientFrame checks a decoded client frame.
+func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 	if err := ValidateRequestID(f.ID); err != nil {
 		return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: err.Error()}
 	}

@@ -91,6 +91,17 @@ func BenchmarkEncodeCommand(b *testing.B) {
 	}
 }
 
+// BenchmarkAppendCommand is the same command with AppendCommand, into a
+// reused buffer (the gateway's publish path).
+func BenchmarkAppendCommand(b *testing.B) {
+	c := &Command{V: Version, Op: OpStart, Room: "room-4711", User: "user-123456", Name: "Alice Example", Conn: "gw-a1b2c3d4:17", Seq: 42, TsMs: 1764480000000}
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, sinkErr = AppendCommand(buf[:0], c)
+	}
+}
+
 func BenchmarkDecodeRoomEvent(b *testing.B) {
 	for _, bc := range []struct {
 		name string

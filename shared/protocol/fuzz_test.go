@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -91,6 +92,101 @@ func FuzzDecodeRoomEvent(f *testing.F) {
 		ev, err := DecodeRoomEvent(data)
 		if err == nil && (ValidateID("room", ev.Room) != nil || ValidateID("user", ev.User) != nil) {
 			t.Fatalf("accepted invalid event %+v", ev)
+		}
+	})
+}
+
+// The fast path of DecodeClientFrame (scanClientFrame) agrees with
+// encoding/json on every frame it accepts.
+func FuzzClientFrameScan(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"join","room":"42","id":"c1"}`, ` { "type" : "typing_stop" , "room":"r" } `,
+		`{"type":"ping"}`, `{}`, `{"type":"a","type":"b"}`, `{"Type":"join"}`, `{"type":"join","x":1}`,
+		`{"type":"join"}x`, `{"type":"join",}`, `{"room":"a\"b"}`, `{"room":"é"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := scanClientFrame(data)
+		if !ok {
+			return
+		}
+		var want ClientFrame
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("scan accepted %q, encoding/json refuses it: %v", data, err)
+		}
+		if got != want {
+			t.Fatalf("scan of %q = %+v, encoding/json = %+v", data, got, want)
+		}
+	})
+}
+
+// AppendCommand writes what json.Marshal writes.
+func FuzzAppendCommand(f *testing.F) {
+	f.Add(1, "start", "room-1", "", "u1", "Alice", "gw:1", uint64(3), int64(1764480000000))
+	f.Add(1, "disconnect", "", "a,b", "u1", "", "gw:1", uint64(0), int64(0))
+	f.Add(0, "x<y", "é", "", "\"", "&", "\x00", uint64(1), int64(-1))
+	f.Fuzz(func(t *testing.T, v int, op, room, rooms, user, name, conn string, seq uint64, ts int64) {
+		c := &Command{V: v, Op: op, Room: room, User: user, Name: name, Conn: conn, Seq: seq, TsMs: ts}
+		if rooms != "" {
+			c.Rooms = strings.Split(rooms, ",")
+		}
+		want, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := AppendCommand([]byte("x"), c)
+		if err != nil || string(got) != "x"+string(want) {
+			t.Fatalf("AppendCommand = %q, %v; json.Marshal = %q", got, err, want)
+		}
+	})
+}
+
+// The fast path of DecodeCommand (scanCommand) agrees with encoding/json
+// on every payload it accepts.
+func FuzzCommandScan(f *testing.F) {
+	for _, s := range []string{
+		string(benchCommand), `{"v":1,"op":"disconnect","user":"u","conn":"gw:1","seq":9,"rooms":["a","b"],"ts_ms":5}`,
+		`{"v":01}`, `{"v":1.0}`, `{"seq":-1}`, `{"rooms":[]}`, `{"rooms":["a",]}`, `{"rooms":["a"],"rooms":["b","c"]}`,
+		`{"v":999999999999999999}`, `{"op":"start","op":"stop"}`, `{}`, ` { "v" : 1 } `, `{"v":1e3}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := scanCommand(data)
+		if !ok {
+			return
+		}
+		var want Command
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("scan accepted %q, encoding/json refuses it: %v", data, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("scan of %q = %+v, encoding/json = %+v", data, got, want)
+		}
+	})
+}
+
+// The fast path of DecodeRoomEvent (scanRoomEvent) agrees with
+// encoding/json on every payload it accepts.
+func FuzzRoomEventScan(f *testing.F) {
+	for _, s := range []string{
+		string(benchRoomEvent), string(benchStopEvent), `{}`, `{"v":1,"v":2}`, `{"ts_ms":-1}`, `{"ttl_ms":1.5}`,
+		`{"type":"typing_start","reason":"x"}`, `{"name":"a\u00e9"}`, `{"v":1}  `, `{"v":1,}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := scanRoomEvent(data)
+		if !ok {
+			return
+		}
+		var want RoomEvent
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("scan accepted %q, encoding/json refuses it: %v", data, err)
+		}
+		if got != want {
+			t.Fatalf("scan of %q = %+v, encoding/json = %+v", data, got, want)
 		}
 	})
 }

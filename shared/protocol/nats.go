@@ -113,9 +113,12 @@ func (c *Command) Validate() error {
 // DecodeCommand parses and validates a command payload. Errors name the
 // field ("json" for malformed payloads).
 func DecodeCommand(data []byte) (Command, error) {
-	var c Command
-	if err := json.Unmarshal(data, &c); err != nil {
-		return Command{}, decodeErr(err)
+	c, ok := scanCommand(data) // the gateways' commands, without reflection
+	if !ok {
+		c = Command{}
+		if err := json.Unmarshal(data, &c); err != nil {
+			return Command{}, decodeErr(err)
+		}
 	}
 	if err := c.Validate(); err != nil {
 		return Command{}, err
@@ -246,9 +249,12 @@ func RoomEventPrefix(ev RoomEvent) []byte {
 
 // DecodeRoomEvent parses and validates a room event from Pub/Sub.
 func DecodeRoomEvent(data []byte) (RoomEvent, error) {
-	var ev RoomEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
-		return RoomEvent{}, &FieldError{"json", "malformed: " + jsonErrText(err)}
+	ev, ok := scanRoomEvent(data) // the workers' events, without reflection
+	if !ok {
+		ev = RoomEvent{}
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return RoomEvent{}, &FieldError{"json", "malformed: " + jsonErrText(err)}
+		}
 	}
 	if ev.V != Version {
 		return RoomEvent{}, &FieldError{"v", fmt.Sprintf("must be %d, got %d", Version, ev.V)}

@@ -90,6 +90,9 @@ type Client struct {
 	nc      *nats.Conn // conn.NC
 	names   names.Names
 	timeout time.Duration
+	// cmdBufs holds *[]byte encoding buffers of Publish: no allocation
+	// per command.
+	cmdBufs sync.Pool
 
 	mu          sync.Mutex
 	onReconnect func()
@@ -170,12 +173,20 @@ func (c *Client) Publish(cmd *protocol.Command) error {
 	if !c.Connected() {
 		return unavailable("NATS not connected", nil)
 	}
-	data, err := json.Marshal(cmd)
+	bp, _ := c.cmdBufs.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, 0, 256) // a command is about 160 bytes
+		bp = &b
+	}
+	defer c.cmdBufs.Put(bp)
+	data, err := protocol.AppendCommand((*bp)[:0], cmd)
 	if err != nil {
 		return fmt.Errorf("presence: encode command: %w", err)
 	}
+	*bp = data
 	// With ReconnectBufSize(-1) this fails (never buffers) once nats.go
-	// has noticed the connection is gone.
+	// has noticed the connection is gone. nats.go copies data into its
+	// write buffer before Publish returns, so the buffer is reused.
 	if err := c.nc.Publish(c.names.CommandSubject(), data); err != nil {
 		return unavailable("NATS not connected", err)
 	}

@@ -38,7 +38,8 @@ const (
 
 // lanes is a connection's room lanes; the reader creates lanes, each lane's
 // goroutine removes its own. The zero value is ready (nothing is
-// allocated until the first join or sync).
+// allocated until the first join or sync, and the last lane to end lets
+// the map and channel go).
 type lanes struct {
 	mu    sync.Mutex
 	rooms map[string]*[]protocol.ClientFrame // room → frames queued behind the one in flight
@@ -104,9 +105,15 @@ func (c *Conn) runLane(f protocol.ClientFrame) {
 		q := l.rooms[room]
 		if len(*q) == 0 {
 			delete(l.rooms, room)
+			free := l.free
+			if len(l.rooms) == 0 {
+				// Nothing in flight: an idle connection keeps neither the
+				// map nor the channel (a reader waiting on free holds it).
+				l.rooms, l.free = nil, nil
+			}
 			l.mu.Unlock()
 			select {
-			case l.free <- struct{}{}:
+			case free <- struct{}{}:
 			default: // a token is there already
 			}
 			return

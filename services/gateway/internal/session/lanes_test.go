@@ -150,7 +150,7 @@ func (c *Conn) in(t *testing.T, typ, room, id string) {
 
 // closeNoSocket does what a close request does, without a socket.
 func (c *Conn) closeNoSocket() {
-	c.closeOnce.Do(func() { close(c.quit); c.cancel() })
+	c.closeOnce.Do(func() { close(c.quit) })
 }
 
 // collect gathers the frames the connection queued until done reports true

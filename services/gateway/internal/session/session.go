@@ -4,9 +4,14 @@
 // the authenticated user, the connection id and a sequence number, and
 // writes server frames.
 //
-// Each connection has two long-lived goroutines, as in gorilla/websocket's
-// examples/chat/client.go: the reader (the caller of [Conn.Serve]) reads and
-// handles frames; the writer owns every data write and the pings. A join or
+// Each connection has one long-lived goroutine, the reader (the caller of
+// [Conn.Serve]), which reads and handles frames. The writer, which owns
+// every data write and the pings, runs on demand: it is started when a
+// frame (or a ping) is queued and none runs, and ends when the queue is
+// empty, so an idle connection parks one goroutine, not two (a parked
+// writer's stack was about 8 KiB of every idle connection; docs/BENCHMARKS.md,
+// "Gateway side and hop costs of issue 14"). Pings come from a runtime
+// timer per connection (no goroutine), which starts the writer. A join or
 // sync, which waits on the network, runs in its room's lane (lanes.go): a
 // goroutine that lives while the room has a frame in flight and serves the
 // room's later frames in order, so pings and other rooms' frames never wait
@@ -20,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -123,12 +129,16 @@ type Conn struct {
 	// guarded by qmu. When it is full the connection is closed with 1013
 	// (slow consumer): a sender never blocks. It grows on demand and is
 	// released when it drains with a large backing array, so an idle
-	// connection holds (almost) nothing; queued, one token on ready wakes
-	// the writer. Nothing is ever closed; the writer stops on quit.
-	qmu   sync.Mutex
-	out   [][]byte
-	head  int
-	ready chan struct{} // capacity 1
+	// connection holds (almost) nothing. Queuing a frame starts the writer
+	// goroutine unless one runs (writing); the writer ends once the queue
+	// is empty, or runs the close sequence once quit is closed.
+	qmu     sync.Mutex
+	out     [][]byte
+	head    int
+	live    bool        // Serve has begun: writers may be started; qmu
+	writing bool        // a writer runs, or the last one closed the connection; qmu
+	pingDue bool        // the ping timer fired: the writer pings first; qmu
+	pinger  *time.Timer // pings every 9/10 of PongWait; set in Serve under qmu
 
 	closeOnce   sync.Once
 	quit        chan struct{} // closed by the first close request
@@ -137,8 +147,9 @@ type Conn struct {
 	finalCode   int // close code for metrics
 	readerDone  chan struct{}
 	writerDone  chan struct{}
-	ctx         context.Context // cancelled on close: aborts requests in flight
-	cancel      context.CancelFunc
+	// ctx is done once a close was requested (quit): it aborts requests
+	// in flight. See connCtx.
+	ctx context.Context
 
 	inbound inboundGuard // inbound token bucket and abuse count; reader only
 	lanes   lanes        // per-room FIFOs of joins and syncs in flight (lanes.go)
@@ -162,23 +173,42 @@ func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps De
 		cfg.MaxRejectedWindow = cmp.Or(max(cfg.MaxRejectedWindow, 0), def.InboundMaxRejected)
 		cfg.OutboundQueue = cmp.Or(max(cfg.OutboundQueue, 0), def.OutboundQueue)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Conn{
+	c := &Conn{
 		ws:         ws,
 		id:         id,
 		ident:      ident,
 		cfg:        cfg,
 		deps:       deps,
 		met:        deps.Metrics,
-		ready:      make(chan struct{}, 1),
 		quit:       make(chan struct{}),
 		readerDone: make(chan struct{}),
 		writerDone: make(chan struct{}),
-		ctx:        ctx,
-		cancel:     cancel,
 		inbound:    newInboundGuard(time.Now(), cfg.InboundRate, cfg.InboundBurst, cfg.MaxRejectedWindow),
 		rooms:      map[string]struct{}{},
 	}
+	c.ctx = connCtx{c}
+	return c
+}
+
+// connCtx is a connection's context: done when quit is closed (the first
+// close request), with no deadline and no values. It replaces a
+// context.WithCancel, whose cancelCtx, lazily made Done channel and
+// children map (kept once a join had derived a timeout from it) were about
+// 500 bytes of every idle connection. A context derived from it watches
+// quit with a goroutine for as long as it lives (a join or sync in
+// flight: context.WithTimeout's rule for a parent of a foreign type).
+type connCtx struct{ c *Conn }
+
+func (connCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (x connCtx) Done() <-chan struct{}     { return x.c.quit }
+func (connCtx) Value(any) any               { return nil }
+
+// Err is context.Canceled once quit is closed, else nil.
+func (x connCtx) Err() error {
+	if x.c.closing() {
+		return context.Canceled
+	}
+	return nil
 }
 
 // logAt logs msg at lvl with the connection's conn_id and user_id first,
@@ -206,7 +236,16 @@ func (c *Conn) User() string { return c.ident.User }
 func (c *Conn) Serve() {
 	c.met.Connections.Inc()
 	defer c.met.Connections.Dec()
-	go c.writeLoop()
+	c.qmu.Lock()
+	// Created with a deadline it never reaches and armed after the
+	// assignment, so the callback, which re-arms it, always finds it.
+	c.pinger = time.AfterFunc(time.Duration(math.MaxInt64), c.pingTick)
+	c.pinger.Reset(c.pingPeriod())
+	c.live = true
+	if len(c.out) > c.head || c.closing() {
+		c.startWriterLocked()
+	}
+	c.qmu.Unlock()
 	if !c.ident.Expires.IsZero() {
 		t := time.AfterFunc(time.Until(c.ident.Expires), func() { c.Close(ClosePolicy, "token expired") })
 		defer t.Stop()
@@ -251,10 +290,43 @@ func (c *Conn) closeWith(send, final int, reason string) bool {
 		// A write in flight may be blocked on a peer that stopped reading
 		// (a slow consumer): give it closeGrace at most, not WriteWait.
 		_ = c.ws.UnderlyingConn().SetWriteDeadline(time.Now().Add(closeGrace))
-		close(c.quit)
-		c.cancel()
+		close(c.quit) // also cancels c.ctx
+		// The writer runs the close sequence (flush, close frame, TCP
+		// close); start one unless one runs (it sees quit).
+		c.qmu.Lock()
+		if c.live {
+			c.startWriterLocked()
+		}
+		c.qmu.Unlock()
 	})
 	return first
+}
+
+// startWriterLocked starts the writer goroutine unless one runs; qmu is
+// held.
+func (c *Conn) startWriterLocked() {
+	if !c.writing {
+		c.writing = true
+		go c.writeLoop()
+	}
+}
+
+// pingPeriod is how often the peer is pinged: 9/10 of PongWait.
+func (c *Conn) pingPeriod() time.Duration { return c.cfg.PongWait * 9 / 10 }
+
+// pingTick runs on the ping timer: it asks the writer for a ping and
+// re-arms the timer. It never blocks.
+func (c *Conn) pingTick() {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.closing() {
+		return
+	}
+	c.pingDue = true
+	if c.live {
+		c.startWriterLocked()
+	}
+	c.pinger.Reset(c.pingPeriod())
 }
 
 func (c *Conn) closing() bool {
@@ -273,11 +345,13 @@ func (c *Conn) Send(frame []byte) bool {
 	if c.closing() {
 		return false
 	}
-	if c.enqueue(frame) {
-		select {
-		case c.ready <- struct{}{}:
-		default: // the writer is woken already
-		}
+	c.qmu.Lock()
+	ok := c.enqueueLocked(frame)
+	if ok && c.live {
+		c.startWriterLocked()
+	}
+	c.qmu.Unlock()
+	if ok {
 		return true
 	}
 	if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "slow consumer: outbound queue full") {
@@ -300,6 +374,11 @@ const keepQueueCap = 16
 func (c *Conn) enqueue(frame []byte) bool {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	return c.enqueueLocked(frame)
+}
+
+// enqueueLocked is enqueue with qmu held.
+func (c *Conn) enqueueLocked(frame []byte) bool {
 	if len(c.out)-c.head >= c.cfg.OutboundQueue {
 		return false
 	}
@@ -317,6 +396,11 @@ func (c *Conn) enqueue(frame []byte) bool {
 func (c *Conn) dequeue() (f []byte, ok bool) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	return c.dequeueLocked()
+}
+
+// dequeueLocked is dequeue with qmu held.
+func (c *Conn) dequeueLocked() (f []byte, ok bool) {
 	if c.head == len(c.out) {
 		return nil, false
 	}
@@ -377,53 +461,49 @@ func (c *Conn) joinedRooms() []string {
 	return rooms
 }
 
+// writeLoop is the writer: started by startWriterLocked, it writes the
+// queued frames (a due ping first) and ends once the queue is empty; once
+// a close was requested it runs the close sequence instead, and that
+// writer is the last one (writing stays set).
 func (c *Conn) writeLoop() {
-	defer close(c.writerDone)
-	ping := time.NewTicker(c.cfg.PongWait * 9 / 10)
-	defer ping.Stop()
 	write := func(f []byte, deadline time.Time) error {
 		_ = c.ws.SetWriteDeadline(deadline)
 		return c.ws.WriteMessage(websocket.TextMessage, f)
 	}
-	pingPeer := func() error {
-		return c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteWait))
-	}
-loop:
 	for {
-		select {
-		case <-c.ready:
-			for {
-				if c.closing() {
-					break // quit is ready: the select takes the close path
-				}
-				f, ok := c.dequeue()
-				if !ok {
-					break
-				}
-				if err := write(f, time.Now().Add(c.cfg.WriteWait)); err != nil {
-					c.terminate(CloseAbnormal)
-					break loop
-				}
-				c.met.Written(f) // delivery delay of room events
-				select {
-				case <-ping.C: // keep pinging through a long drain
-					if err := pingPeer(); err != nil {
-						c.terminate(CloseAbnormal)
-						break loop
-					}
-				default:
-				}
+		c.qmu.Lock()
+		if c.closing() {
+			c.qmu.Unlock()
+			break
+		}
+		ping := c.pingDue
+		c.pingDue = false
+		var f []byte
+		if !ping {
+			var ok bool
+			if f, ok = c.dequeueLocked(); !ok {
+				c.writing = false // the next Send or ping starts a writer
+				c.qmu.Unlock()
+				return
 			}
-		case <-ping.C:
-			if err := pingPeer(); err != nil {
-				c.terminate(CloseAbnormal)
-				break loop
-			}
-		case <-c.quit:
-			break loop
+		}
+		c.qmu.Unlock()
+		var err error
+		if ping {
+			err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteWait))
+		} else if err = write(f, time.Now().Add(c.cfg.WriteWait)); err == nil {
+			c.met.Written(f) // delivery delay of room events
+		}
+		if err != nil {
+			c.terminate(CloseAbnormal)
+			break
 		}
 	}
-	<-c.quit // set by whoever ended the loop
+	// Closing: quit is closed (by whoever ended the loop).
+	defer close(c.writerDone)
+	c.qmu.Lock()
+	c.pinger.Stop()
+	c.qmu.Unlock()
 	if c.closeCode != 0 {
 		if c.closeCode != CloseTryAgainLater {
 			// Flush what was queued before the close (an error frame
