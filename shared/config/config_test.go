@@ -454,7 +454,7 @@ func TestNATSCredentialSettings(t *testing.T) {
 func TestSecretsNotShown(t *testing.T) {
 	vars := map[string]string{
 		"ELLIPSIS_JWT_SECRET": "jwt-s3cret-value",
-		"ELLIPSIS_NATS_URL":   "nats://nats-t0ken-value@127.0.0.1:4222,nats://u:nats-passw0rd@127.0.0.1:4223,tcp://u:nats-passw0rd@h:1",
+		"ELLIPSIS_NATS_URL":   "nats://nats-t0ken-value@127.0.0.1:4222,nats://u:nats-passw0rd@127.0.0.1:4223,tcp://u:nats-passw0rd@h:1,alice:nats-nosch3me@h:2",
 		"ELLIPSIS_REDIS_URL":  "redis://:redis-passw0rd@127.0.0.1:6379",
 	}
 	var out strings.Builder
@@ -468,7 +468,7 @@ func TestSecretsNotShown(t *testing.T) {
 	if verr == nil || !strings.Contains(verr.Error(), "ELLIPSIS_NATS_URL") {
 		t.Fatalf("the bad URL was accepted: %v", verr)
 	}
-	for _, secret := range []string{"jwt-s3cret-value", "nats-t0ken-value", "nats-passw0rd", "redis-passw0rd"} {
+	for _, secret := range []string{"jwt-s3cret-value", "nats-t0ken-value", "nats-passw0rd", "nats-nosch3me", "redis-passw0rd"} {
 		if strings.Contains(out.String(), secret) || strings.Contains(verr.Error(), secret) {
 			t.Errorf("%s shown:\n%s\n%v", secret, out.String(), verr)
 		}

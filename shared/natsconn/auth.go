@@ -100,7 +100,7 @@ func (a Auth) CheckTogether(urls []string) error {
 	}
 	if a.CredsFile != "" || a.NKeyFile != "" {
 		for _, u := range urls {
-			if p, err := url.Parse(u); err == nil && p.User != nil {
+			if p, err := parseURL(u); err == nil && p.User != nil {
 				bad("%s: %s has a user or token, and %s: use one way to authenticate", EnvURL, RedactURL(u), authEnv(a))
 			}
 		}
@@ -337,10 +337,13 @@ func readCA(path string) (*x509.CertPool, error) {
 // RedactURL hides the user info of a NATS URL, which is a password or a
 // token: nats://alice:s3cret@h:4222 and nats://s3cret@h:4222 both become
 // nats://xxxxx@h:4222 (url.URL.Redacted keeps a token, which is the user
-// name). A string that is not a URL is returned as "(unparsable URL)" when
-// it holds an '@', else unchanged.
+// name). A URL without "://" is read as nats.go reads it, with nats://
+// in front, and returned without it (alice:s3cret@h:4222 becomes
+// xxxxx@h:4222; url.Parse alone would take "alice" for the scheme and
+// keep the password). A string that is not a URL is returned as
+// "(unparsable URL)" when it holds an '@', else unchanged.
 func RedactURL(raw string) string {
-	u, err := url.Parse(strings.TrimSpace(raw))
+	u, err := parseURL(raw)
 	if err != nil {
 		if strings.Contains(raw, "@") {
 			return "(unparsable URL)"
@@ -350,7 +353,20 @@ func RedactURL(raw string) string {
 	if u.User != nil {
 		u.User = url.User("xxxxx")
 	}
+	if s := strings.TrimSpace(raw); !strings.Contains(s, "://") {
+		return strings.TrimPrefix(u.String(), "nats://")
+	}
 	return u.String()
+}
+
+// parseURL parses one NATS URL as nats.go does: without "://" it is
+// nats://raw (so alice:s3cret@h:4222 has user alice, not scheme alice).
+func parseURL(raw string) (*url.URL, error) {
+	s := strings.TrimSpace(raw)
+	if !strings.Contains(s, "://") {
+		s = "nats://" + s
+	}
+	return url.Parse(s)
 }
 
 // RedactURLs applies [RedactURL] to each URL of a comma-separated list

@@ -14,6 +14,7 @@ package natsconn
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,19 +252,29 @@ type scrubbedError struct {
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
 
-// scrub returns err with every URL of urls in its message redacted (and
-// its user info, should it appear alone), keeping errors.Is working.
+// userInfo matches the scheme and user info of a URL written anywhere in
+// a message ("nats://alice:s3cret@"), for scrub.
+var userInfo = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@"']*@`)
+
+// scrub returns err with every URL of urls in its message redacted by
+// [RedactURL], whole URLs only (a short token is not replaced inside
+// other words), also when a URL without a scheme shows with the nats://
+// nats.go adds; then the user info of any other scheme://user@ in the
+// message is replaced too. errors.Is keeps working.
 func scrub(err error, urls []string) error {
 	msg := err.Error()
 	for _, u := range urls {
-		u = strings.TrimSpace(u)
-		msg = strings.ReplaceAll(msg, u, RedactURL(u))
-		if i := strings.Index(u, "://"); i >= 0 {
-			if j := strings.LastIndex(u, "@"); j > i+3 {
-				msg = strings.ReplaceAll(msg, u[i+3:j], "xxxxx")
-			}
+		if u = strings.TrimSpace(u); u == "" {
+			continue
 		}
+		if !strings.Contains(u, "://") {
+			msg = strings.ReplaceAll(msg, "nats://"+u, RedactURL("nats://"+u))
+		}
+		msg = strings.ReplaceAll(msg, u, RedactURL(u))
 	}
+	msg = userInfo.ReplaceAllStringFunc(msg, func(m string) string {
+		return m[:strings.Index(m, "://")+3] + "xxxxx@"
+	})
 	if msg == err.Error() {
 		return err
 	}

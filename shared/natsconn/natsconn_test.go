@@ -449,17 +449,45 @@ func TestRedactURL(t *testing.T) {
 		"tls://t0ken@h:4222":         "tls://xxxxx@h:4222",
 		"nats://h:4222":              "nats://h:4222",
 		"nats://a b@h:%zz":           "(unparsable URL)",
+		// No scheme: nats.go adds nats://; url.Parse alone reads "alice"
+		// as the scheme and would keep the password.
+		"alice:s3cret@h:4222": "xxxxx@h:4222",
+		"t0ken@h:4222":        "xxxxx@h:4222",
+		" h:4222":             "h:4222",
+		"127.0.0.1:4222":      "127.0.0.1:4222",
 	} {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if got := RedactURLs("nats://a:b@h:1, nats://h2:2"); got != "nats://xxxxx@h:1,nats://h2:2" {
+	if got := RedactURLs("nats://a:b@h:1, nats://h2:2,u:pw@h3:3"); got != "nats://xxxxx@h:1,nats://h2:2,xxxxx@h3:3" {
 		t.Errorf("RedactURLs = %q", got)
 	}
 	err := scrub(fmt.Errorf("dial nats://u:pw-s3cret@h:1: %w", nats.ErrAuthorization), []string{"nats://u:pw-s3cret@h:1"})
 	if strings.Contains(err.Error(), "pw-s3cret") || !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("scrub: %v", err)
+	}
+}
+
+// TestScrub: scrub replaces whole URLs only (a one-letter token leaves
+// the other words alone), also a URL without a scheme as given or with
+// the nats:// nats.go adds, and any other scheme://user@ in the message.
+func TestScrub(t *testing.T) {
+	urls := []string{"nats://a@h:1", "alice:pw-s3cret@h2:2"}
+	for in, want := range map[string]string{
+		"nats: dial nats://a@h:1: authorization violation":  "nats: dial nats://xxxxx@h:1: authorization violation",
+		"dial alice:pw-s3cret@h2:2 failed":                  "dial xxxxx@h2:2 failed",
+		"dial nats://alice:pw-s3cret@h2:2 failed":           "dial nats://xxxxx@h2:2 failed",
+		"read tls://bob:other-s3cret@h3:3/x: a bad day":     "read tls://xxxxx@h3:3/x: a bad day",
+		"nats: no servers available for connection, a or b": "nats: no servers available for connection, a or b",
+	} {
+		err := scrub(fmt.Errorf("%s: %w", in, nats.ErrAuthorization), urls)
+		if got := strings.TrimSuffix(err.Error(), ": "+nats.ErrAuthorization.Error()); got != want {
+			t.Errorf("scrub(%q) = %q, want %q", in, got, want)
+		}
+		if !errors.Is(err, nats.ErrAuthorization) {
+			t.Errorf("scrub(%q) lost the wrapped error", in)
+		}
 	}
 }
 
@@ -490,5 +518,14 @@ func TestDisconnectLoggedAndCounted(t *testing.T) {
 	}
 	if st := c.Status(); !strings.HasPrefix(st, "RECONNECTING") {
 		t.Fatalf("status %q", st)
+	}
+}
+
+// TestCheckTogetherSchemeless: user info in a URL without a scheme
+// (nats.go adds nats://) is seen, and not shown, with an NKey file.
+func TestCheckTogetherSchemeless(t *testing.T) {
+	err := Auth{NKeyFile: "/run/user.nk"}.CheckTogether([]string{"alice:pw-s3cret@h:4222"})
+	if err == nil || !strings.Contains(err.Error(), EnvNKey) || strings.Contains(err.Error(), "pw-s3cret") {
+		t.Fatalf("CheckTogether = %v, want the user info refused, not shown", err)
 	}
 }
