@@ -5,9 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -193,30 +195,51 @@ func (a Auth) options() ([]nats.Option, error) {
 	return opts, nil
 }
 
-// readFile reads path, at most maxFileBytes. Its errors name the problem
-// (missing, unreadable, too large), never the content.
+// readFile reads path, at most maxFileBytes, opening it once: a path that
+// is not a regular file (a directory, a FIFO, /dev/zero) is refused
+// without reading it (opened non-blocking, so a FIFO without a writer
+// does not hang), and the read stops after maxFileBytes+1 bytes, so a
+// file that grows after the check cannot make it read more. Its errors
+// name the problem and the limit, never the content; the callers prefix
+// the setting and the path.
 func readFile(path string) ([]byte, error) {
-	st, err := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fileErr(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
 	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil, errors.New("no such file")
-	case errors.Is(err, os.ErrPermission):
-		return nil, errors.New("not readable: permission denied")
 	case err != nil:
-		return nil, fmt.Errorf("not readable: %w", err)
+		return nil, fileErr(err)
 	case st.IsDir():
 		return nil, errors.New("is a directory, not a file")
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("is not a regular file (%s)", st.Mode().Type())
 	case st.Size() > maxFileBytes:
-		return nil, fmt.Errorf("is %d bytes, more than the %d a credentials file can be", st.Size(), maxFileBytes)
+		return nil, fmt.Errorf("is %d bytes, more than the %d bytes a credentials file can be", st.Size(), maxFileBytes)
 	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrPermission) {
-		return nil, errors.New("not readable: permission denied")
-	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("not readable: %w", err)
+		wipe(b)
+		return nil, fileErr(err)
+	}
+	if len(b) > maxFileBytes {
+		wipe(b)
+		return nil, fmt.Errorf("is more than the %d bytes a credentials file can be", maxFileBytes)
 	}
 	return b, nil
+}
+
+// fileErr names what went wrong opening or reading a file.
+func fileErr(err error) error {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return errors.New("no such file")
+	case errors.Is(err, os.ErrPermission):
+		return errors.New("not readable: permission denied")
+	}
+	return fmt.Errorf("not readable: %w", err)
 }
 
 // wipe overwrites b (a file holding a seed) once it is parsed.
