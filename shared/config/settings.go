@@ -34,7 +34,7 @@ func (c *Config) table() []Setting {
 		{Env: "ELLIPSIS_NATS_TLS_KEY", For: ForBoth, V: str(&c.NATSTLSKey, ""),
 			Doc: "NATS mutual TLS: the client certificate's PEM private key (needs `ELLIPSIS_NATS_TLS_CERT`)"},
 		{Env: "ELLIPSIS_NATS_TLS_CA", For: ForBoth, V: str(&c.NATSTLSCA, "", rule("a PEM file of CA certificates", natsconn.CheckCAFile)), DefaultDoc: "system CAs",
-			Doc: "PEM file of the CAs trusted for the NATS server's certificate (makes TLS required). Every NATS credential file is parsed at start (a missing or malformed one stops the process, naming the setting) and re-read at each reconnect, so rotated files are picked up"},
+			Doc: "PEM file of the CAs trusted for the NATS server's certificate (makes TLS required). Every NATS credential file is parsed at start (a missing or malformed one stops the process, naming the setting) and the `.creds`, TLS certificate, key and CA files are re-read at each reconnect, so rotated ones are picked up; a changed NKey seed needs a restart (nats.go keeps the public key read at start)"},
 		{Env: "ELLIPSIS_REDIS_URL", For: ForBoth, V: str(&c.RedisURL, "redis://127.0.0.1:6379", rule("a Redis URL (package redisconn)", checkRedisURL)),
 			Doc: "Redis and its topology: `redis[s]://[[user]:pass@]host:port[/db]` standalone; `redis[s]+sentinel://[[user]:pass@]sentinel:26379[/db]?master_name=NAME[&addr=sentinel2:26379][&password=MASTERPASS]` Sentinel; `redis[s]+cluster://[[user]:pass@]host:port[?addr=host2:port&addr=...]` Cluster (any reachable masters seed the slot map). Query options are go-redis's (`dial_timeout=3s`, `pool_size=20`, ...)"},
 		{Env: "ELLIPSIS_REDIS_PUBSUB", For: ForBoth, V: str(&c.RedisPubSub, "", oneOf("", redisconn.PubSubClassic, redisconn.PubSubSharded)),

@@ -34,15 +34,18 @@ const maxFileBytes = 4 << 20
 // Auth is how a connection proves who it is, besides a user/password or a
 // token in the URL (nats://user:pass@host, nats://token@host). Every field
 // is a file path; empty means not used. The files are parsed by [Auth.Check]
-// at start and re-read by nats.go at every (re)connect, so a rotated file
-// (a Kubernetes Secret update) is picked up without a restart.
+// at start and re-read at every (re)connect, so a rotated .creds file,
+// TLS certificate, key or CA (a Kubernetes Secret update) is picked up
+// without a restart. An NKey seed file is the exception: nats.go presents
+// the public key read at start, so a changed seed needs a restart (until
+// then reconnects fail with an error saying so; [nkeyOption]).
 type Auth struct {
 	// CredsFile is a NATS .creds file: a user JWT and its NKey seed
 	// (operator / decentralised auth, nats.UserCredentials).
 	// ELLIPSIS_NATS_CREDS. Not with NKeyFile or user info in the URL.
 	CredsFile string
-	// NKeyFile holds a user NKey seed ("SU..."; nats.NkeyOptionFromSeed).
-	// ELLIPSIS_NATS_NKEY. Not with CredsFile or user info in the URL.
+	// NKeyFile holds a user NKey seed ("SU..."; as nats.NkeyOptionFromSeed).
+	// ELLIPSIS_NATS_NKEY. A changed seed needs a restart. Not with CredsFile or user info in the URL.
 	NKeyFile string
 	// TLSCert and TLSKey are the PEM client certificate and its private
 	// key for mutual TLS; one needs the other. ELLIPSIS_NATS_TLS_CERT,
@@ -163,16 +166,18 @@ func authEnv(a Auth) string {
 }
 
 // options returns the nats.go options for a, after [Auth.Check] passed.
-// The files are re-read at every (re)connect by nats.go.
+// The .creds and TLS files are re-read at every (re)connect; the NKey
+// seed file too, but its public key is the one read here (see
+// [nkeyOption]).
 func (a Auth) options() ([]nats.Option, error) {
 	var opts []nats.Option
 	if a.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(a.CredsFile))
 	}
 	if a.NKeyFile != "" {
-		o, err := nats.NkeyOptionFromSeed(a.NKeyFile)
+		o, err := nkeyOption(a.NKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", EnvNKey, a.NKeyFile, err) // nats.go names the path, never the seed
+			return nil, err
 		}
 		opts = append(opts, o)
 	}
@@ -193,6 +198,60 @@ func (a Auth) options() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientTLSConfig(certCB, caCB))
 	}
 	return opts, nil
+}
+
+// nkeyOption is nats.NkeyOptionFromSeed with a clear error for a changed
+// seed. nats.go takes the public key once (nats.Nkey has no per-connect
+// hook for it) and calls the returned signature callback at every
+// (re)connect; the callback re-reads the seed file and, if its key is no
+// longer the one read at start, refuses to sign ("... changed since
+// start: restart"), instead of signing with a key the server would
+// refuse under the old name. So an NKey seed change needs a restart.
+func nkeyOption(path string) (nats.Option, error) {
+	bad := func(err error) error { return fmt.Errorf("%s: %s: %w", EnvNKey, path, err) }
+	kp, err := readNKey(path)
+	if err != nil {
+		return nil, bad(err)
+	}
+	pub, err := kp.PublicKey()
+	kp.Wipe()
+	if err != nil {
+		return nil, bad(err)
+	}
+	sign := func(nonce []byte) ([]byte, error) {
+		kp, err := readNKey(path)
+		if err != nil {
+			return nil, bad(err)
+		}
+		defer kp.Wipe()
+		if now, err := kp.PublicKey(); err != nil || now != pub {
+			return nil, bad(fmt.Errorf("the seed changed since start (user %s, started as %s); "+
+				"an NKey seed is read at start only: restart to use the new one", now, pub))
+		}
+		return kp.Sign(nonce)
+	}
+	return nats.Nkey(pub, sign), nil
+}
+
+// readNKey reads a user NKey seed file (bare or decorated) into a key
+// pair, which the caller wipes. Errors as [CheckNKeyFile]'s, without the
+// path.
+func readNKey(path string) (nkeys.KeyPair, error) {
+	b, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer wipe(b)
+	kp, err := nkeys.ParseDecoratedNKey(b)
+	if err != nil {
+		return nil, errors.New("no NKey seed in it (want one line starting with SU, as made by `nk -gen user`)")
+	}
+	pub, err := kp.PublicKey()
+	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		kp.Wipe()
+		return nil, errors.New("its NKey seed is not a user seed (SU...)")
+	}
+	return kp, nil
 }
 
 // readFile reads path, at most maxFileBytes, opening it once: a path that
@@ -288,20 +347,11 @@ func checkCreds(path string) error {
 
 // checkNKey parses a file holding a user NKey seed (bare or decorated).
 func checkNKey(path string) error {
-	b, err := readFile(path)
+	kp, err := readNKey(path)
 	if err != nil {
 		return err
 	}
-	defer wipe(b)
-	kp, err := nkeys.ParseDecoratedNKey(b)
-	if err != nil {
-		return errors.New("no NKey seed in it (want one line starting with SU, as made by `nk -gen user`)")
-	}
-	defer kp.Wipe()
-	pub, err := kp.PublicKey()
-	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
-		return errors.New("its NKey seed is not a user seed (SU...)")
-	}
+	kp.Wipe()
 	return nil
 }
 

@@ -209,6 +209,51 @@ func TestNKey(t *testing.T) {
 	noSecrets(t, []string{logs.String(), c.Status(), badLogs, status, perr.Error()}, string(seed), string(otherSeed))
 }
 
+// TestNKeyRotation: nats.go presents the public key read at start, so a
+// changed seed file cannot be used before a restart; reconnects then fail
+// with an error that says so (not a bare "authorization violation", which
+// is what signing with the new key under the old name gives), although
+// the server knows both users, and work again once the old seed is back.
+func TestNKeyRotation(t *testing.T) {
+	oldKP, _ := nkeys.CreateUser()
+	oldPub, _ := oldKP.PublicKey()
+	oldSeed, _ := oldKP.Seed()
+	newKP, _ := nkeys.CreateUser()
+	newPub, _ := newKP.PublicKey()
+	newSeed, _ := newKP.Seed()
+	s := startServer(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: oldPub}, {Nkey: newPub}}})
+	seedFile := writeFile(t, "user.nk", string(oldSeed)+"\n")
+	c, logs := connectOK(t, Options{URLs: []string{"nats://" + addr(s)}, Auth: Auth{NKeyFile: seedFile}})
+
+	if err := os.WriteFile(seedFile, append(newSeed, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.NC.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(waitFor)
+	for st := c.Status(); !strings.Contains(st, "restart"); st = c.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("status %q never said the seed changed; logs:\n%s", st, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := c.Status(); !strings.Contains(st, EnvNKey) || !strings.Contains(st, seedFile) {
+		t.Errorf("status %q does not name %s and the file", st, EnvNKey)
+	}
+
+	if err := os.WriteFile(seedFile, oldSeed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for !c.Connected() {
+		if time.Now().After(deadline.Add(waitFor)) {
+			t.Fatalf("not reconnected with the old seed back: %s", c.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	noSecrets(t, []string{logs.String(), c.Status()}, string(oldSeed), string(newSeed))
+}
+
 // operator makes an operator, an account and a server trusting them
 // (operator mode, memory resolver); user mints .creds files for users of
 // the account.
