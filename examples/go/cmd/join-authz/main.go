@@ -22,18 +22,22 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/joinauthz"
+	"github.com/ellipsis-chat/ellipsis/examples/go/natsenv"
 )
 
 func main() {
-	natsURL := flag.String("nats", envOr("ELLIPSIS_NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated")
+	// Not envOr: -h would print the URL's password as the default.
+	natsURL := flag.String("nats", "", "NATS server URL(s), comma-separated (default $ELLIPSIS_NATS_URL, else "+nats.DefaultURL+")")
 	prefix := flag.String("prefix", envOr("ELLIPSIS_SUBJECT_PREFIX", "ellipsis"), "subject prefix (ELLIPSIS_SUBJECT_PREFIX of the deployment)")
 	allowFlag := flag.String("allow", "", "user=room,room;user=room... (rooms starting with public- are open to all)")
 	flag.Parse()
 
 	members := ParseAllow(*allowFlag)
-	nc, err := nats.Connect(*natsURL, nats.Name("example-join-authz"), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+	// natsenv: shared/natsconn with ELLIPSIS_NATS_CREDS, _NKEY, _TLS_* from
+	// the environment; its errors show the URL without password or token.
+	nc, err := natsenv.Connect(*natsURL, "example-join-authz", 5*time.Second)
 	if err != nil {
-		fail(fmt.Errorf("connect to NATS %s: %w", *natsURL, err))
+		fail(err)
 	}
 	defer nc.Close()
 	sub, err := joinauthz.Serve(nc, *prefix, func(user, room string) bool {

@@ -6,7 +6,8 @@
 //
 // Flags -nats (default $ELLIPSIS_NATS_URL, else nats://127.0.0.1:4222) and
 // -prefix (default $ELLIPSIS_SUBJECT_PREFIX, else "ellipsis") choose the
-// deployment.
+// deployment; its NATS credentials are the services' settings, from the
+// environment (package natsenv).
 package main
 
 import (
@@ -19,18 +20,22 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
+	"github.com/ellipsis-chat/ellipsis/examples/go/natsenv"
 )
 
 func main() {
-	natsURL := flag.String("nats", envOr("ELLIPSIS_NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated")
+	// Not envOr: -h would print the URL's password as the default.
+	natsURL := flag.String("nats", "", "NATS server URL(s), comma-separated (default $ELLIPSIS_NATS_URL, else "+nats.DefaultURL+")")
 	prefix := flag.String("prefix", envOr("ELLIPSIS_SUBJECT_PREFIX", "ellipsis"), "subject prefix (ELLIPSIS_SUBJECT_PREFIX of the deployment)")
 	room := flag.String("room", "", "room id (required)")
 	user := flag.String("user", "", "user id whose message was posted (required)")
 	flag.Parse()
 
-	nc, err := nats.Connect(*natsURL, nats.Name("example-stop-typing"), nats.Timeout(5*time.Second))
+	// natsenv: shared/natsconn with ELLIPSIS_NATS_CREDS, _NKEY, _TLS_* from
+	// the environment; its errors show the URL without password or token.
+	nc, err := natsenv.Connect(*natsURL, "example-stop-typing", 5*time.Second)
 	if err != nil {
-		fail(fmt.Errorf("connect to NATS %s: %w", *natsURL, err))
+		fail(err)
 	}
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
