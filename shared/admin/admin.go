@@ -4,6 +4,7 @@
 //	GET /healthz  200 {"status":"ok"} while the process runs
 //	GET /readyz   200 {"ready":true,"checks":{"nats":"ok","redis":"ok"}}
 //	              503 {"ready":false,"down":["redis"],"checks":{"nats":"ok","redis":"<what is wrong>"}}
+//	              503 {"ready":false,"down":["start","redis"],"checks":{"start":"starting",...}} while starting
 //	              503 {"ready":false,"down":["shutdown"],"checks":{"shutdown":"shutting down"}} once shutdown began
 //	GET /metrics  Prometheus text format of Options.Gatherer
 //
@@ -40,6 +41,10 @@ const (
 // itself down.
 const ShutdownCheck = "shutdown"
 
+// StartCheck is the name under which a process that has not finished
+// starting reports itself down (Options.Starting).
+const StartCheck = "start"
+
 // Check is one readiness check.
 type Check struct {
 	// Name is the dependency: "nats", "redis". It is the key in checks
@@ -70,6 +75,10 @@ type Options struct {
 	// once (down ["shutdown"], with ShutdownReason) without running the
 	// checks: the lame duck. Nil: never.
 	ShuttingDown func() bool
+	// Starting, when it reports true, makes /readyz answer 503 with
+	// "start" first in down (text "starting") and the checks' results
+	// after it: what is not ready yet. Nil: never.
+	Starting func() bool
 	// ShutdownReason is the "shutdown" check's text; default "shutting down".
 	ShutdownReason string
 	// ProbeTimeout bounds each check; zero means DefaultProbeTimeout.
@@ -160,6 +169,11 @@ func (s *Server) Ready(ctx context.Context) Readiness {
 		rd.Ready = false
 		rd.Down = append(rd.Down, c.Name)
 		rd.Checks[c.Name] = err.Error()
+	}
+	if s.opts.Starting != nil && s.opts.Starting() {
+		rd.Ready = false
+		rd.Down = append([]string{StartCheck}, rd.Down...)
+		rd.Checks[StartCheck] = "starting"
 	}
 	return rd
 }

@@ -83,3 +83,29 @@ func TestAdminListener(t *testing.T) {
 		t.Fatal("still serving after Shutdown")
 	}
 }
+
+func TestReadyWhileStarting(t *testing.T) {
+	var starting, stopping atomic.Bool
+	starting.Store(true)
+	s := New(Options{
+		Checks: []Check{
+			{Name: "nats", Probe: func(context.Context) error { return nil }},
+			{Name: "redis", Probe: func(context.Context) error { return errors.New("dial tcp: refused") }},
+		},
+		Starting:     starting.Load,
+		ShuttingDown: stopping.Load,
+	})
+	rd := s.Ready(context.Background())
+	if rd.Ready || len(rd.Down) != 2 || rd.Down[0] != StartCheck || rd.Down[1] != "redis" ||
+		rd.Checks[StartCheck] != "starting" || rd.Checks["nats"] != "ok" {
+		t.Fatalf("starting: %+v, want down [start redis]", rd)
+	}
+	starting.Store(false)
+	if rd := s.Ready(context.Background()); len(rd.Down) != 1 || rd.Down[0] != "redis" || rd.Checks[StartCheck] != "" {
+		t.Fatalf("started: %+v, want down [redis] and no start check", rd)
+	}
+	stopping.Store(true)
+	if rd := s.Ready(context.Background()); len(rd.Down) != 1 || rd.Down[0] != ShutdownCheck {
+		t.Fatalf("stopping: %+v, want down [shutdown]", rd)
+	}
+}
