@@ -109,3 +109,24 @@ func TestReadyWhileStarting(t *testing.T) {
 		t.Fatalf("stopping: %+v, want down [shutdown]", rd)
 	}
 }
+
+func TestPprofSecondsAreBounded(t *testing.T) {
+	s := New(Options{Pprof: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(ln)
+	defer s.Shutdown(context.Background())
+	base := "http://" + s.Addr() + "/debug/pprof/"
+	for _, path := range []string{"profile?seconds=31", "profile?seconds=1e9", "profile?seconds=x", "trace?seconds=600", "heap?seconds=31"} {
+		if code, body := get(t, base+path); code != http.StatusBadRequest || !strings.Contains(body, "seconds") {
+			t.Errorf("%s: %d %q, want 400 naming seconds", path, code, body)
+		}
+	}
+	for _, path := range []string{"heap", "trace?seconds=0.05", "cmdline"} {
+		if code, body := get(t, base+path); code != http.StatusOK {
+			t.Errorf("%s: %d %.200q, want 200", path, code, body)
+		}
+	}
+}
