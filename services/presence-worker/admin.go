@@ -9,8 +9,9 @@ import (
 
 // startAdmin serves the admin listener bound in Start (package admin,
 // docs/protocol.md "Admin listener"): /readyz is 200 when NATS is
-// connected and Redis answers PING (within admin.DefaultProbeTimeout), and
-// 503 "shutdown" once Shutdown began.
+// connected and Redis answers PING (within admin.DefaultProbeTimeout) and
+// Start has finished; 503 naming "start" (and any check that fails) while
+// Start has not finished, and 503 "shutdown" once Shutdown began.
 func (s *Server) startAdmin() {
 	s.admin = admin.New(admin.Options{
 		Gatherer: s.reg,
@@ -25,7 +26,8 @@ func (s *Server) startAdmin() {
 			}},
 			{Name: "redis", Probe: func(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }},
 		},
-		ShuttingDown: func() bool { return !s.ready.Load() },
+		Starting:     func() bool { return !s.ready.Load() && !s.stopping.Load() },
+		ShuttingDown: s.stopping.Load,
 		Logger:       s.log,
 		Pprof:        s.cfg.Pprof,
 	})

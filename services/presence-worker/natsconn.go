@@ -77,6 +77,7 @@ func (s *Server) connectNATS(ctx context.Context) error {
 	if err := sub.SetPendingLimits(cmdPendingMsgs, cmdPendingBytes); err != nil {
 		return fmt.Errorf("worker: pending limits: %w", err)
 	}
+	s.subs = append(s.subs, sub)
 	for range snapshotSubs {
 		sub, err := nc.QueueSubscribe(s.names.SnapshotSubject(), names.QueueGroup, s.onSnapshot)
 		if err != nil {
@@ -85,6 +86,7 @@ func (s *Server) connectNATS(ctx context.Context) error {
 		if err := sub.SetPendingLimits(snapPendingMsgs, snapPendingBytes); err != nil {
 			return fmt.Errorf("worker: pending limits: %w", err)
 		}
+		s.subs = append(s.subs, sub)
 	}
 	if nc.IsConnected() {
 		fctx := ctx
@@ -189,4 +191,46 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 		s.m.natsErrors.WithLabelValues("reply").Inc()
 		s.rl.Warn("nats-reply", "snapshot reply failed", zap.Error(err))
 	}
+}
+
+// drainSubs stops taking commands and snapshot requests (Shutdown, step 2):
+// it drains every subscription (the server stops sending to it, the
+// messages nats.go already holds are still handed to onCommand and
+// onSnapshot) and waits until each is closed, which nats.go does once its
+// last handler returned. The connection stays open for the room events
+// and replies still to publish. It returns early, with ctx's error, when
+// ctx ends, and at once when the connection is closed. Not connected
+// (reconnecting), there is no server to drain from: it closes the
+// connection, as nc.Drain would.
+func (s *Server) drainSubs(ctx context.Context) error {
+	if !s.nc.IsConnected() {
+		s.log.Warn("NATS not connected at shutdown, closing", zap.String("status", s.natsConn.Status()))
+		s.nc.Close()
+		return nil
+	}
+	closed := make([]<-chan nats.SubStatus, 0, len(s.subs))
+	for _, sub := range s.subs {
+		ch := sub.StatusChanged(nats.SubscriptionClosed) // before Drain: never misses the close
+		if err := sub.Drain(); err != nil {
+			s.log.Warn("NATS subscription drain failed", zap.String("subject", sub.Subject), zap.Error(err))
+			continue
+		}
+		closed = append(closed, ch)
+	}
+	for _, ch := range closed {
+	wait:
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					break wait // closed with the subscription
+				}
+			case <-s.natsConn.Closed():
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
 }

@@ -171,10 +171,10 @@ func (s *Server) startEvents() {
 }
 
 // stopEvents publishes what is queued and stops the publisher; called by
-// Shutdown after the shards and the sweeper ended. The NATS connection is
-// drained before the shards finish their queues, so the events of the
-// commands applied after the drain are counted failed, not published
-// (docs/protocol.md, "NATS room events": at most once).
+// Shutdown after the shards and the sweeper ended, before the NATS
+// connection is drained, so the events of the commands taken before
+// Shutdown are published (counted failed only when the connection is
+// closed already: NATS down, or Shutdown's deadline passed).
 func (s *Server) stopEvents() {
 	if s.events != nil {
 		s.events.stop()

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -423,4 +425,47 @@ func BenchmarkNATSEventsRoomEvent(b *testing.B) {
 			b.Fatal("nothing published")
 		}
 	})
+}
+
+// TestNATSRoomEventsOfCommandsQueuedAtShutdown: the commands a worker took
+// before Shutdown have their room events published on NATS (counted
+// published, none failed): Shutdown drains the subscriptions, lets the
+// shards finish and publishes the queued events before it closes the
+// connection.
+func TestNATSRoomEventsOfCommandsQueuedAtShutdown(t *testing.T) {
+	requireServices(t)
+	t.Parallel()
+	e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, eventsOn)
+	w := e.startWorker()
+	all := e.subscribeNATS(e.names.RoomEventsWildcard())
+	const n = 300
+	var ps [][]byte
+	for i := range n {
+		b, _ := json.Marshal(start(fmt.Sprintf("r%d", i%30), fmt.Sprintf("u%d", i), "", fmt.Sprintf("c%d", i), 1))
+		ps = append(ps, b)
+	}
+	e.publishRaw(ps...)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if got := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "started"}); got != n {
+		t.Fatalf("%v commands started, want %d", got, n)
+	}
+	failed := e.metric("ellipsis_worker_nats_events_total", map[string]string{"result": natsEventFailed})
+	dropped := e.metric("ellipsis_worker_nats_events_total", map[string]string{"result": natsEventDropped})
+	published := e.metric("ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished})
+	if failed != 0 || dropped != 0 || published < n {
+		t.Fatalf("NATS events: %v published, %v failed, %v dropped; want >= %d published, none failed or dropped", published, failed, dropped, n)
+	}
+	starts := 0
+	for _, m := range all.drain(time.Second) {
+		if ev, err := protocol.DecodeRoomEvent(m.Data); err == nil && ev.Type == protocol.TypeTypingStart {
+			starts++
+		}
+	}
+	if starts != n {
+		t.Fatalf("%d typing_start events received on NATS, want %d", starts, n)
+	}
 }

@@ -106,6 +106,9 @@ type Server struct {
 	rdb redis.UniversalClient
 	st  store.Store
 	nc  *nats.Conn // natsConn.NC
+	// subs are the command and snapshot subscriptions, drained first
+	// by Shutdown (drainSubs).
+	subs []*nats.Subscription
 	// natsConn is the connection (natsconn.Connect); its Closed channel
 	// is closed by the NATS ClosedHandler.
 	natsConn *natsconn.Conn
@@ -317,11 +320,14 @@ func (s *Server) AdminAddr() string {
 // Shutdown stops the worker gracefully (docs/protocol.md, "Outages and shutdown"):
 //
 //  1. /readyz turns 503;
-//  2. the NATS connection is drained: no new commands or snapshot requests
-//     are taken, those already received are handed to the shards or
-//     answered, pending replies are flushed, the connection closes;
+//  2. the NATS subscriptions are drained: no new commands or snapshot
+//     requests are taken, those already received are handed to the shards
+//     or answered;
 //  3. the shards finish the commands queued to them;
-//  4. the sweeper stops, the Redis client closes, the admin server stops.
+//  4. the sweeper stops, and the room events on NATS (ELLIPSIS_NATS_EVENTS)
+//     still queued are published;
+//  5. the NATS connection is drained (publishes flushed) and closes;
+//  6. the Redis client closes, the admin server stops.
 //
 // When ctx ends first, the drain is cut short (the NATS connection is
 // closed, in-flight Redis retries are abandoned) and ctx's error is
@@ -363,16 +369,12 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.log.Info("presence worker shutting down")
 	var errs []error
 
-	// 2. Drain NATS: subscriptions first (handlers finish), then publishes.
-	if err := s.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		// Not connected (reconnecting): Drain has closed the connection.
-		s.log.Warn("NATS drain impossible, connection closed", zap.Error(err))
-	}
-	select {
-	case <-s.natsConn.Closed():
-	case <-ctx.Done():
+	// 2. Stop taking commands and snapshot requests: drain the
+	// subscriptions; those already received are handed to the shards or
+	// answered. The connection stays open for the events still to come.
+	if err := s.drainSubs(ctx); err != nil {
 		s.nc.Close()
-		errs = append(errs, fmt.Errorf("worker: NATS drain: %w", ctx.Err()))
+		errs = append(errs, fmt.Errorf("worker: NATS drain: %w", err))
 	}
 
 	// 3. Shards finish what is queued. No handler sends any more (the drain
@@ -392,10 +394,28 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	s.runCancel()
 
-	// 4. Sweeper, Redis, admin.
+	// 4. The sweeper stops; the room events of the shards and the sweeper
+	// are published on the still open connection.
 	s.sweepCancel()
 	s.sweepWG.Wait()
 	s.stopEvents()
+
+	// 5. Drain the connection (no subscription left: flush the publishes)
+	// and wait until it is closed.
+	if err := s.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		// Not connected (reconnecting): Drain has closed the connection.
+		s.log.Warn("NATS drain impossible, connection closed", zap.Error(err))
+	}
+	select {
+	case <-s.natsConn.Closed():
+	case <-ctx.Done():
+		s.nc.Close()
+		if len(errs) == 0 {
+			errs = append(errs, fmt.Errorf("worker: NATS flush: %w", ctx.Err()))
+		}
+	}
+
+	// 6. Redis, admin.
 	if err := s.rdb.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: closing redis: %w", err))
 	}

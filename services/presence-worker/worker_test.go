@@ -563,6 +563,25 @@ func TestReadyzNamesWhatIsDown(t *testing.T) {
 	}
 }
 
+// TestReadyzWhileStarting: before Start has finished, /readyz says
+// "start" (what is not ready yet), never "shutdown".
+func TestReadyzWhileStarting(t *testing.T) {
+	requireServices(t)
+	t.Parallel()
+	e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
+	w := e.startWorker()
+	w.ready.Store(false) // as between startAdmin and the end of Start
+	code, body := httpGet(t, "http://"+w.AdminAddr()+"/readyz")
+	var v admin.Readiness
+	if err := json.Unmarshal([]byte(body), &v); err != nil || code != 503 || len(v.Down) != 1 || v.Down[0] != admin.StartCheck || v.Checks["nats"] != "ok" {
+		t.Fatalf("readyz while starting %d %s, want 503 down [start]", code, body)
+	}
+	w.ready.Store(true)
+	if code, body := httpGet(t, "http://"+w.AdminAddr()+"/readyz"); code != 200 {
+		t.Fatalf("readyz once started %d %s", code, body)
+	}
+}
+
 func TestRedisDownCommandsFailAndSnapshotsSayUnavailable(t *testing.T) {
 	requireServices(t)
 	t.Parallel()

@@ -4,6 +4,7 @@
 //	GET /healthz  200 {"status":"ok"} while the process runs
 //	GET /readyz   200 {"ready":true,"checks":{"nats":"ok","redis":"ok"}}
 //	              503 {"ready":false,"down":["redis"],"checks":{"nats":"ok","redis":"<what is wrong>"}}
+//	              503 {"ready":false,"down":["start","redis"],"checks":{"start":"starting",...}} while starting
 //	              503 {"ready":false,"down":["shutdown"],"checks":{"shutdown":"shutting down"}} once shutdown began
 //	GET /metrics  Prometheus text format of Options.Gatherer
 //
@@ -15,9 +16,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,6 +35,10 @@ const (
 	readTimeout       = 10 * time.Second
 	writeTimeout      = 30 * time.Second // a scrape of a busy registry
 	idleTimeout       = 60 * time.Second
+	// MaxProfileSeconds bounds the "seconds" of a /debug/pprof/ request
+	// (CPU profile, trace, delta profile), in seconds; the CPU profile's
+	// default (no parameter) is 30.
+	MaxProfileSeconds = 30
 	// DefaultProbeTimeout bounds each readiness check (Options.ProbeTimeout).
 	DefaultProbeTimeout = time.Second
 )
@@ -39,6 +46,10 @@ const (
 // ShutdownCheck is the name under which a shutting-down process reports
 // itself down.
 const ShutdownCheck = "shutdown"
+
+// StartCheck is the name under which a process that has not finished
+// starting reports itself down (Options.Starting).
+const StartCheck = "start"
 
 // Check is one readiness check.
 type Check struct {
@@ -70,6 +81,10 @@ type Options struct {
 	// once (down ["shutdown"], with ShutdownReason) without running the
 	// checks: the lame duck. Nil: never.
 	ShuttingDown func() bool
+	// Starting, when it reports true, makes /readyz answer 503 with
+	// "start" first in down (text "starting") and the checks' results
+	// after it: what is not ready yet. Nil: never.
+	Starting func() bool
 	// ShutdownReason is the "shutdown" check's text; default "shutting down".
 	ShutdownReason string
 	// ProbeTimeout bounds each check; zero means DefaultProbeTimeout.
@@ -77,8 +92,9 @@ type Options struct {
 	// Logger receives listener errors. Nil: none.
 	Logger *zap.Logger
 	// Pprof also serves net/http/pprof's profiles under /debug/pprof/
-	// (ELLIPSIS_PPROF); a CPU profile or trace is bounded by the
-	// listener's write timeout.
+	// (ELLIPSIS_PPROF). A "seconds" parameter (CPU profile, trace, delta
+	// profiles) above MaxProfileSeconds, or not a number, is refused with
+	// 400: net/http/pprof extends the write deadline by it.
 	Pprof bool
 }
 
@@ -134,13 +150,29 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}
 	if s.opts.Pprof {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.Handle("GET /debug/pprof/", boundSeconds(pprof.Index))
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.Handle("GET /debug/pprof/profile", boundSeconds(pprof.Profile))
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		mux.Handle("GET /debug/pprof/trace", boundSeconds(pprof.Trace))
 	}
 	return mux
+}
+
+// boundSeconds refuses, with 400, a request whose "seconds" parameter is
+// not a number or above MaxProfileSeconds; net/http/pprof would extend the
+// connection's write deadline by it (a profile of any length).
+func boundSeconds(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.URL.Query().Get("seconds"); v != "" {
+			sec, err := strconv.ParseFloat(v, 64)
+			if err != nil || math.IsNaN(sec) || sec > MaxProfileSeconds {
+				http.Error(w, "seconds: must be a number of at most "+strconv.Itoa(MaxProfileSeconds), http.StatusBadRequest)
+				return
+			}
+		}
+		h(w, r)
+	})
 }
 
 // Ready runs the checks (or reports the shutdown) as /readyz does.
@@ -160,6 +192,11 @@ func (s *Server) Ready(ctx context.Context) Readiness {
 		rd.Ready = false
 		rd.Down = append(rd.Down, c.Name)
 		rd.Checks[c.Name] = err.Error()
+	}
+	if s.opts.Starting != nil && s.opts.Starting() {
+		rd.Ready = false
+		rd.Down = append([]string{StartCheck}, rd.Down...)
+		rd.Checks[StartCheck] = "starting"
 	}
 	return rd
 }

@@ -83,3 +83,50 @@ func TestAdminListener(t *testing.T) {
 		t.Fatal("still serving after Shutdown")
 	}
 }
+
+func TestReadyWhileStarting(t *testing.T) {
+	var starting, stopping atomic.Bool
+	starting.Store(true)
+	s := New(Options{
+		Checks: []Check{
+			{Name: "nats", Probe: func(context.Context) error { return nil }},
+			{Name: "redis", Probe: func(context.Context) error { return errors.New("dial tcp: refused") }},
+		},
+		Starting:     starting.Load,
+		ShuttingDown: stopping.Load,
+	})
+	rd := s.Ready(context.Background())
+	if rd.Ready || len(rd.Down) != 2 || rd.Down[0] != StartCheck || rd.Down[1] != "redis" ||
+		rd.Checks[StartCheck] != "starting" || rd.Checks["nats"] != "ok" {
+		t.Fatalf("starting: %+v, want down [start redis]", rd)
+	}
+	starting.Store(false)
+	if rd := s.Ready(context.Background()); len(rd.Down) != 1 || rd.Down[0] != "redis" || rd.Checks[StartCheck] != "" {
+		t.Fatalf("started: %+v, want down [redis] and no start check", rd)
+	}
+	stopping.Store(true)
+	if rd := s.Ready(context.Background()); len(rd.Down) != 1 || rd.Down[0] != ShutdownCheck {
+		t.Fatalf("stopping: %+v, want down [shutdown]", rd)
+	}
+}
+
+func TestPprofSecondsAreBounded(t *testing.T) {
+	s := New(Options{Pprof: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(ln)
+	defer s.Shutdown(context.Background())
+	base := "http://" + s.Addr() + "/debug/pprof/"
+	for _, path := range []string{"profile?seconds=31", "profile?seconds=1e9", "profile?seconds=x", "trace?seconds=600", "heap?seconds=31"} {
+		if code, body := get(t, base+path); code != http.StatusBadRequest || !strings.Contains(body, "seconds") {
+			t.Errorf("%s: %d %q, want 400 naming seconds", path, code, body)
+		}
+	}
+	for _, path := range []string{"heap", "trace?seconds=0.05", "cmdline"} {
+		if code, body := get(t, base+path); code != http.StatusOK {
+			t.Errorf("%s: %d %.200q, want 200", path, code, body)
+		}
+	}
+}

@@ -91,14 +91,12 @@ func DecodeClientFrame(data []byte) (ClientFrame, error) {
 
 // clientDecodeError is the FrameError of a frame encoding/json refused.
 func clientDecodeError(err error, f ClientFrame) error {
-	{
-		fe := &FrameError{Code: CodeBadRequest, Message: decodeErr(err).Error()}
-		// A wrong type in one field still decodes the others: echo the id.
-		if _, typeErr := err.(*json.UnmarshalTypeError); typeErr && ValidateRequestID(f.ID) == nil {
-			fe.ID = f.ID
-		}
-		return fe
+	fe := &FrameError{Code: CodeBadRequest, Message: decodeErr(err).Error()}
+	// A wrong type in one field still decodes the others: echo the id.
+	if _, typeErr := err.(*json.UnmarshalTypeError); typeErr && ValidateRequestID(f.ID) == nil {
+		fe.ID = f.ID
 	}
+	return fe
 }
 
 // validateClientFrame checks a decoded client frame.

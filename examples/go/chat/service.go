@@ -27,8 +27,11 @@ const (
 	// History is how many recent messages a room keeps for streams that
 	// open or reconnect; older ones are forgotten.
 	History = 50
-	// MaxRooms bounds the rooms held in memory; a post to a new room
-	// beyond it is answered 503.
+	// MaxRooms bounds the rooms held in memory. A new room beyond it
+	// drops the least recently used room without open streams (its
+	// history is forgotten; message ids are service-wide, so they never
+	// repeat); when every room has open streams, the post or stream of a
+	// new room is answered 503.
 	MaxRooms = 1000
 	// MaxStreams bounds the open streams of one room; one more is
 	// answered 503.
@@ -61,9 +64,9 @@ type Post struct {
 }
 
 type room struct {
-	next    int64
 	history []Message
 	streams map[chan Message]struct{}
+	used    time.Time // last post, stream opened or closed: the eviction order
 }
 
 // Service is a minimal chat service, in memory, for the demo page of the
@@ -88,6 +91,7 @@ type Service struct {
 
 	mu     sync.Mutex
 	rooms  map[string]*room
+	lastID int64 // the last Message.ID, service-wide
 	closed bool
 	done   chan struct{}
 }
@@ -160,7 +164,7 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 	}
 	msg, ok := s.publish(roomID, p)
 	if !ok {
-		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("chat: closed, or at its limit of %d rooms", MaxRooms))
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("chat: closed, or at its limit of %d rooms, all with open streams", MaxRooms))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -177,16 +181,12 @@ func (s *Service) publish(roomID string, p Post) (Message, bool) {
 	if s.closed {
 		return Message{}, false
 	}
-	rm := s.rooms[roomID]
+	rm := s.roomLocked(roomID)
 	if rm == nil {
-		if len(s.rooms) >= MaxRooms {
-			return Message{}, false
-		}
-		rm = &room{streams: map[chan Message]struct{}{}}
-		s.rooms[roomID] = rm
+		return Message{}, false
 	}
-	rm.next++
-	msg := Message{ID: rm.next, Room: roomID, User: p.User, Name: p.Name, Text: p.Text, TsMs: time.Now().UnixMilli()}
+	s.lastID++
+	msg := Message{ID: s.lastID, Room: roomID, User: p.User, Name: p.Name, Text: p.Text, TsMs: time.Now().UnixMilli()}
 	rm.history = append(rm.history, msg)
 	if len(rm.history) > History {
 		rm.history = append(rm.history[:0:0], rm.history[len(rm.history)-History:]...)
@@ -209,13 +209,9 @@ func (s *Service) open(roomID string, lastID int64) (chan Message, []Message, er
 	if s.closed {
 		return nil, nil, errors.New("chat: closed")
 	}
-	rm := s.rooms[roomID]
+	rm := s.roomLocked(roomID)
 	if rm == nil {
-		if len(s.rooms) >= MaxRooms {
-			return nil, nil, fmt.Errorf("chat: at its limit of %d rooms", MaxRooms)
-		}
-		rm = &room{streams: map[chan Message]struct{}{}}
-		s.rooms[roomID] = rm
+		return nil, nil, fmt.Errorf("chat: at its limit of %d rooms, all with open streams", MaxRooms)
 	}
 	if len(rm.streams) >= MaxStreams {
 		return nil, nil, fmt.Errorf("chat: room at its limit of %d streams", MaxStreams)
@@ -238,8 +234,43 @@ func (s *Service) closeStream(roomID string, ch chan Message) {
 		if _, ok := rm.streams[ch]; ok {
 			delete(rm.streams, ch)
 			close(ch)
+			rm.used = time.Now()
 		}
 	}
+}
+
+// roomLocked returns roomID's room, marked used now, making it if need
+// be; at MaxRooms it first drops the least recently used room without
+// open streams, and returns nil when every room has some. s.mu is held.
+func (s *Service) roomLocked(roomID string) *room {
+	rm := s.rooms[roomID]
+	if rm == nil {
+		if len(s.rooms) >= MaxRooms && !s.evictLocked() {
+			return nil
+		}
+		rm = &room{streams: map[chan Message]struct{}{}}
+		s.rooms[roomID] = rm
+	}
+	rm.used = time.Now()
+	return rm
+}
+
+// evictLocked drops the least recently used room without open streams and
+// reports whether there was one. It scans every room (MaxRooms at most),
+// only when a new room finds the limit reached. s.mu is held.
+func (s *Service) evictLocked() bool {
+	var oldest string
+	var at time.Time
+	for id, rm := range s.rooms {
+		if len(rm.streams) == 0 && (oldest == "" || rm.used.Before(at)) {
+			oldest, at = id, rm.used
+		}
+	}
+	if oldest == "" {
+		return false
+	}
+	delete(s.rooms, oldest)
+	return true
 }
 
 func (s *Service) handleStream(w http.ResponseWriter, r *http.Request) {

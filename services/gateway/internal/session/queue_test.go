@@ -5,6 +5,13 @@ import (
 	"testing"
 )
 
+// enqueue is enqueueLocked taking qmu.
+func (c *Conn) enqueue(frame []byte) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.enqueueLocked(frame)
+}
+
 // The outbound queue keeps order, holds at most cfg.OutboundQueue frames,
 // reuses written room before growing and lets a large backing array go
 // once drained.

@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -65,7 +66,11 @@ const (
 // after sending a close frame before dropping the TCP connection, and
 // bounds every write once a close was requested (the queued frames and
 // the close frame), so a peer that stopped reading is let go within
-// about a second instead of WriteWait per write.
+// about a second instead of WriteWait per write. 2*closeGrace after the
+// close request the TCP connection is closed whatever the writer does
+// (the hard stop: gorilla re-arms the socket's write deadline before each
+// write from the one the writer gave it, so a write begun just before the
+// close request could otherwise wait WriteWait).
 const closeGrace = time.Second
 
 // Config holds the per-connection limits; zero values take config.Default()'s
@@ -140,9 +145,14 @@ type Conn struct {
 	pingDue bool        // the ping timer fired: the writer pings first; qmu
 	pinger  *time.Timer // pings every 9/10 of PongWait; set in Serve under qmu
 
-	closeOnce   sync.Once
-	quit        chan struct{} // closed by the first close request
-	closeCode   int           // close frame to send; 0: none (peer closed or conn broken)
+	closeOnce sync.Once
+	quit      chan struct{} // closed by the first close request
+	// closeBy is the write deadline of a closing connection (UnixNano,
+	// set before quit is closed; 0 before): no write waits past it
+	// (writeDeadline).
+	closeBy     atomic.Int64
+	hardStop    *time.Timer // closes the TCP connection 2*closeGrace after the close request; set before quit is closed
+	closeCode   int         // close frame to send; 0: none (peer closed or conn broken)
 	closeReason string
 	finalCode   int // close code for metrics
 	readerDone  chan struct{}
@@ -228,8 +238,9 @@ func (c *Conn) ID() string { return c.id }
 // User returns the authenticated user id ([hub.Member]).
 func (c *Conn) User() string { return c.ident.User }
 
-// Serve runs the connection until it is closed: the writer goroutine is
-// started, the calling goroutine reads. When reading ends (the connection's
+// Serve runs the connection until it is closed: the calling goroutine
+// reads; a writer goroutine runs while frames are queued, a ping is due or
+// the connection closes (startWriterLocked). When reading ends (the connection's
 // context is cancelled then) it waits for the room lanes to end, publishes
 // the disconnect command (once, if rooms were joined), leaves every room
 // and waits for the writer.
@@ -289,7 +300,15 @@ func (c *Conn) closeWith(send, final int, reason string) bool {
 		c.closeCode, c.finalCode, c.closeReason = send, final, reason
 		// A write in flight may be blocked on a peer that stopped reading
 		// (a slow consumer): give it closeGrace at most, not WriteWait.
-		_ = c.ws.UnderlyingConn().SetWriteDeadline(time.Now().Add(closeGrace))
+		// Later writes take closeBy too (writeDeadline); a write that
+		// re-armed the socket's deadline just now is cut by the hard stop.
+		by := time.Now().Add(closeGrace)
+		c.closeBy.Store(by.UnixNano())
+		if c.ws != nil {
+			conn := c.ws.UnderlyingConn()
+			_ = conn.SetWriteDeadline(by)
+			c.hardStop = time.AfterFunc(2*closeGrace, func() { _ = conn.Close() })
+		}
 		close(c.quit) // also cancels c.ctx
 		// The writer runs the close sequence (flush, close frame, TCP
 		// close); start one unless one runs (it sees quit).
@@ -369,15 +388,8 @@ func (c *Conn) Send(frame []byte) bool {
 // next frames (a burst of typing events); a larger one is released.
 const keepQueueCap = 16
 
-// enqueue appends frame to the outbound queue unless it holds
-// cfg.OutboundQueue frames already.
-func (c *Conn) enqueue(frame []byte) bool {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	return c.enqueueLocked(frame)
-}
-
-// enqueueLocked is enqueue with qmu held.
+// enqueueLocked appends frame to the outbound queue unless it holds
+// cfg.OutboundQueue frames already; qmu is held.
 func (c *Conn) enqueueLocked(frame []byte) bool {
 	if len(c.out)-c.head >= c.cfg.OutboundQueue {
 		return false
@@ -467,7 +479,7 @@ func (c *Conn) joinedRooms() []string {
 // writer is the last one (writing stays set).
 func (c *Conn) writeLoop() {
 	write := func(f []byte, deadline time.Time) error {
-		_ = c.ws.SetWriteDeadline(deadline)
+		_ = c.ws.SetWriteDeadline(c.writeDeadline(deadline))
 		return c.ws.WriteMessage(websocket.TextMessage, f)
 	}
 	for {
@@ -490,7 +502,7 @@ func (c *Conn) writeLoop() {
 		c.qmu.Unlock()
 		var err error
 		if ping {
-			err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteWait))
+			err = c.ws.WriteControl(websocket.PingMessage, nil, c.writeDeadline(time.Now().Add(c.cfg.WriteWait)))
 		} else if err = write(f, time.Now().Add(c.cfg.WriteWait)); err == nil {
 			c.met.Written(f) // delivery delay of room events
 		}
@@ -526,6 +538,18 @@ func (c *Conn) writeLoop() {
 		}
 	}
 	_ = c.ws.Close()
+	if c.hardStop != nil { // set by closeWith before quit was closed
+		c.hardStop.Stop()
+	}
+}
+
+// writeDeadline is d, or the close deadline (closeBy) when a close was
+// requested and it is earlier.
+func (c *Conn) writeDeadline(d time.Time) time.Time {
+	if by := c.closeBy.Load(); by != 0 && by < d.UnixNano() {
+		return time.Unix(0, by)
+	}
+	return d
 }
 
 func (c *Conn) readLoop() {
@@ -548,7 +572,7 @@ func (c *Conn) readLoop() {
 		if !c.allowInbound() {
 			return nil
 		}
-		err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.cfg.WriteWait))
+		err := c.ws.WriteControl(websocket.PongMessage, []byte(data), c.writeDeadline(time.Now().Add(c.cfg.WriteWait)))
 		if err != nil && !errors.Is(err, websocket.ErrCloseSent) {
 			c.terminate(CloseAbnormal)
 		}
