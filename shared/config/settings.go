@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
@@ -296,9 +298,12 @@ func checkOrigins(v []string) error {
 	return errors.Join(errs...)
 }
 
+// checkGatewayID: the id goes into every connection id, which the worker
+// checks with protocol.ValidateID (UTF-8, no control characters).
 func checkGatewayID(v string) error {
-	if v != "" && (len(v) > 64 || strings.ContainsAny(v, ": \t\r\n")) {
-		return fmt.Errorf("%q must be at most 64 bytes without ':' or spaces", v)
+	if v != "" && (len(v) > 64 || strings.ContainsAny(v, ": \t\r\n") || !utf8.ValidString(v) ||
+		strings.IndexFunc(v, unicode.IsControl) >= 0) {
+		return fmt.Errorf("%q must be at most 64 bytes of UTF-8 without ':', spaces or control characters", v)
 	}
 	return nil
 }
