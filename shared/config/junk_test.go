@@ -29,3 +29,28 @@ func TestJunkValuesRefused(t *testing.T) {
 		t.Fatalf("good values: %+v, %v", c.GatewayID, err)
 	}
 }
+
+// ELLIPSIS_JWKS_URL may carry basic-auth credentials (net/http sends a
+// URL's user info as Authorization): neither -h nor a configuration error
+// shows them, in any form of the URL.
+func TestJWKSURLCredentialsNeverShown(t *testing.T) {
+	for _, u := range []string{
+		"https://u:S3CRET@idp.example.com/jwks",
+		"https://S3CRET@idp.example.com/jwks",
+		"http://S3CRET@example.com/jwks",
+		"https://u:S3CRET@h:x/jwks",
+		"https://u:S3CRET@/jwks",
+		"ftp://u:S3CRET@h/jwks",
+	} {
+		if s := Shown("ELLIPSIS_JWKS_URL", u); strings.Contains(s, "S3CRET") {
+			t.Errorf("Shown(%q) = %q", u, s)
+		}
+		_, err := load(t, map[string]string{"ELLIPSIS_AUTH": "jwt", "ELLIPSIS_JWKS_URL": u})
+		if err != nil && strings.Contains(err.Error(), "S3CRET") {
+			t.Errorf("%s: error shows the credentials: %v", u, err)
+		}
+	}
+	if _, err := load(t, map[string]string{"ELLIPSIS_AUTH": "jwt", "ELLIPSIS_JWKS_URL": "https://u:S3CRET@h:x/jwks"}); err == nil || !strings.Contains(err.Error(), "ELLIPSIS_JWKS_URL") {
+		t.Fatalf("a malformed URL: %v, want an error naming ELLIPSIS_JWKS_URL", err)
+	}
+}

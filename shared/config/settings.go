@@ -209,14 +209,14 @@ var rules = []struct {
 		}
 		u, err := url.Parse(c.JWKSURL)
 		switch {
-		case err != nil:
-			bad("ELLIPSIS_JWKS_URL: not a URL: %v", err)
+		case err != nil: // url.Error holds the whole URL: only its cause is shown
+			bad("ELLIPSIS_JWKS_URL: %q is not a URL: %v", natsconn.RedactURL(c.JWKSURL), errors.Unwrap(err))
 		case u.Host == "":
-			bad("ELLIPSIS_JWKS_URL: %q has no host (want https://host/path)", u.Redacted())
+			bad("ELLIPSIS_JWKS_URL: %q has no host (want https://host/path)", natsconn.RedactURL(c.JWKSURL))
 		case u.Scheme == "https":
 		case u.Scheme == "http" && (u.Hostname() == "localhost" || isLoopbackIP(u.Hostname())):
 		default:
-			bad("ELLIPSIS_JWKS_URL: %q must use https (plain http only to a loopback host such as 127.0.0.1)", u.Redacted())
+			bad("ELLIPSIS_JWKS_URL: %q must use https (plain http only to a loopback host such as 127.0.0.1)", natsconn.RedactURL(c.JWKSURL))
 		}
 		if c.JWKSReload < time.Second {
 			bad("ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL, got %s", c.JWKSReload)
