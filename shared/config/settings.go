@@ -123,7 +123,7 @@ func (c *Config) table() []Setting {
 			Doc: "also publish every `typing_start` / `typing_stop` (same bytes as the Redis event) on NATS `<prefix>.typing.v1.room.<token>`, at most once (docs/protocol.md, \"Room events on NATS\")"},
 		{Env: "ELLIPSIS_SNAPSHOT_MAX", For: ForWorker, V: integer(&c.SnapshotMax, 100, between(1, 500)),
 			Doc: "typists listed in one snapshot (`joined`, `typing`, HTTP, NATS reply); `total` still counts all, and a reply is also cut to fit the NATS `max_payload` (500 keeps the largest room's snapshot script under a millisecond of Redis time: docs/BENCHMARKS.md)"},
-		{Env: "ELLIPSIS_GATEWAY_ID", For: ForGateway, V: str(&c.GatewayID, "", rule("≤ 64 bytes, no `:` or spaces", checkGatewayID)), DefaultDoc: "random",
+		{Env: "ELLIPSIS_GATEWAY_ID", For: ForGateway, V: str(&c.GatewayID, "", rule("≤ 64 bytes of UTF-8, no `:`, spaces or control characters", checkGatewayID)), DefaultDoc: "random",
 			Doc: "gateway id in connection ids (`<id>-<per-boot suffix>:<n>`, so a restart never reuses a connection id)"},
 		{Env: "ELLIPSIS_DEMO_PAGE", For: ForGateway, V: boolean(&c.DemoPage, true),
 			Doc: "serve the demo page and JS client at `/`"},
