@@ -261,7 +261,8 @@ func EnvNames() []string {
 
 // Shown is how a setting's value may be shown (flag usage, logs): the
 // secrets are hidden, ELLIPSIS_JWT_SECRET as "(set)", the password or
-// token of every ELLIPSIS_NATS_URL as xxxxx and ELLIPSIS_REDIS_URL's
+// token of every ELLIPSIS_NATS_URL and the user info of ELLIPSIS_JWKS_URL
+// as xxxxx and ELLIPSIS_REDIS_URL's
 // password as redisconn.Redact does; other values unchanged (the
 // credential settings are file paths).
 func Shown(env, value string) string {
@@ -272,6 +273,8 @@ func Shown(env, value string) string {
 		return "(set)"
 	case env == "ELLIPSIS_NATS_URL":
 		return natsconn.RedactURLs(value)
+	case env == "ELLIPSIS_JWKS_URL": // user info is sent as basic auth
+		return natsconn.RedactURL(value)
 	case env == "ELLIPSIS_REDIS_URL":
 		return redisconn.Redact(value)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
@@ -121,7 +123,7 @@ func (c *Config) table() []Setting {
 			Doc: "also publish every `typing_start` / `typing_stop` (same bytes as the Redis event) on NATS `<prefix>.typing.v1.room.<token>`, at most once (docs/protocol.md, \"Room events on NATS\")"},
 		{Env: "ELLIPSIS_SNAPSHOT_MAX", For: ForWorker, V: integer(&c.SnapshotMax, 100, between(1, 500)),
 			Doc: "typists listed in one snapshot (`joined`, `typing`, HTTP, NATS reply); `total` still counts all, and a reply is also cut to fit the NATS `max_payload` (500 keeps the largest room's snapshot script under a millisecond of Redis time: docs/BENCHMARKS.md)"},
-		{Env: "ELLIPSIS_GATEWAY_ID", For: ForGateway, V: str(&c.GatewayID, "", rule("≤ 64 bytes, no `:` or spaces", checkGatewayID)), DefaultDoc: "random",
+		{Env: "ELLIPSIS_GATEWAY_ID", For: ForGateway, V: str(&c.GatewayID, "", rule("≤ 64 bytes of UTF-8, no `:`, spaces or control characters", checkGatewayID)), DefaultDoc: "random",
 			Doc: "gateway id in connection ids (`<id>-<per-boot suffix>:<n>`, so a restart never reuses a connection id)"},
 		{Env: "ELLIPSIS_DEMO_PAGE", For: ForGateway, V: boolean(&c.DemoPage, true),
 			Doc: "serve the demo page and JS client at `/`"},
@@ -207,14 +209,14 @@ var rules = []struct {
 		}
 		u, err := url.Parse(c.JWKSURL)
 		switch {
-		case err != nil:
-			bad("ELLIPSIS_JWKS_URL: not a URL: %v", err)
+		case err != nil: // url.Error holds the whole URL: only its cause is shown
+			bad("ELLIPSIS_JWKS_URL: %q is not a URL: %v", natsconn.RedactURL(c.JWKSURL), errors.Unwrap(err))
 		case u.Host == "":
-			bad("ELLIPSIS_JWKS_URL: %q has no host (want https://host/path)", u.Redacted())
+			bad("ELLIPSIS_JWKS_URL: %q has no host (want https://host/path)", natsconn.RedactURL(c.JWKSURL))
 		case u.Scheme == "https":
 		case u.Scheme == "http" && (u.Hostname() == "localhost" || isLoopbackIP(u.Hostname())):
 		default:
-			bad("ELLIPSIS_JWKS_URL: %q must use https (plain http only to a loopback host such as 127.0.0.1)", u.Redacted())
+			bad("ELLIPSIS_JWKS_URL: %q must use https (plain http only to a loopback host such as 127.0.0.1)", natsconn.RedactURL(c.JWKSURL))
 		}
 		if c.JWKSReload < time.Second {
 			bad("ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL, got %s", c.JWKSReload)
@@ -296,9 +298,12 @@ func checkOrigins(v []string) error {
 	return errors.Join(errs...)
 }
 
+// checkGatewayID: the id goes into every connection id, which the worker
+// checks with protocol.ValidateID (UTF-8, no control characters).
 func checkGatewayID(v string) error {
-	if v != "" && (len(v) > 64 || strings.ContainsAny(v, ": \t\r\n")) {
-		return fmt.Errorf("%q must be at most 64 bytes without ':' or spaces", v)
+	if v != "" && (len(v) > 64 || strings.ContainsAny(v, ": \t\r\n") || !utf8.ValidString(v) ||
+		strings.IndexFunc(v, unicode.IsControl) >= 0) {
+		return fmt.Errorf("%q must be at most 64 bytes of UTF-8 without ':', spaces or control characters", v)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -101,8 +102,8 @@ func integer(p *int, def int, checks ...check[int]) value {
 func float(p *float64, def float64, checks ...check[float64]) value {
 	return &field[float64]{p: p, def: def, parse: func(s string) (float64, error) {
 		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil {
-			return 0, fmt.Errorf("not a number: %q", s)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return 0, fmt.Errorf("not a finite number: %q", s)
 		}
 		return f, nil
 	}, format: func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }, checks: checks}

@@ -172,7 +172,7 @@ func authEnv(a Auth) string {
 func (a Auth) options() ([]nats.Option, error) {
 	var opts []nats.Option
 	if a.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(a.CredsFile))
+		opts = append(opts, credsOption(a.CredsFile))
 	}
 	if a.NKeyFile != "" {
 		o, err := nkeyOption(a.NKeyFile)
@@ -198,6 +198,46 @@ func (a Auth) options() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientTLSConfig(certCB, caCB))
 	}
 	return opts, nil
+}
+
+// credsOption is nats.UserCredentials reading the file through readFile
+// (regular files only, bounded) at every (re)connect: nats.go reads it
+// with os.ReadFile while it holds its connection lock, so a .creds file
+// replaced by a FIFO after start blocked every Publish of the service.
+// Errors name the setting and the path, never the content.
+func credsOption(path string) nats.Option {
+	bad := func(err error) error { return fmt.Errorf("%s: %s: %w", EnvCreds, path, err) }
+	userJWT := func() (string, error) {
+		b, err := readFile(path)
+		if err != nil {
+			return "", bad(err)
+		}
+		defer wipe(b)
+		// Without the block, ParseDecoratedJWT returns the whole file,
+		// which nats.go would send as the JWT.
+		if !strings.Contains(string(b), "-----BEGIN NATS USER JWT-----") {
+			return "", bad(errors.New("not a NATS .creds file: no \"-----BEGIN NATS USER JWT-----\" block"))
+		}
+		token, err := nkeys.ParseDecoratedJWT(b)
+		if err != nil {
+			return "", bad(errors.New("not a NATS .creds file: its user JWT block cannot be read"))
+		}
+		return token, nil
+	}
+	sign := func(nonce []byte) ([]byte, error) {
+		b, err := readFile(path)
+		if err != nil {
+			return nil, bad(err)
+		}
+		defer wipe(b)
+		kp, err := nkeys.ParseDecoratedNKey(b)
+		if err != nil {
+			return nil, bad(errors.New("no user NKey seed block in it (\"-----BEGIN USER NKEY SEED-----\")"))
+		}
+		defer kp.Wipe()
+		return kp.Sign(nonce)
+	}
+	return nats.UserJWT(userJWT, sign)
 }
 
 // nkeyOption is nats.NkeyOptionFromSeed with a clear error for a changed

@@ -41,7 +41,7 @@ func run() int {
 		duration = fs.Duration("duration", demo.DefaultDuration, "how long the users type (0 with -messages: until done)")
 		messages = fs.Int("messages", 0, "messages each user sends before stopping (0: no limit)")
 		token    = fs.String("token", "", "JWTs, comma-separated, one per user in the order alice,bob,carol (ELLIPSIS_AUTH=jwt)")
-		secret   = fs.String("jwt-secret", os.Getenv("ELLIPSIS_JWT_SECRET"), "mint HS256 tokens with the stack's secret (default $ELLIPSIS_JWT_SECRET)")
+		secret   = fs.String("jwt-secret", "", "mint HS256 tokens with the stack's secret (default $ELLIPSIS_JWT_SECRET)")
 		data     = fs.String("keystrokes", "", "replay sessions from this keystroke CSV instead of the embedded sample (e.g. the full neuroqwerty_controls_keystrokes.csv)")
 		verbose  = fs.Bool("v", false, "also print every typing frame a user sends")
 	)
@@ -50,6 +50,9 @@ func run() int {
 			return 0
 		}
 		return 2
+	}
+	if *secret == "" { // not the flag's default: -h would print it
+		*secret = os.Getenv("ELLIPSIS_JWT_SECRET")
 	}
 	durationSet := false
 	fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })

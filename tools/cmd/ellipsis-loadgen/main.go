@@ -73,7 +73,7 @@ func run(args []string) int {
 		speed       = fs.Float64("speed", 1, "replay mode: divide recorded keystroke times by this (client timers stay real time)")
 		spread      = fs.Duration("spread", loadgen.DefaultReplaySpread, "replay mode: clients start typing within this window")
 		seed        = fs.Uint64("seed", 1, "replay mode: random seed (first message, start offset)")
-		secret      = fs.String("jwt-secret", os.Getenv("ELLIPSIS_JWT_SECRET"), "mint HS256 tokens with the gateway's secret (ELLIPSIS_AUTH=jwt); default $ELLIPSIS_JWT_SECRET")
+		secret      = fs.String("jwt-secret", "", "mint HS256 tokens with the gateway's secret (ELLIPSIS_AUTH=jwt); default $ELLIPSIS_JWT_SECRET")
 		dialTimeout = fs.Duration("dial-timeout", loadgen.DefaultDialTimeout, "bound on each handshake and join")
 		dialConc    = fs.Int("dial-concurrency", loadgen.DefaultDialConcurrency, "handshakes in flight at once")
 		sourceIPs   = fs.Int("source-ips", loadgen.DefaultSourceIPs, "spread connections to a loopback target over this many source addresses 127.0.0.1..N (-1: kernel's choice)")
@@ -96,6 +96,9 @@ func run(args []string) int {
 			return 0
 		}
 		return 2
+	}
+	if *secret == "" { // not the flag's default: -h would print it
+		*secret = os.Getenv("ELLIPSIS_JWT_SECRET")
 	}
 	if *compare != "" {
 		return comparePeers(*compare, *loadName, *jsonOut)
