@@ -326,6 +326,28 @@ func (c *client) join(room string) frame {
 	return c.next(func(f frame) bool { return f.Type == "joined" && f.ID == id }, 5*time.Second, "joined "+room)
 }
 
+// joinRetrying joins room as a client does after an outage: a join
+// answered unavailable (docs/protocol.md: "retry") is sent again after
+// 200 ms, until joined or within has passed.
+func (c *client) joinRetrying(room string, within time.Duration) frame {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		id := "j-" + randomToken()
+		c.send(map[string]any{"type": "join", "room": room, "id": id})
+		f := c.next(func(f frame) bool { return f.ID == id && (f.Type == "joined" || f.Type == "error") }, 5*time.Second, "an answer to join "+room)
+		switch {
+		case f.Type == "joined":
+			return f
+		case f.Code != "unavailable":
+			c.t.Fatalf("%s: join %s answered %v", c.name, room, f)
+		case time.Now().After(deadline):
+			c.t.Fatalf("%s: join %s still unavailable after %v: %v", c.name, room, within, f)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func (c *client) start(room string) { c.send(map[string]any{"type": "typing_start", "room": room}) }
 func (c *client) stop(room string)  { c.send(map[string]any{"type": "typing_stop", "room": room}) }
 
