@@ -120,7 +120,7 @@ func TestPubSubPingSettings(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	_, err = load(t, map[string]string{"ELLIPSIS_PUBSUB_PING_INTERVAL": "0s"})
-	if err == nil || !strings.Contains(err.Error(), "ELLIPSIS_PUBSUB_PING_INTERVAL: must be positive") {
+	if err == nil || !strings.Contains(err.Error(), "ELLIPSIS_PUBSUB_PING_INTERVAL: must be at least 100ms") {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -221,14 +221,14 @@ func TestSecuritySettingsValidated(t *testing.T) {
 		"ELLIPSIS_AUTHZ: claims reads the rooms claim of a JWT and needs ELLIPSIS_AUTH=jwt",
 		"ELLIPSIS_JWKS_RELOAD: must be at least 100ms",
 		"ELLIPSIS_JWT_LEEWAY: must be 0s..5m0s, got -1s",
-		"ELLIPSIS_AUTHZ_TIMEOUT: must be positive",
+		"ELLIPSIS_AUTHZ_TIMEOUT: must be at least 10ms",
 		"ELLIPSIS_AUTHZ_CACHE_TTL: must not be negative",
 		"ELLIPSIS_AUTHZ_DENY_CACHE_TTL: must not be negative",
 		"ELLIPSIS_INBOUND_MAX_REJECTED: must be 1..100000, got 0",
 		"ELLIPSIS_MAX_CONNS: must be 1..10000000, got 0",
 		"ELLIPSIS_MAX_CONNS_PER_USER: must be 1..1000000, got 0",
 		"ELLIPSIS_PONG_WAIT: must be at least 100ms",
-		"ELLIPSIS_WRITE_WAIT: must be positive",
+		"ELLIPSIS_WRITE_WAIT: must be at least 10ms",
 		`ELLIPSIS_KEY_PREFIX: "app{1}:" must not contain '{' or '}'`,
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -471,6 +471,24 @@ func TestSecretsNotShown(t *testing.T) {
 	for _, secret := range []string{"jwt-s3cret-value", "nats-t0ken-value", "nats-passw0rd", "nats-nosch3me", "redis-passw0rd"} {
 		if strings.Contains(out.String(), secret) || strings.Contains(verr.Error(), secret) {
 			t.Errorf("%s shown:\n%s\n%v", secret, out.String(), verr)
+		}
+	}
+}
+
+// A duration that would busy-loop a timer or ticker (1ns) is refused with
+// the setting's floor, whatever the setting.
+func TestDurationFloors(t *testing.T) {
+	for env, floor := range map[string]string{
+		"ELLIPSIS_SWEEP_INTERVAL":       "10ms",
+		"ELLIPSIS_SNAPSHOT_TIMEOUT":     "10ms",
+		"ELLIPSIS_AUTHZ_TIMEOUT":        "10ms",
+		"ELLIPSIS_PUBSUB_PING_INTERVAL": "100ms",
+		"ELLIPSIS_PUBSUB_PING_TIMEOUT":  "10ms",
+		"ELLIPSIS_WRITE_WAIT":           "10ms",
+	} {
+		_, err := load(t, map[string]string{env: "1ns"})
+		if want := env + ": must be at least " + floor + ", got 1ns"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=1ns: got %v, want an error containing %q", env, err, want)
 		}
 	}
 }
