@@ -264,3 +264,37 @@ func TestContractStaleStartsNeverShow(t *testing.T) {
 		}
 	})
 }
+
+// A snapshot agrees with the event stream: a user whose typing_start the
+// transition throttle holds (coalesced, for the sweeper's trailing edge) is
+// not listed, so when a coalesced stop follows, receivers that took the
+// snapshot are not left showing a user nobody will publish a typing_stop
+// about. (Seen in the Sentinel failover test: a resync snapshot taken
+// between a coalesced start and a coalesced stop showed the typist for
+// good.)
+func TestContractSnapshotListsOnlyShownUsers(t *testing.T) {
+	forEachKindTTL(t, 5*time.Second, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		// Four honest transitions spend the burst of the event rate limit.
+		se.start("r", "u", "c", 1, OutcomeStarted)
+		se.stop("r", "u", "c", 2, OutcomeStopped)
+		se.start("r", "u", "c", 3, OutcomeStarted)
+		se.stop("r", "u", "c", 4, OutcomeStopped)
+		se.start("r", "u", "c", 5, OutcomeCoalesced) // typing, not yet shown
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("snapshot while the start is held: %v, want nobody (receivers were told u stopped)", got)
+		}
+		se.stop("r", "u", "c", 6, OutcomeNoop) // back to what receivers were told
+		for range 8 {
+			se.advance(stThrottle / 4)
+			se.sweep()
+		}
+		evs := s.drain(300 * time.Millisecond)
+		if n := len(evs); n != 4 || evs[n-1].ev.Type != protocol.TypeTypingStop {
+			t.Fatalf("%d events, last %v: want the 4 honest ones, ending with typing_stop", n, evs)
+		}
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("final snapshot %v, want nobody", got)
+		}
+	})
+}

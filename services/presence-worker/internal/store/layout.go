@@ -108,28 +108,33 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 	if len(eusers) == 0 {
 		return protocol.Snapshot{Users: users, Total: total}, nil
 	}
-	cmds := make([]*redis.StringCmd, len(eusers))
+	// As scripts/snapshot.lua: only users receivers were told type (p =
+	// '1') are listed, so a snapshot agrees with the event stream; total
+	// loses the unshown ones among those read.
+	cmds := make([]*redis.SliceCmd, len(eusers))
 	err = st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
 		pipe := st.rdb.Pipeline()
 		for i, eu := range eusers {
-			cmds[i] = pipe.HGet(ctx, userKeyPrefix(l.n, room)+eu, "n")
+			cmds[i] = pipe.HMGet(ctx, userKeyPrefix(l.n, room)+eu, "p", "n")
 		}
 		_, err := pipe.Exec(ctx)
-		if err == redis.Nil {
-			err = nil // a user without a name
-		}
 		return err
 	})
 	if err != nil {
 		return protocol.Snapshot{}, snapshotFailed(err)
 	}
 	for i, eu := range eusers {
+		v, _ := cmds[i].Result()
+		if len(v) != 2 || v[0] != "1" {
+			total--
+			continue
+		}
 		u, err := names.Dec(eu)
 		if err != nil {
 			st.rl.Warn("snapshot-bad-member", "skipping a malformed typist key", zap.String("room", room), zap.Error(err))
 			continue
 		}
-		name, _ := cmds[i].Result()
+		name, _ := v[1].(string)
 		users = append(users, protocol.Typist{User: u, Name: name})
 	}
 	sortTypists(users)

@@ -5,17 +5,30 @@
 -- ARGV[1] user hash key prefix of the room, typing:user:{R}: (+ enc(user))
 -- ARGV[2] max users listed
 --
--- Returns {total, enc(user)1, name1, enc(user)2, name2, ...}: total is the
--- number of users with a live entry (score > now); the users listed are the
--- ARGV[2] most recently active of them, name '' when none is known.
+-- Returns {total, enc(user)1, name1, enc(user)2, name2, ...}. A user is
+-- listed when receivers were told they type (hash field p = '1') and their
+-- entry is live (score > now): a snapshot agrees with the event stream. A
+-- user whose typing_start is held by the transition throttle (the sweeper
+-- publishes it later, the trailing edge) is not listed yet; were they
+-- listed, a stop coalesced in turn would leave receivers showing them, as
+-- no typing_stop follows a start that was never published. The users
+-- listed are the ARGV[2] most recently active of those; total counts the
+-- live users less the unshown ones among those read (exact when the room
+-- has at most ARGV[2] live users).
 local now = now_ms()
 local live = '(' .. itoa(now)
 local total = redis.call('ZCOUNT', KEYS[1], live, '+inf')
 local out = {total}
 if tonumber(ARGV[2]) > 0 then
   for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', live, 'LIMIT', 0, tonumber(ARGV[2]))) do
-    out[#out + 1] = u
-    out[#out + 1] = redis.call('HGET', ARGV[1] .. u, 'n') or ''
+    local h = redis.call('HMGET', ARGV[1] .. u, 'p', 'n')
+    if h[1] == '1' then
+      out[#out + 1] = u
+      out[#out + 1] = h[2] or ''
+    else
+      total = total - 1
+    end
   end
 end
+out[1] = total
 return out
