@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ellipsis-chat/ellipsis/test/ports"
 )
 
 // binaries builds cmd/gateway and cmd/presence-worker once per test run.
@@ -59,14 +60,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// freePort returns a loopback address for a server this test starts, on a
+// port outside the kernel's ephemeral range (see package ports).
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return ports.Spare(t)
 }
 
 // proc is one service process with its own environment.
