@@ -443,12 +443,13 @@ func (c *Conn) queued() int {
 // shutdown, before closing them; Serve calls it when the connection ends.
 func (c *Conn) Disconnect() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.disconnected {
+		c.mu.Unlock()
 		return
 	}
 	c.disconnected = true
 	if len(c.rooms) == 0 || !c.ident.ShareTyping {
+		c.mu.Unlock()
 		return
 	}
 	c.seq++
@@ -456,11 +457,10 @@ func (c *Conn) Disconnect() {
 		V: protocol.Version, Op: protocol.OpDisconnect, User: c.ident.User,
 		Conn: c.id, Seq: c.seq, Rooms: c.joinedRooms(), TsMs: time.Now().UnixMilli(),
 	}
-	if err := c.deps.Backend.Publish(cmd); err != nil {
+	c.mu.Unlock()
+	if err := c.publish(cmd); err != nil {
 		c.logAt(zapcore.WarnLevel, "disconnect command not published; workers expire the entries after ttl", zap.Error(err))
-		return
 	}
-	c.met.Command(protocol.OpDisconnect)
 }
 
 // joinedRooms lists c.rooms sorted; c.mu is held.
@@ -769,15 +769,15 @@ func (c *Conn) answerSync(f protocol.ClientFrame, err error) {
 func (c *Conn) leave(f protocol.ClientFrame) {
 	c.mu.Lock()
 	_, joined := c.rooms[f.Room]
-	var pubErr error
+	var cmd *protocol.Command
 	if joined {
 		delete(c.rooms, f.Room)
 		if c.ident.ShareTyping && !c.disconnected {
-			pubErr = c.publishLocked(protocol.OpLeave, f.Room)
+			cmd = c.commandLocked(protocol.OpLeave, f.Room)
 		}
 	}
 	c.mu.Unlock()
-	if pubErr != nil {
+	if pubErr := c.publish(cmd); pubErr != nil {
 		c.logAt(zapcore.DebugLevel, "leave command not published; workers expire the entry after ttl", zap.String("room", f.Room), zap.Error(pubErr))
 	}
 	if joined {
@@ -794,6 +794,7 @@ func (c *Conn) typing(f protocol.ClientFrame) {
 	c.mu.Lock()
 	_, joined := c.rooms[f.Room]
 	var why string
+	var cmd *protocol.Command
 	switch {
 	case !joined:
 	case !c.ident.ShareTyping:
@@ -803,11 +804,12 @@ func (c *Conn) typing(f protocol.ClientFrame) {
 	case !c.deps.Backend.Connected():
 		why = "presence backend unavailable (NATS); retry"
 	default:
-		if err := c.publishLocked(op, f.Room); err != nil {
-			why = "presence backend unavailable (NATS); retry"
-		}
+		cmd = c.commandLocked(op, f.Room)
 	}
 	c.mu.Unlock()
+	if err := c.publish(cmd); err != nil {
+		why = "presence backend unavailable (NATS); retry"
+	}
 	switch {
 	case !joined:
 		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
@@ -816,18 +818,28 @@ func (c *Conn) typing(f protocol.ClientFrame) {
 	}
 }
 
-// publishLocked publishes a start, stop or leave command with the next seq;
-// c.mu is held so that seq order is publish order.
-func (c *Conn) publishLocked(op, room string) error {
+// commandLocked builds a start, stop or leave command with the next seq;
+// c.mu is held. The caller publishes it (publish) after releasing c.mu, so
+// no lock is held across the NATS write: a command published late by a
+// race with Disconnect (the only other publisher) carries a lower seq than
+// the disconnect, and the worker drops it as stale.
+func (c *Conn) commandLocked(op, room string) *protocol.Command {
 	c.seq++
-	cmd := &protocol.Command{
+	return &protocol.Command{
 		V: protocol.Version, Op: op, Room: room, User: c.ident.User, Name: c.ident.Name,
 		Conn: c.id, Seq: c.seq, TsMs: time.Now().UnixMilli(),
+	}
+}
+
+// publish sends cmd (nil: nothing) to the workers and counts it.
+func (c *Conn) publish(cmd *protocol.Command) error {
+	if cmd == nil {
+		return nil
 	}
 	if err := c.deps.Backend.Publish(cmd); err != nil {
 		return err
 	}
-	c.met.Command(op)
+	c.met.Command(cmd.Op)
 	return nil
 }
 
