@@ -34,6 +34,9 @@
 # with the ratios), ellipsis-<load>-redis.txt (the Ellipsis Redis's INFO
 # commandstats and cpu at the end of the run: Redis time per command), and
 # logs of every server process. SYSTEMS=ellipsis runs Ellipsis only.
+# The worker runs with GOMAXPROCS=$WORKER_GOMAXPROCS (default 1), as in
+# deploy/k8s, where its CPU limit is 1 and Go sets GOMAXPROCS from it; the
+# gateway, nats-server and Centrifugo use every CPU.
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 cd "$(dirname "$0")/../.."
@@ -52,6 +55,7 @@ L3) CONNS=${CONNS:-15000} ROOMS=${ROOMS:-3000} RATE=${RATE:-5000} ;;
 	;;
 esac
 DURATION=${DURATION:-15s}
+WORKER_GOMAXPROCS=${WORKER_GOMAXPROCS:-1}
 SYSTEMS=${SYSTEMS:-ellipsis,centrifugo}
 case "$SYSTEMS" in
 ellipsis | ellipsis,centrifugo) ;;
@@ -166,7 +170,7 @@ wait_port "$NATS_PORT" nats-server
 el_env=(ELLIPSIS_REDIS_URL="redis://127.0.0.1:$EL_REDIS_PORT" ELLIPSIS_NATS_URL="nats://127.0.0.1:$NATS_PORT"
 	ELLIPSIS_KEY_PREFIX="peers$$:" ELLIPSIS_SUBJECT_PREFIX="peers$$" ELLIPSIS_LOG_LEVEL=warn
 	ELLIPSIS_AUTH=jwt ELLIPSIS_JWT_SECRET="$SECRET" ELLIPSIS_DEMO_PAGE=false)
-env "${el_env[@]}" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" "$BIN/presence-worker" >"$OUT_DIR/worker.log" 2>&1 &
+env "${el_env[@]}" GOMAXPROCS="$WORKER_GOMAXPROCS" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" "$BIN/presence-worker" >"$OUT_DIR/worker.log" 2>&1 &
 pids+=($!)
 worker=$!
 env "${el_env[@]}" ELLIPSIS_HTTP_ADDR="$EL_HTTP" ELLIPSIS_ADMIN_ADDR="$EL_GW_ADMIN" ELLIPSIS_MAX_CONNS=$((CONNS + 100)) \
