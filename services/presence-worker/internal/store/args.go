@@ -23,10 +23,12 @@ func userKeyPrefix(n names.Names, room string) string {
 	return n.KeyPrefix() + "typing:user:" + names.RoomTag(room) + ":"
 }
 
+// UsersKey is typing:users:{R}, the room's users sorted set.
 func UsersKey(n names.Names, room string) string {
 	return n.KeyPrefix() + "typing:users:" + names.RoomTag(room)
 }
 
+// PendingKey is typing:pending:{R}, the room's held transitions.
 func PendingKey(n names.Names, room string) string {
 	return n.KeyPrefix() + "typing:pending:" + names.RoomTag(room)
 }
