@@ -17,37 +17,33 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/joinauthz"
 	"github.com/ellipsis-chat/ellipsis/examples/go/natsenv"
 )
 
 func main() {
-	// Not envOr: -h would print the URL's password as the default.
-	natsURL := flag.String("nats", "", "NATS server URL(s), comma-separated (default $ELLIPSIS_NATS_URL, else "+nats.DefaultURL+")")
-	prefix := flag.String("prefix", envOr("ELLIPSIS_SUBJECT_PREFIX", "ellipsis"), "subject prefix (ELLIPSIS_SUBJECT_PREFIX of the deployment)")
+	var dep natsenv.Deployment
+	dep.AddFlags(flag.CommandLine)
 	allowFlag := flag.String("allow", "", "user=room,room;user=room... (rooms starting with public- are open to all)")
 	flag.Parse()
 
 	members := ParseAllow(*allowFlag)
 	// natsenv: shared/natsconn with ELLIPSIS_NATS_CREDS, _NKEY, _TLS_* from
 	// the environment; its errors show the URL without password or token.
-	nc, err := natsenv.Connect(*natsURL, "example-join-authz", 5*time.Second)
+	nc, err := dep.Connect("example-join-authz")
 	if err != nil {
-		fail(err)
+		natsenv.Fail("join-authz", err)
 	}
 	defer nc.Close()
-	sub, err := joinauthz.Serve(nc, *prefix, func(user, room string) bool {
+	sub, err := joinauthz.Serve(nc, dep.Prefix, func(user, room string) bool {
 		return strings.HasPrefix(room, "public-") || members[user][room]
 	})
 	if err != nil {
-		fail(err)
+		natsenv.Fail("join-authz", err)
 	}
 	if err := nc.Flush(); err != nil {
-		fail(err)
+		natsenv.Fail("join-authz", err)
 	}
 	fmt.Printf("authorising joins on %s\n", sub.Subject)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -74,16 +70,4 @@ func ParseAllow(s string) map[string]map[string]bool {
 		}
 	}
 	return out
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "join-authz:", err)
-	os.Exit(1)
 }

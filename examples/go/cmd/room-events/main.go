@@ -17,9 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/natsenv"
 	"github.com/ellipsis-chat/ellipsis/examples/go/roomevents"
@@ -27,46 +24,33 @@ import (
 )
 
 func main() {
-	// Not envOr: -h would print the URL's password as the default.
-	natsURL := flag.String("nats", "", "NATS server URL(s), comma-separated (default $ELLIPSIS_NATS_URL, else "+nats.DefaultURL+")")
-	prefix := flag.String("prefix", envOr("ELLIPSIS_SUBJECT_PREFIX", "ellipsis"), "subject prefix (ELLIPSIS_SUBJECT_PREFIX of the deployment)")
+	var dep natsenv.Deployment
+	dep.AddFlags(flag.CommandLine)
 	room := flag.String("room", "", "room id; empty = every room")
 	flag.Parse()
 
 	// natsenv: shared/natsconn with ELLIPSIS_NATS_CREDS, _NKEY, _TLS_* from
 	// the environment; its errors show the URL without password or token.
-	nc, err := natsenv.Connect(*natsURL, "example-room-events", 5*time.Second)
+	nc, err := dep.Connect("example-room-events")
 	if err != nil {
-		fail(err)
+		natsenv.Fail("room-events", err)
 	}
 	defer nc.Close()
-	subject := roomevents.AllRoomsSubject(*prefix)
+	subject := roomevents.AllRoomsSubject(dep.Prefix)
 	if *room != "" {
-		subject = roomevents.RoomSubject(*prefix, *room)
+		subject = roomevents.RoomSubject(dep.Prefix, *room)
 	}
 	enc := json.NewEncoder(os.Stdout)
 	_, err = roomevents.Follow(nc, subject, func(ev protocol.RoomEvent) { _ = enc.Encode(ev) },
 		func(data []byte, err error) { fmt.Fprintf(os.Stderr, "room-events: skipped an event: %v\n", err) })
 	if err != nil {
-		fail(err)
+		natsenv.Fail("room-events", err)
 	}
 	if err := nc.Flush(); err != nil {
-		fail(err)
+		natsenv.Fail("room-events", err)
 	}
 	fmt.Fprintf(os.Stderr, "following %s\n", subject)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "room-events:", err)
-	os.Exit(1)
 }

@@ -14,46 +14,30 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
 	"github.com/ellipsis-chat/ellipsis/examples/go/natsenv"
 )
 
 func main() {
-	// Not envOr: -h would print the URL's password as the default.
-	natsURL := flag.String("nats", "", "NATS server URL(s), comma-separated (default $ELLIPSIS_NATS_URL, else "+nats.DefaultURL+")")
-	prefix := flag.String("prefix", envOr("ELLIPSIS_SUBJECT_PREFIX", "ellipsis"), "subject prefix (ELLIPSIS_SUBJECT_PREFIX of the deployment)")
+	var dep natsenv.Deployment
+	dep.AddFlags(flag.CommandLine)
 	room := flag.String("room", "", "room id (required)")
 	user := flag.String("user", "", "user id whose message was posted (required)")
 	flag.Parse()
 
 	// natsenv: shared/natsconn with ELLIPSIS_NATS_CREDS, _NKEY, _TLS_* from
 	// the environment; its errors show the URL without password or token.
-	nc, err := natsenv.Connect(*natsURL, "example-stop-typing", 5*time.Second)
+	nc, err := dep.Connect("example-stop-typing")
 	if err != nil {
-		fail(err)
+		natsenv.Fail("stop-typing", err)
 	}
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := chat.StopTyping(ctx, nc, *prefix, *room, *user); err != nil {
-		fail(err)
+	if err := chat.StopTyping(ctx, nc, dep.Prefix, *room, *user); err != nil {
+		natsenv.Fail("stop-typing", err)
 	}
 	fmt.Printf("stop sent: user %q in room %q\n", *user, *room)
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "stop-typing:", err)
-	os.Exit(1)
 }

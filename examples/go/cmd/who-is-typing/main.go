@@ -11,49 +11,33 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/natsenv"
 	"github.com/ellipsis-chat/ellipsis/examples/go/whoistyping"
 )
 
 func main() {
-	// Not envOr: -h would print the URL's password as the default.
-	natsURL := flag.String("nats", "", "NATS server URL(s), comma-separated (default $ELLIPSIS_NATS_URL, else "+nats.DefaultURL+")")
-	prefix := flag.String("prefix", envOr("ELLIPSIS_SUBJECT_PREFIX", "ellipsis"), "subject prefix (ELLIPSIS_SUBJECT_PREFIX of the deployment)")
+	var dep natsenv.Deployment
+	dep.AddFlags(flag.CommandLine)
 	room := flag.String("room", "", "room id (required)")
 	flag.Parse()
 
 	// natsenv: shared/natsconn with ELLIPSIS_NATS_CREDS, _NKEY, _TLS_* from
 	// the environment; its errors show the URL without password or token.
-	nc, err := natsenv.Connect(*natsURL, "example-who-is-typing", 5*time.Second)
+	nc, err := dep.Connect("example-who-is-typing")
 	if err != nil {
-		fail(err)
+		natsenv.Fail("who-is-typing", err)
 	}
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	reply, err := whoistyping.Ask(ctx, nc, *prefix, *room)
+	reply, err := whoistyping.Ask(ctx, nc, dep.Prefix, *room)
 	if err != nil {
-		fail(err)
+		natsenv.Fail("who-is-typing", err)
 	}
 	for _, t := range reply.Users {
 		fmt.Printf("typing: %s (%s)\n", t.User, t.Name)
 	}
 	fmt.Printf("total: %d\n", reply.Total)
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "who-is-typing:", err)
-	os.Exit(1)
 }
