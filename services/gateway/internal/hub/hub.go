@@ -7,8 +7,9 @@
 //
 //   - hub.go: options, lifecycle, lock order.
 //   - rooms.go: room state (sharded), join, hold, release, leave, fan-out.
-//   - snapshot.go: [Hub.Sync], the one hold → snapshot → self filter →
-//     release sequence, for join, sync and resync.
+//   - snapshot.go: [Hub.Sync] (join and sync) and syncHolds, the one
+//     snapshot → self filter → release sequence after the holds, for join,
+//     sync, the push after an overflow and resync alike.
 //   - resync.go: per-room resync with its own jittered backoff.
 //
 // # Holds: joining without losing events

@@ -8,7 +8,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/shared/backoff"
-	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
@@ -161,8 +160,9 @@ func (q *resyncer) finish(room string, ok bool) {
 	})
 }
 
-// resyncRoom pushes a snapshot of room to its joined members; false when
-// the snapshot failed or a member's buffer overflowed. Members still
+// resyncRoom pushes a snapshot of room to its joined members, held
+// together, through [Hub.syncHolds]; false when the snapshot failed or a
+// member's buffer overflowed. Members still
 // joining are not sent it (nothing may precede their "joined"): they are
 // marked, and their join pushes a fresh snapshot after "joined".
 func (h *Hub) resyncRoom(name string) bool {
@@ -185,25 +185,14 @@ func (h *Hub) resyncRoom(name string) bool {
 	}
 	h.met.Resyncs.Inc()
 	ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReadyTimeout)
-	snap, err := h.opts.Snapshot(ctx, name)
+	overflowed, err := h.syncHolds(ctx, name, holds, SyncAsked, "", nil)
 	cancel()
 	if err != nil {
 		h.log.Debug("resync snapshot failed", zap.String("room", name), zap.Error(err))
-	}
-	ok := err == nil
-	frames := map[string][]byte{} // user -> that user's self-filtered frame
-	for _, hd := range holds {
-		var f []byte
-		if err == nil {
-			u := hd.m.User()
-			if f = frames[u]; f == nil {
-				f, _ = protocol.Encode(protocol.NewTypingSnapshot(name, snap.WithoutUser(u), ""))
-				frames[u] = f
-			}
+		for _, hd := range holds {
+			h.Release(hd, nil, "")
 		}
-		if h.Release(hd, f, protocol.TypeTyping) {
-			ok = false
-		}
+		return false
 	}
-	return ok
+	return !overflowed
 }

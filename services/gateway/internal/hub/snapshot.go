@@ -18,10 +18,9 @@ const (
 	SyncAsked
 )
 
-// Sync is the one hold → snapshot → self filter → release sequence of the
-// gateway: it holds m in room (joining it first for SyncJoin), asks the
-// workers for a snapshot, and releases the hold with the "joined" or
-// "typing" frame (id echoed) carrying the snapshot without m's own user
+// Sync holds m in room (joining it first for SyncJoin) and answers with
+// the room's snapshot through [Hub.syncHolds]: a "joined" or "typing"
+// frame (id echoed) carrying the snapshot without m's own user
 // (protocol.Snapshot.WithoutUser). Subscription and snapshot share one
 // deadline: ctx's, capped at ReadyTimeout. commit, when not nil, runs
 // after the snapshot succeeded and before the frame is queued; if it
@@ -46,39 +45,69 @@ func (h *Hub) Sync(ctx context.Context, kind SyncKind, room string, m Member, id
 	} else if hd = h.Hold(room, m); hd == nil {
 		return ErrNotMember
 	}
-	undo := func() {
+	overflowed, err := h.syncHolds(ctx, room, []*Hold{hd}, kind, id, commit)
+	if err != nil {
 		if existed {
 			h.Release(hd, nil, "")
 		} else {
 			h.Leave(room, m)
 		}
+		return err
 	}
-	snap, err := h.opts.Snapshot(ctx, room)
-	if err != nil {
-		undo()
-		return fmt.Errorf("%w: %w", ErrSnapshot, err)
-	}
-	if commit != nil && !commit() {
-		undo()
-		return ErrAborted
-	}
-	snap = snap.WithoutUser(m.User())
-	var frame []byte
-	typ := protocol.TypeTyping
-	if kind == SyncJoin {
-		frame, err = protocol.Encode(protocol.NewJoined(room, snap, id))
-		typ = protocol.TypeJoined
-	} else {
-		frame, err = protocol.Encode(protocol.NewTypingSnapshot(room, snap, id))
-	}
-	if err != nil {
-		undo()
-		return fmt.Errorf("%w: encode: %w", ErrSnapshot, err)
-	}
-	if h.Release(hd, frame, typ) {
+	if overflowed {
 		h.push(room, m)
 	}
 	return nil
+}
+
+// syncHolds is the gateway's one snapshot sequence, for a join, a sync,
+// the push after an overflow and a room's resync alike: with the members'
+// holds taken (Join, Hold), it asks the workers for one snapshot of room
+// (bounded by ctx), runs commit (nil: none), and releases every hold with
+// a frame of kind ("joined" for SyncJoin, else "typing", id echoed)
+// carrying the snapshot without that member's own user, encoded once per
+// user. It reports whether events overflowed while any member was held
+// (the caller pushes or resyncs again).
+//
+// Errors: [ErrSnapshot] wrapping the snapshot's or the encoding's error,
+// [ErrAborted] when commit returns false. On error no hold is released:
+// the caller releases or undoes them.
+func (h *Hub) syncHolds(ctx context.Context, room string, holds []*Hold, kind SyncKind, id string, commit func() bool) (overflowed bool, err error) {
+	snap, err := h.opts.Snapshot(ctx, room)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrSnapshot, err)
+	}
+	if commit != nil && !commit() {
+		return false, ErrAborted
+	}
+	typ := protocol.TypeTyping
+	if kind == SyncJoin {
+		typ = protocol.TypeJoined
+	}
+	frames := make(map[string][]byte, len(holds)) // user -> that user's frame
+	for _, hd := range holds {
+		u := hd.m.User()
+		if frames[u] != nil {
+			continue
+		}
+		own := snap.WithoutUser(u)
+		var f []byte
+		if kind == SyncJoin {
+			f, err = protocol.Encode(protocol.NewJoined(room, own, id))
+		} else {
+			f, err = protocol.Encode(protocol.NewTypingSnapshot(room, own, id))
+		}
+		if err != nil {
+			return false, fmt.Errorf("%w: encode: %w", ErrSnapshot, err)
+		}
+		frames[u] = f
+	}
+	for _, hd := range holds {
+		if h.Release(hd, frames[hd.m.User()], typ) {
+			overflowed = true
+		}
+	}
+	return overflowed, nil
 }
 
 // push sends m an unasked typing snapshot of room, after events for it
@@ -92,13 +121,12 @@ func (h *Hub) push(room string, m Member) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReadyTimeout)
-	snap, err := h.opts.Snapshot(ctx, room)
+	overflowed, err := h.syncHolds(ctx, room, []*Hold{hd}, SyncAsked, "", nil)
 	cancel()
-	var frame []byte
-	if err == nil {
-		frame, err = protocol.Encode(protocol.NewTypingSnapshot(room, snap.WithoutUser(m.User()), ""))
+	if err != nil {
+		h.Release(hd, nil, "")
 	}
-	if h.Release(hd, frame, protocol.TypeTyping) || err != nil {
+	if overflowed || err != nil {
 		h.resync.enqueue(room)
 	}
 }
