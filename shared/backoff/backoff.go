@@ -6,6 +6,7 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -40,6 +41,18 @@ func (b *Backoff) Next() time.Duration {
 		return ceiling
 	}
 	return floor + rand.N(ceiling-floor)
+}
+
+// Sleep waits Next() and reports true, or false as soon as ctx ends.
+func (b *Backoff) Sleep(ctx context.Context) bool {
+	t := time.NewTimer(b.Next())
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // Reset starts over from Min (after a success).

@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -34,5 +35,26 @@ func TestJitterSpreads(t *testing.T) {
 	}
 	if len(seen) < 10 {
 		t.Fatalf("50 loops chose only %d distinct delays: no jitter", len(seen))
+	}
+}
+
+// Sleep waits its delay, and returns false at once when ctx ends first.
+func TestSleepStopsWithContext(t *testing.T) {
+	b := New(time.Millisecond, time.Millisecond)
+	if !b.Sleep(context.Background()) {
+		t.Fatal("Sleep with a live context returned false")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	long := New(time.Hour, time.Hour)
+	done := make(chan bool, 1)
+	go func() { done <- long.Sleep(ctx) }()
+	select {
+	case ok := <-done:
+		if ok {
+			t.Fatal("Sleep with an ended context returned true")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Sleep did not return when its context ended")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/shared/backoff"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 )
 
@@ -82,7 +82,7 @@ func (st *engine) evalRetryTracked(ctx context.Context, name string, calls []scr
 	for i := range pending {
 		pending[i] = i
 	}
-	backoff := redisBackoffMin
+	bo := backoff.New(redisBackoffMin, redisBackoffMax)
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			for _, i := range pending {
@@ -97,10 +97,9 @@ func (st *engine) evalRetryTracked(ctx context.Context, name string, calls []scr
 		st.rl.Warn("redis-retry", "redis call failed, retrying",
 			zap.String("script", name), zap.Int("attempt", attempt), zap.Int("calls", len(pending)), zap.Error(errs[pending[0]]))
 		st.reloadSlots()
-		if !sleepBackoff(ctx, backoff) {
+		if !bo.Sleep(ctx) {
 			return res, errs, retried
 		}
-		backoff = min(2*backoff, redisBackoffMax)
 	}
 }
 
@@ -129,20 +128,6 @@ func (st *engine) failed(ctx context.Context, idx []int, errs []error) []int {
 func (st *engine) reloadSlots() {
 	if cc, ok := st.rdb.(*redis.ClusterClient); ok {
 		cc.ReloadState(context.Background())
-	}
-}
-
-// sleepBackoff sleeps a random time in [backoff/2, backoff] (full jitter)
-// and reports false when ctx ended first.
-func sleepBackoff(ctx context.Context, backoff time.Duration) bool {
-	d := backoff/2 + rand.N(backoff/2+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -197,7 +182,7 @@ func (st *engine) pipeline(ctx context.Context, calls []scriptCall, idx []int, r
 // each, jittered backoff between them, stopping when ctx ends. fn must be
 // safe to repeat (reads are).
 func (st *engine) call(ctx context.Context, what string, fn func(ctx context.Context) error) error {
-	backoff := redisBackoffMin
+	bo := backoff.New(redisBackoffMin, redisBackoffMax)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, redisAttemptTimeout)
 		err := fn(actx)
@@ -212,10 +197,9 @@ func (st *engine) call(ctx context.Context, what string, fn func(ctx context.Con
 		st.rl.Warn("redis-retry", "redis call failed, retrying",
 			zap.String("script", what), zap.Int("attempt", attempt), zap.Error(err))
 		st.reloadSlots()
-		if !sleepBackoff(ctx, backoff) {
+		if !bo.Sleep(ctx) {
 			return err
 		}
-		backoff = min(2*backoff, redisBackoffMax)
 	}
 }
 

@@ -156,8 +156,9 @@ const (
 
 	// RedisAttempts bounds the tries of one script call (or pipeline).
 	RedisAttempts = 4
-	// redisBackoffMin and redisBackoffMax bound the jittered exponential
-	// backoff between tries: 50ms, 100ms, 200ms, ... capped at 1s.
+	// redisBackoffMin and redisBackoffMax bound the backoff between tries
+	// (shared/backoff, full jitter): ceilings 50ms, 100ms, 200ms, ...
+	// capped at 1s.
 	redisBackoffMin = 50 * time.Millisecond
 	redisBackoffMax = time.Second
 	// redisAttemptTimeout bounds one try (dial, write, script, read).
