@@ -317,6 +317,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if adminLn != nil {
 		s.adminLn = adminLn
 		s.adminSrv = s.newAdmin()
+		// ellipsis_ready; gateways sharing one registry (tests, the dev
+		// stack) share the first one's gauge.
+		if err := s.reg.Register(s.adminSrv.ReadyCollector(config.ServiceGateway)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			s.log.Error("ellipsis_ready not registered", zap.Error(err))
+		}
 		s.adminSrv.Serve(adminLn)
 	}
 	s.state = stateStarted

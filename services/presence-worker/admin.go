@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
 	"github.com/ellipsis-chat/ellipsis/shared/admin"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
 
 // startAdmin serves the admin listener bound in Start (package admin,
@@ -31,5 +35,10 @@ func (s *Server) startAdmin() {
 		Logger:       s.log,
 		Pprof:        s.cfg.Pprof,
 	})
+	// ellipsis_ready; workers sharing one registry (tests, the dev stack)
+	// share the first one's gauge.
+	if err := s.reg.Register(s.admin.ReadyCollector(config.ServiceWorker)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		s.log.Error("ellipsis_ready not registered", zap.Error(err))
+	}
 	s.admin.Serve(s.adminLn)
 }

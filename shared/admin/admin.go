@@ -201,6 +201,24 @@ func (s *Server) Ready(ctx context.Context) Readiness {
 	return rd
 }
 
+// ReadyCollector returns the gauge ellipsis_ready{service}: 1 when /readyz
+// would answer 200 (every check passes, not starting, not shutting down),
+// else 0. It runs the checks at scrape time ([Server.Ready], each bounded
+// by Options.ProbeTimeout), so an alert can say an instance is out of its
+// load balancer whatever the cause (deploy/monitoring, EllipsisNotReady).
+func (s *Server) ReadyCollector(service string) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "ellipsis_ready",
+		Help:        "1 when this instance's /readyz answers 200 (every readiness check passes), else 0; evaluated at scrape time.",
+		ConstLabels: prometheus.Labels{"service": service},
+	}, func() float64 {
+		if s.Ready(context.Background()).Ready {
+			return 1
+		}
+		return 0
+	})
+}
+
 // Serve serves ln in the background until [Server.Shutdown].
 func (s *Server) Serve(ln net.Listener) {
 	s.ln = ln

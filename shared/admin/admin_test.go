@@ -130,3 +130,44 @@ func TestPprofSecondsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// ellipsis_ready follows /readyz at every scrape: 0 while a check fails or
+// shutdown began, 1 when every check passes.
+func TestReadyCollector(t *testing.T) {
+	var down, stopping atomic.Bool
+	down.Store(true)
+	s := New(Options{
+		Checks: []Check{{Name: "redis", Probe: func(context.Context) error {
+			if down.Load() {
+				return errors.New("dial tcp: refused")
+			}
+			return nil
+		}}},
+		ShuttingDown: stopping.Load,
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.ReadyCollector("gateway"))
+	ready := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil || len(mfs) != 1 || mfs[0].GetName() != "ellipsis_ready" || len(mfs[0].GetMetric()) != 1 {
+			t.Fatalf("gathered %v, %v", mfs, err)
+		}
+		m := mfs[0].GetMetric()[0]
+		if l := m.GetLabel(); len(l) != 1 || l[0].GetName() != "service" || l[0].GetValue() != "gateway" {
+			t.Fatalf("labels %v", l)
+		}
+		return m.GetGauge().GetValue()
+	}
+	if v := ready(); v != 0 {
+		t.Fatalf("redis down: ellipsis_ready %v, want 0", v)
+	}
+	down.Store(false)
+	if v := ready(); v != 1 {
+		t.Fatalf("every check passes: ellipsis_ready %v, want 1", v)
+	}
+	stopping.Store(true)
+	if v := ready(); v != 0 {
+		t.Fatalf("shutting down: ellipsis_ready %v, want 0", v)
+	}
+}
