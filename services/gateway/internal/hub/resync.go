@@ -162,9 +162,9 @@ func (q *resyncer) finish(room string, ok bool) {
 
 // resyncRoom pushes a snapshot of room to its joined members, held
 // together, through [Hub.syncHolds]; false when the snapshot failed or a
-// member's buffer overflowed. Members still
-// joining are not sent it (nothing may precede their "joined"): they are
-// marked, and their join pushes a fresh snapshot after "joined".
+// member's buffer overflowed. Members still joining are not sent it
+// (nothing may precede their "joined"): they are marked, and their join
+// pushes a fresh snapshot after "joined".
 func (h *Hub) resyncRoom(name string) bool {
 	rm := h.lookup(name)
 	if rm == nil {
