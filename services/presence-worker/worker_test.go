@@ -526,7 +526,7 @@ func TestAdminEndpoints(t *testing.T) {
 		if code != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
 			t.Fatalf("healthz %d %s", code, body)
 		}
-		code, body = httpGet(t, base+"/readyz")
+		code, body = waitReady(t, base)
 		if code != 200 || strings.TrimSpace(body) != `{"ready":true,"checks":{"nats":"ok","redis":"ok"}}` {
 			t.Fatalf("readyz %d %s", code, body)
 		}
@@ -576,6 +576,9 @@ func TestReadyzWhileStarting(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
 	w := e.startWorker()
+	if code, body := waitReady(t, "http://"+w.AdminAddr()); code != 200 {
+		t.Fatalf("readyz once started %d %s", code, body)
+	}
 	w.ready.Store(false) // as between startAdmin and the end of Start
 	code, body := httpGet(t, "http://"+w.AdminAddr()+"/readyz")
 	var v admin.Readiness
@@ -614,6 +617,29 @@ func mustRequest(t *testing.T, e *env, req string) []byte {
 		t.Fatal(err)
 	}
 	return msg.Data
+}
+
+// waitReady polls base's /readyz until it answers 200 (at most waitLong)
+// and returns its last answer. Start returns before the NATS status has
+// been read: NATS connects in the background (shared/natsconn.Connect)
+// and readiness reports the status observed by a poll every 100 ms, so
+// on a loaded machine /readyz can say "nats": "not connected
+// (CONNECTING)" just after Start. Until ready, every answer must be a
+// 503 that names only nats as down.
+func waitReady(t *testing.T, base string) (int, string) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for {
+		code, body := httpGet(t, base+"/readyz")
+		if code == 200 || time.Now().After(deadline) {
+			return code, body
+		}
+		var v admin.Readiness
+		if err := json.Unmarshal([]byte(body), &v); err != nil || code != 503 || !slices.Equal(v.Down, []string{"nats"}) {
+			t.Fatalf("readyz just after Start %d %s, want 200, or 503 down [nats] while NATS connects", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func httpGet(t *testing.T, u string) (int, string) {
