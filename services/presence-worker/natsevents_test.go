@@ -88,7 +88,17 @@ func collectUntil(t *testing.T, s *stream, n int, d time.Duration) []received {
 // sweeper's events come hundreds of ms later). Both stores, every backend.
 func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
-		e := newEnv(t, be, eventsOn, func(c *config.Config) { c.Store = kind })
+		e := newEnv(t, be, eventsOn, func(c *config.Config) {
+			c.Store = kind
+			// carol's fifth command is coalesced only if the worker applies
+			// it within one interval of the event rate limit (throttle / 2)
+			// of her first, on Redis's running clock. With testThrottle
+			// that is 150 ms, which a loaded 2-vCPU machine under -race
+			// exceeded; a 2 s throttle gives 1 s (ttl and refresh raised
+			// to keep throttle < refresh < ttl; the expiries come 2 s
+			// later, still well within collectUntil's wait).
+			c.TypingTTL, c.TypingRefresh, c.TypingThrottle = 3*time.Second, 2500*time.Millisecond, 2*time.Second
+		})
 		e.startWorker()
 		s := e.subscribe("r1", "r2")
 		all := e.subscribeNATS(e.names.RoomEventsWildcard())

@@ -141,10 +141,18 @@ func TestRedisTimeFollowsWallClock(t *testing.T) {
 }
 
 // TestRedisScoreExpiry is what the presence worker does: scores are expiry
-// times from Lua TIME and a key TTL, both following the wall clock.
+// times from Lua TIME and a key TTL, both following the wall clock. Each
+// check is made against the server's own TIME (both scripts return it), so
+// a test goroutine that the machine delays cannot move a check to the other
+// side of an expiry.
 func TestRedisScoreExpiry(t *testing.T) {
 	_, c := newRedis(t)
 	ctx := context.Background()
+	// life is the member's lifetime (its score is now + life) and, plus
+	// 1 s, the key's PEXPIRE. 1 s, not less: the first check needs two
+	// evals within it; on a loaded 2-vCPU machine under -race two evals
+	// have taken more than 100 ms.
+	const life = 1000
 	const add = `
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -154,22 +162,64 @@ return now`
 	const live = `
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')`
-	if err := c.Eval(ctx, add, []string{"typing:room:{x}"}, 100, "alice:c1").Err(); err != nil {
+return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')}`
+	added, err := c.Eval(ctx, add, []string{"typing:room:{x}"}, life, "alice:c1").Int64()
+	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.Eval(ctx, live, []string{"typing:room:{x}"}).StringSlice()
-	if err != nil || len(got) != 1 {
-		t.Fatalf("live at once = %v, %v", got, err)
+	// liveAt returns the server's TIME (ms) and the live members then.
+	liveAt := func() (int64, []any) {
+		t.Helper()
+		v, err := c.Eval(ctx, live, []string{"typing:room:{x}"}).Slice()
+		if err != nil || len(v) != 2 {
+			t.Fatalf("live = %v, %v", v, err)
+		}
+		now, _ := v[0].(int64)
+		members, _ := v[1].([]any)
+		return now, members
 	}
-	time.Sleep(150 * time.Millisecond)
-	got, err = c.Eval(ctx, live, []string{"typing:room:{x}"}).StringSlice()
-	if err != nil || len(got) != 0 {
-		t.Fatalf("live after 150ms = %v, %v; want none", got, err)
+	now, got := liveAt()
+	if now >= added+life {
+		t.Fatalf("the second eval ran %d ms after the first: cannot check the live member", now-added)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	if n, err := c.Exists(ctx, "typing:room:{x}").Result(); err != nil || n != 0 {
-		t.Fatalf("room key after its PEXPIRE: exists = %d, %v", n, err)
+	if len(got) != 1 || got[0] != "alice:c1" {
+		t.Fatalf("live %d ms after the add = %v, want alice:c1", now-added, got)
+	}
+	// Until its score the member is live; from then on it is not.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		now, got = liveAt()
+		if now >= added+life {
+			if len(got) != 0 {
+				t.Fatalf("live %d ms after the add (score %d ms after) = %v; want none", now-added, life, got)
+			}
+			break
+		}
+		if len(got) != 1 {
+			t.Fatalf("live %d ms after the add, before its score = %v; want alice:c1", now-added, got)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server TIME stuck %d ms after the add", now-added)
+		}
+	}
+	// The key lives until its PEXPIRE (life + 1 s after the add) and not after.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		tm, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.Exists(ctx, "typing:room:{x}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tm.UnixMilli() >= added+life+1000 {
+			if n != 0 {
+				t.Fatalf("room key %d ms after the add, past its PEXPIRE: exists = %d", tm.UnixMilli()-added, n)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server TIME stuck %d ms after the add", tm.UnixMilli()-added)
+		}
 	}
 }
 

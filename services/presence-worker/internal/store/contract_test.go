@@ -41,12 +41,20 @@ func forEachKind(t *testing.T, f func(t *testing.T, se *storeEnv)) {
 // steps take longer than stTTL on a busy machine.
 func forEachKindTTL(t *testing.T, ttl time.Duration, f func(t *testing.T, se *storeEnv)) {
 	t.Helper()
+	forEachKindTiming(t, ttl, stThrottle, f)
+}
+
+// forEachKindTiming is forEachKind with another entry ttl and throttle,
+// for tests that need several commands to land inside one window of the
+// event rate limit (throttle / 2) on Redis, where time is real.
+func forEachKindTiming(t *testing.T, ttl, throttle time.Duration, f func(t *testing.T, se *storeEnv)) {
+	t.Helper()
 	t.Parallel()
 	for _, kind := range storeKinds {
 		for _, be := range backends {
 			t.Run(kind+"/"+be.name, func(t *testing.T) {
 				t.Parallel()
-				f(t, newStoreEnvTTL(t, be, kind, ttl))
+				f(t, newStoreEnvTiming(t, be, kind, ttl, throttle))
 			})
 		}
 	}

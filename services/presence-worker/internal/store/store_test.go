@@ -40,6 +40,8 @@ type storeEnv struct {
 	now    time.Time // miniredis: the frozen clock
 	reg    *prometheus.Registry
 	names  names.Names
+	// throttle is the store's (stThrottle, or forEachKindTiming's).
+	throttle time.Duration
 }
 
 // newStoreEnv builds a zset store (the script suite below is about its
@@ -56,6 +58,11 @@ func newStoreEnvKind(t *testing.T, be backend, kind string) *storeEnv {
 
 func newStoreEnvTTL(t *testing.T, be backend, kind string, ttl time.Duration) *storeEnv {
 	t.Helper()
+	return newStoreEnvTiming(t, be, kind, ttl, stThrottle)
+}
+
+func newStoreEnvTiming(t *testing.T, be backend, kind string, ttl, throttle time.Duration) *storeEnv {
+	t.Helper()
 	requireServices(t)
 	url, mr := redisURLFor(t, be)
 	opts, err := redis.ParseURL(url)
@@ -69,11 +76,11 @@ func newStoreEnvTTL(t *testing.T, be backend, kind string, ttl time.Duration) *s
 		t.Fatal(err)
 	}
 	n := names.New("t-"+randHex(5)+":", "")
-	st, err := New(Options{Kind: kind, PubSub: be.pubsub, Redis: rdb, Names: n, TTL: ttl, Throttle: stThrottle, Metrics: m, Log: testLogger(), RateLog: testRateLog{zap.NewNop()}})
+	st, err := New(Options{Kind: kind, PubSub: be.pubsub, Redis: rdb, Names: n, TTL: ttl, Throttle: throttle, Metrics: m, Log: testLogger(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	se := &storeEnv{t: t, kind: kind, pubsub: be.pubsub, st: st, rdb: rdb, mr: mr, reg: reg, names: n}
+	se := &storeEnv{t: t, kind: kind, pubsub: be.pubsub, st: st, rdb: rdb, mr: mr, reg: reg, names: n, throttle: throttle}
 	if mr != nil {
 		se.now = time.Now()
 		mr.SetTime(se.now)
