@@ -133,9 +133,12 @@ type Server struct {
 	authz    authz.Authorizer
 	httpSrv  *http.Server
 	adminSrv *admin.Server
-	httpLn   net.Listener
-	adminLn  net.Listener
-	serveWG  sync.WaitGroup // the listeners' Serve goroutines
+	// ready is ellipsis_ready of adminSrv while registered in reg (nil
+	// otherwise); Shutdown unregisters it.
+	ready   prometheus.Collector
+	httpLn  net.Listener
+	adminLn net.Listener
+	serveWG sync.WaitGroup // the listeners' Serve goroutines
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -317,10 +320,10 @@ func (s *Server) Start(ctx context.Context) error {
 	if adminLn != nil {
 		s.adminLn = adminLn
 		s.adminSrv = s.newAdmin()
-		// ellipsis_ready; gateways sharing one registry (tests, the dev
-		// stack) share the first one's gauge.
-		if err := s.reg.Register(s.adminSrv.ReadyCollector(config.ServiceGateway)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-			s.log.Error("ellipsis_ready not registered", zap.Error(err))
+		// ellipsis_ready. Gateways sharing one registry (tests) export the
+		// first running one's; Shutdown unregisters it for the next.
+		if c := s.adminSrv.ReadyCollector(config.ServiceGateway); s.reg.Register(c) == nil {
+			s.ready = c
 		}
 		s.adminSrv.Serve(adminLn)
 	}
@@ -488,6 +491,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	if err := <-httpDone; err != nil {
 		errs = append(errs, fmt.Errorf("gateway: public listener: %w", err))
+	}
+	if s.ready != nil {
+		s.reg.Unregister(s.ready)
 	}
 	if s.adminSrv != nil {
 		if err := s.adminSrv.Shutdown(ctx); err != nil {

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
 	"github.com/ellipsis-chat/ellipsis/shared/admin"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
@@ -35,10 +32,10 @@ func (s *Server) startAdmin() {
 		Logger:       s.log,
 		Pprof:        s.cfg.Pprof,
 	})
-	// ellipsis_ready; workers sharing one registry (tests, the dev stack)
-	// share the first one's gauge.
-	if err := s.reg.Register(s.admin.ReadyCollector(config.ServiceWorker)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-		s.log.Error("ellipsis_ready not registered", zap.Error(err))
+	// ellipsis_ready. Workers sharing one registry (tests) export the first
+	// running one's; Shutdown unregisters it for the next.
+	if c := s.admin.ReadyCollector(config.ServiceWorker); s.reg.Register(c) == nil {
+		s.readyGauge = c
 	}
 	s.admin.Serve(s.adminLn)
 }

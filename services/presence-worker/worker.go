@@ -129,9 +129,12 @@ type Server struct {
 	sweepCancel context.CancelFunc
 	sweepWG     sync.WaitGroup
 
-	admin     *admin.Server
-	adminLn   net.Listener
-	adminAddr string
+	admin *admin.Server
+	// readyGauge is ellipsis_ready of admin while registered in reg (nil
+	// otherwise); Shutdown unregisters it.
+	readyGauge prometheus.Collector
+	adminLn    net.Listener
+	adminAddr  string
 }
 
 // New checks the settings the worker uses (see checkConfig) and builds a
@@ -418,6 +421,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	// 6. Redis, admin.
 	if err := s.rdb.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: closing redis: %w", err))
+	}
+	if s.readyGauge != nil {
+		s.reg.Unregister(s.readyGauge)
 	}
 	if s.admin != nil {
 		if err := s.admin.Shutdown(ctx); err != nil {

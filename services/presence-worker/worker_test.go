@@ -533,11 +533,23 @@ func TestAdminEndpoints(t *testing.T) {
 		e.send(start("r", "u", "", "c", 1))
 		code, body = httpGet(t, base+"/metrics")
 		if code != 200 || !strings.Contains(body, `ellipsis_worker_commands_total{op="start",outcome="started"} 1`) ||
-			!strings.Contains(body, "ellipsis_worker_script_duration_seconds_bucket") {
+			!strings.Contains(body, "ellipsis_worker_script_duration_seconds_bucket") ||
+			!strings.Contains(body, `ellipsis_ready{service="presence-worker"} 1`) {
 			t.Fatalf("metrics %d:\n%.2000s", code, body)
 		}
 		if err := w.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
+		}
+		// ellipsis_ready leaves the registry with the worker, so another
+		// worker on the same registry can export its own.
+		mfs, err := w.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "ellipsis_ready" {
+				t.Fatalf("ellipsis_ready still registered after Shutdown: %v", mf)
+			}
 		}
 		if _, err := http.Get(base + "/healthz"); err == nil {
 			t.Fatal("admin listener still serving after Shutdown")

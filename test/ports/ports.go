@@ -9,7 +9,7 @@
 // client's dial can take the port in the moment between the probe and the
 // server's bind, and the server fails with "address already in use". Ports
 // below the ephemeral range are never given to outgoing connections, so
-// Spare picks from there.
+// Spare picks from there (and below Kubernetes' NodePort range).
 package ports
 
 import (
@@ -26,6 +26,11 @@ import (
 // services (Redis 6379, NATS 4222 and 8222, Prometheus 9090).
 const lowest = 10000
 
+// highest bounds the ports Spare hands out from above, besides the
+// ephemeral range: Kubernetes NodePorts (30000-32767) can be redirected by
+// kube-proxy on a node without any socket bound, which a probe cannot see.
+const highest = 30000
+
 // minRange is the smallest span below the ephemeral range worth choosing
 // from; with less, Spare falls back to a kernel-chosen port.
 const minRange = 1000
@@ -40,7 +45,7 @@ var (
 
 // Spare returns "127.0.0.1:P" for a port P that was free a moment ago, never
 // handed out before by this process, chosen at random in [10000, the low end
-// of the ephemeral range). When that span is smaller than 1,000 ports or
+// of the ephemeral range or 30000, whichever is lower). When that span is smaller than 1,000 ports or
 // every probe fails, it returns a kernel-chosen port instead. It fails the
 // test only when no loopback port can be listened on at all.
 func Spare(t interface {
@@ -50,7 +55,7 @@ func Spare(t interface {
 	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	if hi := ephemeralLow(); hi-lowest >= minRange {
+	if hi := top(); hi-lowest >= minRange {
 		for range probes {
 			p := lowest + rand.IntN(hi-lowest)
 			if handed[p] {
@@ -107,9 +112,12 @@ func ephemeralLow() int {
 	return n
 }
 
+// top is the end (exclusive) of the range Spare chooses from.
+func top() int { return min(ephemeralLow(), highest) }
+
 // String describes the range Spare chooses from, for test logs.
 func String() string {
-	hi := ephemeralLow()
+	hi := top()
 	if hi-lowest < minRange {
 		return "kernel-chosen ports (no room below the ephemeral range)"
 	}

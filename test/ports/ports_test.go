@@ -10,7 +10,7 @@ import (
 // the ephemeral range when the machine leaves room there.
 func TestSpareDistinctAndListenable(t *testing.T) {
 	seen := map[string]bool{}
-	low := ephemeralLow()
+	low := top()
 	for range 50 {
 		a := Spare(t)
 		if seen[a] {
