@@ -571,9 +571,28 @@ func TestReadyzNamesWhatIsDown(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
 			w := e.startWorker(tc.mod) // Start succeeds with a backend down
-			code, body := httpGet(t, "http://"+w.AdminAddr()+"/readyz")
-			var v admin.Readiness
-			if err := json.Unmarshal([]byte(body), &v); err != nil || code != 503 || v.Ready || len(v.Down) != 1 || v.Down[0] != tc.down ||
+			// NATS connects in the background after Start (natsconn.Connect
+			// returns at once): until it has, "nats" may be down beside
+			// the backend this case took down.
+			var (
+				code int
+				body string
+				v    admin.Readiness
+			)
+			for deadline := time.Now().Add(waitLong); ; time.Sleep(20 * time.Millisecond) {
+				code, body = httpGet(t, "http://"+w.AdminAddr()+"/readyz")
+				v = admin.Readiness{}
+				if err := json.Unmarshal([]byte(body), &v); err != nil {
+					t.Fatalf("readyz %d %s: %v", code, body, err)
+				}
+				if len(v.Down) != 2 || tc.down == "nats" || time.Now().After(deadline) {
+					break
+				}
+				if !slices.Equal(v.Down, []string{"nats", tc.down}) {
+					t.Fatalf("readyz %d %s, want down [nats %s] while NATS connects", code, body, tc.down)
+				}
+			}
+			if code != 503 || v.Ready || len(v.Down) != 1 || v.Down[0] != tc.down ||
 				v.Checks[tc.down] == "" || v.Checks[tc.down] == "ok" {
 				t.Fatalf("readyz %d %s, want 503 naming %s only", code, body, tc.down)
 			}
