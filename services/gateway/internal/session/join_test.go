@@ -55,13 +55,19 @@ func (fakeBackend) Snapshot(context.Context, string) (protocol.Snapshot, error) 
 // newTestConn is a Conn without a socket: frames it sends stay queued.
 func newTestConn(t *testing.T, rooms Rooms) *Conn {
 	t.Helper()
+	return newTestConnWith(t, rooms, fakeBackend{})
+}
+
+// newTestConnWith is newTestConn with the presence backend be.
+func newTestConnWith(t *testing.T, rooms Rooms, be Backend) *Conn {
+	t.Helper()
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return New(nil, "gw:1", auth.Identity{User: "alice", ShareTyping: true},
 		Config{MaxRooms: 2, InboundRate: 100, InboundBurst: 100, SnapshotTimeout: time.Second},
-		Deps{Hub: rooms, Backend: fakeBackend{}, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop()})
+		Deps{Hub: rooms, Backend: be, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop()})
 }
 
 func (c *Conn) drainQueued() []string {

@@ -6,12 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
-	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
-	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
-	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -46,14 +40,8 @@ func (b *blockingBackend) Snapshot(context.Context, string) (protocol.Snapshot, 
 // a higher seq than the stuck start, so a worker that gets the start last
 // drops it as stale.
 func TestStuckPublishDoesNotHoldDisconnect(t *testing.T) {
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
 	be := &blockingBackend{release: make(chan struct{}), entered: make(chan struct{}, 1)}
-	c := New(nil, "gw:1", auth.Identity{User: "alice", ShareTyping: true},
-		Config{MaxRooms: 2, InboundRate: 100, InboundBurst: 100, SnapshotTimeout: time.Second},
-		Deps{Hub: &fakeRooms{}, Backend: be, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop()})
+	c := newTestConnWith(t, &fakeRooms{}, be)
 	c.join(protocol.ClientFrame{Type: protocol.TypeJoin, Room: "r", ID: "j"})
 	c.drainQueued()
 
