@@ -35,8 +35,11 @@
 # commandstats and cpu at the end of the run: Redis time per command), and
 # logs of every server process. SYSTEMS=ellipsis runs Ellipsis only.
 # The worker runs with GOMAXPROCS=$WORKER_GOMAXPROCS (default 1), as in
-# deploy/k8s, where its CPU limit is 1 and Go sets GOMAXPROCS from it; the
-# gateway, nats-server and Centrifugo use every CPU.
+# deploy/k8s, where its CPU limit is 1 and Go sets GOMAXPROCS from it;
+# nats-server with GOMAXPROCS=$NATS_GOMAXPROCS (default 1), as the dev
+# overlay's NATS gets from its CPU limit of 1 (empty: every CPU); the
+# gateway (GATEWAY_GOMAXPROCS, empty by default: its limit is 2) and
+# Centrifugo use every CPU.
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 cd "$(dirname "$0")/../.."
@@ -56,6 +59,8 @@ L3) CONNS=${CONNS:-15000} ROOMS=${ROOMS:-3000} RATE=${RATE:-5000} ;;
 esac
 DURATION=${DURATION:-15s}
 WORKER_GOMAXPROCS=${WORKER_GOMAXPROCS:-1}
+NATS_GOMAXPROCS=${NATS_GOMAXPROCS-1}
+GATEWAY_GOMAXPROCS=${GATEWAY_GOMAXPROCS:-}
 SYSTEMS=${SYSTEMS:-ellipsis,centrifugo}
 case "$SYSTEMS" in
 ellipsis | ellipsis,centrifugo) ;;
@@ -163,7 +168,7 @@ echo "== peers $LOAD: $CONNS connections, $ROOMS rooms, $RATE state changes/s, t
 # --- Ellipsis: private Redis and NATS, worker, gateway.
 start_redis "$EL_REDIS_PORT" "$OUT_DIR/ellipsis-redis.log"
 el_redis=${pids[-1]}
-"$NATS_SERVER" -a 127.0.0.1 -p "$NATS_PORT" >"$OUT_DIR/nats.log" 2>&1 &
+env ${NATS_GOMAXPROCS:+GOMAXPROCS=$NATS_GOMAXPROCS} "$NATS_SERVER" -a 127.0.0.1 -p "$NATS_PORT" >"$OUT_DIR/nats.log" 2>&1 &
 pids+=($!)
 nats=$!
 wait_port "$NATS_PORT" nats-server
@@ -173,7 +178,7 @@ el_env=(ELLIPSIS_REDIS_URL="redis://127.0.0.1:$EL_REDIS_PORT" ELLIPSIS_NATS_URL=
 env "${el_env[@]}" GOMAXPROCS="$WORKER_GOMAXPROCS" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" "$BIN/presence-worker" >"$OUT_DIR/worker.log" 2>&1 &
 pids+=($!)
 worker=$!
-env "${el_env[@]}" ELLIPSIS_HTTP_ADDR="$EL_HTTP" ELLIPSIS_ADMIN_ADDR="$EL_GW_ADMIN" ELLIPSIS_MAX_CONNS=$((CONNS + 100)) \
+env "${el_env[@]}" ${GATEWAY_GOMAXPROCS:+GOMAXPROCS=$GATEWAY_GOMAXPROCS} ELLIPSIS_HTTP_ADDR="$EL_HTTP" ELLIPSIS_ADMIN_ADDR="$EL_GW_ADMIN" ELLIPSIS_MAX_CONNS=$((CONNS + 100)) \
 	"$BIN/gateway" >"$OUT_DIR/gateway.log" 2>&1 &
 pids+=($!)
 gateway=$!
