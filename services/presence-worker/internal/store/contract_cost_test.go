@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -304,4 +305,60 @@ func TestContractSnapshotListsOnlyShownUsers(t *testing.T) {
 			t.Fatalf("final snapshot %v, want nobody", got)
 		}
 	})
+}
+
+// A throttled refresh leaves the user's score in the room's users zset
+// while it lags the new expiry by less than the index lag (lib.lua,
+// INDEX_LAG_MS: no O(log N) ZADD on that path). The lag never shows: when
+// the old score comes due, the snapshot still lists the user and the sweep
+// moves the score to the true expiry instead of pushing a stop; the stop
+// comes once, after the true expiry. Also when the refresh came from
+// another connection of the user.
+func TestContractThrottledRefreshLagsIndexUnseen(t *testing.T) {
+	const ttl, throttle = 4 * time.Second, 2 * time.Second // lag bound: min(1 s, ttl/4) = 1 s
+	for _, conn2 := range []string{"c", "c2"} {
+		t.Run("refresh on "+conn2, func(t *testing.T) {
+			forEachKindTiming(t, ttl, throttle, func(t *testing.T, se *storeEnv) {
+				ctx := context.Background()
+				users := UsersKey(se.names, "r")
+				s := se.subscribe("r")
+				se.start("r", "u", "c", 1, OutcomeStarted)
+				first, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				se.advance(800 * time.Millisecond)
+				se.start("r", "u", conn2, 2, OutcomeThrottled)
+				if got, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result(); err != nil || got != first {
+					t.Fatalf("score after a throttled refresh 800 ms later: %v, %v; want it left at %v", got, err, first)
+				}
+				s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+
+				// Past the old score, before the true expiry (800 ms later).
+				se.advance(time.Duration(int64(first)-se.redisNowMs())*time.Millisecond + 100*time.Millisecond)
+				if got := se.snapshotOf("r"); !slices.Equal(got, []string{"u/N"}) {
+					t.Fatalf("snapshot past the lagging score: %v, want u listed", got)
+				}
+				if r := se.sweep(); r.Stops != 0 {
+					t.Fatalf("sweep past the lagging score: %+v, want no stop", r)
+				}
+				moved, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result()
+				if err != nil || moved < first+700 {
+					t.Fatalf("score after the sweep: %v, %v; want the refresh's expiry (~%v)", moved, err, first+800)
+				}
+				s.expectNone(100 * time.Millisecond)
+
+				// Past the true expiry: one expired stop.
+				se.advance(time.Duration(int64(moved)-se.redisNowMs())*time.Millisecond + 100*time.Millisecond)
+				if r := se.sweep(); r.Stops != 1 {
+					t.Fatalf("sweep past the true expiry: %+v, want 1 stop", r)
+				}
+				s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+				if got := se.snapshotOf("r"); len(got) != 0 {
+					t.Fatalf("snapshot after expiry: %v", got)
+				}
+				s.expectNone(100 * time.Millisecond)
+			})
+		})
+	}
 }

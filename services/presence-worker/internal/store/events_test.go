@@ -63,8 +63,12 @@ func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
 			t.Fatal(err)
 		}
 		pub := sub.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		// Expire the entry by hand: its score in the past.
+		// Expire the entry by hand: its score and the connection's entry
+		// in the past (the sweeper only moves a score whose entries live).
 		if err := se.rdb.ZAdd(context.Background(), UsersKey(se.names, "r"), redis.Z{Score: 1, Member: names.Enc("u")}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := se.rdb.HSet(context.Background(), st.lay.connsKey(se.names, "r", "u", userKeyPrefix(se.names, "r")+names.Enc("u")), "c:c", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
 		call, err := st.sweepCall("r")

@@ -14,9 +14,22 @@
 --   n      display name ('' = none)
 --   e, z   the typing_start / typing_stop event a suppressed transition
 --          leaves for the sweeper (the trailing edge)
+--   i      the user's score in the room's users zset (unix ms) as last
+--          written by these scripts, '0' after they removed the user
 --   s:<conn> last applied seq of conn
 --   c:<conn> expiry (unix ms) of conn's entry (store zset; store keys keeps
 --          these in the typist key typing:{R}:enc(user))
+--
+-- The users zset's score of a user may lag the user's true expiry (the
+-- latest c:<conn>) by up to INDEX_LAG_MS: a throttled refresh leaves the
+-- score alone while it is that close (start.lua), so that the refresh
+-- costs no O(log N) ZADD. Whoever reads a score at or below now checks the
+-- user's entries before taking the user as expired (live_until).
+
+-- INDEX_LAG_MS bounds how far a user's users-zset score may lag the
+-- user's true expiry: at most min(INDEX_LAG_MS, ttl / 4) (start.lua).
+-- snapshot.lua reads scores this far below now to find such users.
+local INDEX_LAG_MS = 1000
 
 -- now_ms returns Redis TIME as integral unix milliseconds. Scores and ts_ms
 -- always come from here, never from a worker's or a client's clock.
@@ -91,4 +104,20 @@ local function pct_dec(s)
     return string.char(tonumber(h, 16))
   end)
   return out
+end
+
+-- live_until returns the latest expiry (unix ms) of the entries in the
+-- conns hash (fields c:<conn>), 0 when there is none: the user's true
+-- expiry, which the users zset's score may lag (INDEX_LAG_MS). O(the
+-- user's connections and seq fields).
+local function live_until(conns)
+  local all = redis.call('HGETALL', conns)
+  local latest = 0
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'c:' then
+      local e = tonumber(all[i + 1]) or 0
+      if e > latest then latest = e end
+    end
+  end
+  return latest
 end

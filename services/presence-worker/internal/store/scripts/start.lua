@@ -32,7 +32,7 @@ local user, conns, users = KEYS[1], KEYS[2], KEYS[3]
 
 local now = now_ms()
 local seqf = 's:' .. conn
-local f = redis.call('HMGET', user, seqf, 'p', 'w', 'x', 'n', 'g')
+local f = redis.call('HMGET', user, seqf, 'p', 'w', 'x', 'n', 'g', 'i')
 if seq ~= '0' and f[1] and seq_le(seq, f[1]) then
   return {'stale', now, 0}
 end
@@ -54,15 +54,23 @@ else
   redis.call('PEXPIREAT', conns, itoa(expiry))
 end
 -- Every entry is written now + ttl, so the user's score only grows here; a
--- new member may be the room's earliest expiry: index it.
+-- new member may be the room's earliest expiry: index it. A throttled
+-- refresh leaves a score that lags expiry by less than the index lag
+-- (lib.lua, INDEX_LAG_MS): no O(log N) ZADD on the hot path of a client
+-- that refreshes too often; the sweeper moves a lagging score when it
+-- comes due (sweep.lua).
+local shown = f[2] == '1'
+local throttled = shown and (tonumber(f[3] or '') or 0) > now
 local due = 0
-if redis.call('ZADD', users, itoa(expiry), euser) == 1 then
-  due = expiry
-  redis.call('PEXPIRE', users, keypx)
+if not (throttled and (tonumber(f[7] or '') or 0) > expiry - math.min(INDEX_LAG_MS, math.floor(ttl / 4))) then
+  if redis.call('ZADD', users, itoa(expiry), euser) == 1 then
+    due = expiry
+    redis.call('PEXPIRE', users, keypx)
+  end
+  kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(expiry)
 end
 
-local shown = f[2] == '1'
-if shown and (tonumber(f[3] or '') or 0) > now then
+if throttled then
   hset(user, kv)
   index(KEYS[6], due, ARGV[10])
   return {'throttled', now, due}

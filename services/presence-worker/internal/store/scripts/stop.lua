@@ -20,7 +20,7 @@ local user, conns, users = KEYS[1], KEYS[2], KEYS[3]
 
 local now = now_ms()
 local seqf = 's:' .. conn
-local f = redis.call('HMGET', user, seqf, 'p', 'g')
+local f = redis.call('HMGET', user, seqf, 'p', 'g', 'i')
 local ordered = conn ~= '' and seq ~= '0'
 if ordered and f[1] and seq_le(seq, f[1]) then
   return {'stale', now, 0}
@@ -54,6 +54,7 @@ if conn ~= '' and latest > now then
   if conns ~= user then redis.call('PEXPIREAT', conns, itoa(latest)) end
   if latest < before then
     redis.call('ZADD', users, 'XX', itoa(latest), euser)
+    kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(latest)
     due = latest
   end
   hset(user, kv)
@@ -68,6 +69,7 @@ elseif #cfields > 0 then
   redis.call('HDEL', conns, unpack(cfields))
 end
 redis.call('ZREM', users, euser)
+if f[4] and f[4] ~= '0' then kv[#kv + 1] = 'i'; kv[#kv + 1] = '0' end
 if conn == '' then kv[#kv + 1] = 'x'; kv[#kv + 1] = itoa(now) end
 local outcome = 'noop'
 if f[2] == '1' then

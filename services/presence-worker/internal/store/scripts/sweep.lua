@@ -13,8 +13,9 @@
 -- ARGV[5] throttle ms  ARGV[6] key px ms  ARGV[7] max users per kind per call
 -- ARGV[8] '1': also return the events published (ELLIPSIS_NATS_EVENTS)
 --
--- Cost O((E + P) log N): E expired and P pending users read, at most
--- ARGV[7] each; when either hit the limit the room is due again at once.
+-- Cost O((E + P) log N): E expired (or lagging) and P pending users read,
+-- at most ARGV[7] each; when either hit the limit the room is due again at
+-- once.
 --
 -- Returns {stops_published, entries_removed, now_ms, next_due_ms,
 -- starts_published[, events]}; next_due_ms is -1 when the room holds
@@ -57,12 +58,28 @@ local function settle(u, visible, expired_stop)
   redis.call('PEXPIRE', key, keypx)
 end
 
--- Users whose latest entry ran out: every entry of theirs has.
+-- conns_of returns the key holding u's connection entries.
+local function conns_of(u)
+  if ARGV[2] ~= '' then return ARGV[2] .. u end
+  return ARGV[1] .. u
+end
+
+-- Users whose score ran out. A score that lagged a throttled refresh
+-- (lib.lua, INDEX_LAG_MS) moves to the user's true expiry; the others'
+-- latest entry ran out: every entry of theirs has.
 local expired = redis.call('ZRANGEBYSCORE', users, '-inf', itoa(now), 'LIMIT', 0, limit)
+local removed = 0
 for _, u in ipairs(expired) do
-  redis.call('ZREM', users, u)
-  if ARGV[2] ~= '' then redis.call('DEL', ARGV[2] .. u) end -- expires this very ms
-  settle(u, false, ARGV[3] .. json_str(pct_dec(u)) .. ARGV[4])
+  local latest = live_until(conns_of(u))
+  if latest > now then
+    redis.call('ZADD', users, itoa(latest), u)
+    redis.call('HSET', ARGV[1] .. u, 'i', itoa(latest))
+  else
+    redis.call('ZREM', users, u)
+    removed = removed + 1
+    if ARGV[2] ~= '' then redis.call('DEL', ARGV[2] .. u) end -- expires this very ms
+    settle(u, false, ARGV[3] .. json_str(pct_dec(u)) .. ARGV[4])
+  end
 end
 
 -- Users whose coalesced transition is due: publish their true state.
@@ -70,7 +87,7 @@ local due = redis.call('ZRANGEBYSCORE', pending, '-inf', itoa(now), 'LIMIT', 0, 
 for _, u in ipairs(due) do
   redis.call('ZREM', pending, u)
   local s = tonumber(redis.call('ZSCORE', users, u) or '')
-  settle(u, s ~= nil and s > now, nil)
+  settle(u, s ~= nil and (s > now or live_until(conns_of(u)) > now), nil)
 end
 
 local next_due = -1
@@ -85,4 +102,4 @@ else
     end
   end
 end
-return {stops, #expired, now, next_due, starts, evs}
+return {stops, removed, now, next_due, starts, evs}
