@@ -14,8 +14,10 @@
 -- listed, a stop coalesced in turn would leave receivers showing them, as
 -- no typing_stop follows a start that was never published. The users
 -- listed are the ARGV[2] most recently active of those; total counts the
--- live users less the unshown ones among those read (exact when the room
--- has at most ARGV[2] live users).
+-- users whose score is above now - INDEX_LAG_MS, less the unshown and the
+-- expired ones among those read (exact when the room has at most ARGV[2]
+-- such users; beyond, it may count users whose entries ran out in the
+-- last second and are not swept yet).
 local now = now_ms()
 -- Scores down to INDEX_LAG_MS below now: a user whose score lags a
 -- throttled refresh (lib.lua) is live until the latest of their entries
