@@ -1,0 +1,156 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// The contract suite, continued: the users set's score of a user may lag
+// their true expiry after a throttled refresh (scripts/lib.lua,
+// INDEX_LAG_MS); none of that may show in events or snapshots.
+
+// lagTTL and lagThrottle leave room for a lag of the full INDEX_LAG_MS
+// (min(1 s, ttl/4)) and for several commands inside one refresh window on
+// Redis, where time is real.
+const lagTTL, lagThrottle = 4 * time.Second, 2 * time.Second
+
+// Two devices: the laptop's start is a throttled refresh that leaves the
+// user's score at the phone's expiry (lagging). Stopping the phone leaves
+// the user typing until the laptop's entry runs out; stopping the laptop
+// instead ends the user with the phone's entry.
+func TestContractLagMultiDeviceStop(t *testing.T) {
+	for _, tc := range []struct {
+		name, stopConn string
+		until          time.Duration // past the phone's expiry, the user is typing this long
+	}{
+		{"stop phone", "phone", 800 * time.Millisecond},
+		{"stop laptop", "laptop", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+				s := se.subscribe("r")
+				se.start("r", "u", "phone", 1, OutcomeStarted)
+				phoneExp := se.redisNowMs() + lagTTL.Milliseconds()
+				se.advance(800 * time.Millisecond)
+				se.start("r", "u", "laptop", 1, OutcomeThrottled)
+				se.stop("r", "u", tc.stopConn, 2, OutcomeNoop)
+				s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+
+				// Just past the phone's expiry.
+				se.advance(time.Duration(phoneExp-se.redisNowMs()+100) * time.Millisecond)
+				typing := tc.until > 0
+				if got := se.snapshotOf("r"); (len(got) == 1) != typing {
+					t.Fatalf("snapshot past the phone's expiry: %v, typing %v", got, typing)
+				}
+				r := se.sweep()
+				if typing {
+					if r.Stops != 0 {
+						t.Fatalf("sweep past the phone's expiry: %+v, want no stop (laptop types)", r)
+					}
+					s.expectNone(100 * time.Millisecond)
+					se.advance(tc.until)
+					if got := se.snapshotOf("r"); len(got) != 0 {
+						t.Fatalf("snapshot past the laptop's expiry: %v", got)
+					}
+					r = se.sweep()
+				}
+				if r.Stops != 1 {
+					t.Fatalf("sweep after the last entry ran out: %+v, want 1 stop", r)
+				}
+				s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+				if r := se.sweep(); r.Stops != 0 {
+					t.Fatalf("second sweep: %+v", r)
+				}
+				s.expectNone(100 * time.Millisecond)
+			})
+		})
+	}
+}
+
+// A stop without conn (the platform's "message posted") of a user whose
+// score lags ends every entry: no expired stop follows, and the user's
+// next start shows them again and expires them on its own ttl.
+func TestContractLagStopWithoutConn(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.start("r", "u", "c", 1, OutcomeStarted)
+		se.advance(800 * time.Millisecond)
+		se.start("r", "u", "c2", 1, OutcomeThrottled)
+		se.stop("r", "u", "", 0, OutcomeStopped)
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("snapshot after the stop: %v", got)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		se.advance(lagTTL) // past both entries of before the stop
+		if r := se.sweep(); r.Stops != 0 {
+			t.Fatalf("sweep after the stop: %+v", r)
+		}
+		s.expectNone(100 * time.Millisecond)
+
+		se.start("r", "u", "c", 2, OutcomeStarted)
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		se.advance(lagTTL + 100*time.Millisecond)
+		if r := se.sweep(); r.Stops != 1 {
+			t.Fatalf("sweep past the new start's expiry: %+v, want 1 stop", r)
+		}
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+		s.expectNone(100 * time.Millisecond)
+	})
+}
+
+// A stop coalesced by the event rate limit leaves the user shown (its
+// typing_stop waits for the sweeper); a start inside the refresh window
+// then is throttled, and must put the user back in the users set (field i
+// reset by the stop) or they would never expire. The held stop is not
+// published (the user types again), and the user expires once.
+func TestContractLagCoalescedStopThenThrottledStart(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		interval := lagThrottle / 2 // of the event rate limit (lib.lua, gcra)
+		se.start("r", "u", "c", 1, OutcomeStarted)
+		se.stop("r", "u", "c", 2, OutcomeStopped)
+		se.start("r", "u", "c", 3, OutcomeStarted) // refresh window until +throttle
+		se.stop("r", "u", "c", 4, OutcomeStopped)
+		se.start("r", "u", "c", 5, OutcomeCoalesced) // 5th event: held, due +interval
+		for range 4 {
+			s.next(waitLong)
+		}
+		se.advance(interval + 50*time.Millisecond)
+		if r := se.sweep(); r.Starts != 1 {
+			t.Fatalf("sweep of the held start: %+v", r)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		se.stop("r", "u", "c", 6, OutcomeCoalesced) // shown, limit spent: held
+		se.start("r", "u", "c", 7, OutcomeThrottled)
+		expiry := se.redisNowMs() + lagTTL.Milliseconds()
+		se.start("r", "u", "c", 8, OutcomeThrottled) // lags
+		if got := se.snapshotOf("r"); len(got) != 1 {
+			t.Fatalf("snapshot after the throttled start: %v, want u", got)
+		}
+
+		// The held stop comes due: the user types, so nothing is published.
+		se.advance(interval + 50*time.Millisecond)
+		if r := se.sweep(); r.Stops != 0 || r.Starts != 0 {
+			t.Fatalf("sweep of the held stop: %+v, want nothing published", r)
+		}
+		s.expectNone(100 * time.Millisecond)
+		if got := se.snapshotOf("r"); len(got) != 1 {
+			t.Fatalf("snapshot after the held stop: %v, want u", got)
+		}
+
+		se.advance(time.Duration(expiry-se.redisNowMs()+200) * time.Millisecond)
+		r := se.sweep()
+		r2 := se.sweep()
+		if r.Stops+r2.Stops != 1 {
+			t.Fatalf("sweeps past the last entry: %+v %+v, want 1 stop", r, r2)
+		}
+		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+		s.expectNone(100 * time.Millisecond)
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("snapshot after expiry: %v", got)
+		}
+	})
+}
