@@ -29,3 +29,30 @@ func TestContractSnapshotTotalSkipsUnsweptExpired(t *testing.T) {
 		}
 	})
 }
+
+// A snapshot limited to as many users as are typing lists them all, also
+// when one of them has a lagging score (a throttled refresh) below that of
+// a user who expired moments ago and whom no sweep has removed yet.
+func TestContractSnapshotLimitListsLaggingTypist(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		se.start("r", "c", "x", 1, OutcomeStarted) // score: T0 + ttl
+		se.advance(100 * time.Millisecond)
+		se.start("r", "b", "x", 1, OutcomeStarted) // T0 + 100 + ttl, never refreshed
+		se.advance(700 * time.Millisecond)
+		se.start("r", "c", "x", 2, OutcomeThrottled) // c lives to T0 + 800 + ttl; score lags
+		se.advance(100 * time.Millisecond)
+		se.start("r", "a", "x", 1, OutcomeStarted) // T0 + 900 + ttl
+		se.advance(lagTTL - 600*time.Millisecond) // T0 + 300 + ttl: b expired, a and c type
+		snap, err := se.st.Snapshot(context.Background(), "r", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, u := range snap.Users {
+			got = append(got, u.User)
+		}
+		if len(got) != 2 || got[0] != "a" || got[1] != "c" || snap.Total != 2 {
+			t.Fatalf("snapshot (limit 2) of a room where a and c type: %v total %d, want [a c] total 2", got, snap.Total)
+		}
+	})
+}
