@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -151,6 +153,138 @@ func TestContractLagCoalescedStopThenThrottledStart(t *testing.T) {
 		s.expectNone(100 * time.Millisecond)
 		if got := se.snapshotOf("r"); len(got) != 0 {
 			t.Fatalf("snapshot after expiry: %v", got)
+		}
+	})
+}
+
+// sweepAll sweeps until a sweep settles nothing more (at most n times) and
+// sums the results.
+func (se *storeEnv) sweepAll(n int) SweepResult {
+	se.t.Helper()
+	var sum SweepResult
+	for range n {
+		r := se.sweep()
+		sum.Rooms += r.Rooms
+		sum.Removed += r.Removed
+		sum.Stops += r.Stops
+		sum.Starts += r.Starts
+		if r.Rooms == 0 {
+			break
+		}
+	}
+	return sum
+}
+
+// More lagging users in a room than one sweep settles (sweepRoomLimit):
+// the sweep moves them in batches, never stops one of them, and still
+// pushes the stop of a user who expired among them (later in the order of
+// scores); each user expires once, after their true expiry.
+func TestContractLagMoreThanSweepRoomLimit(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		const n = sweepRoomLimit + 6
+		s := se.subscribe("r")
+		cmds := func(seq uint64) []protocol.Command {
+			var out []protocol.Command
+			for i := range n {
+				out = append(out, protocol.Command{V: 1, Op: "start", Room: "r", User: fmt.Sprintf("u%03d", i), Conn: "c", Seq: seq})
+			}
+			return out
+		}
+		apply := func(seq uint64, want Outcome) {
+			outs, errs := se.st.Apply(context.Background(), cmds(seq))
+			for i := range outs {
+				if errs[i] != nil || outs[i] != want {
+					t.Fatalf("start seq %d of user %d: %q, %v; want %q", seq, i, outs[i], errs[i], want)
+				}
+			}
+		}
+		t0 := se.redisNowMs()
+		apply(1, OutcomeStarted)
+		se.advance(50 * time.Millisecond)
+		se.start("r", "x", "c", 1, OutcomeStarted) // score above the others', never refreshed
+		se.advance(750 * time.Millisecond)
+		apply(2, OutcomeThrottled) // every u lags: score t0 + ttl, lives to ~t0 + 800 + ttl
+
+		se.advance(time.Duration(t0+lagTTL.Milliseconds()+150-se.redisNowMs()) * time.Millisecond)
+		if got := se.snapshotOf("r"); len(got) != n {
+			t.Fatalf("snapshot past the lagging scores: %d users, want %d (x expired)", len(got), n)
+		}
+		if r := se.sweepAll(5); r.Stops != 1 || r.Removed != 1 {
+			t.Fatalf("sweeps past the lagging scores: %+v, want x's stop only", r)
+		}
+		if got := se.snapshotOf("r"); len(got) != n {
+			t.Fatalf("snapshot after the sweeps: %d users, want %d", len(got), n)
+		}
+		se.advance(800 * time.Millisecond)
+		if r := se.sweepAll(5); r.Stops != n || r.Removed != n {
+			t.Fatalf("sweeps past the true expiry: %+v, want %d stops", r, n)
+		}
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("snapshot after expiry: %v", got)
+		}
+		stops := map[string]int{}
+		for _, r := range s.drain(500 * time.Millisecond) {
+			if r.ev.Type == protocol.TypeTypingStop {
+				stops[r.ev.User]++
+				if r.ev.Reason != protocol.ReasonExpired {
+					t.Fatalf("stop %s", r.raw)
+				}
+			}
+		}
+		if len(stops) != n+1 {
+			t.Fatalf("%d users stopped, want %d", len(stops), n+1)
+		}
+		for u, c := range stops {
+			if c != 1 {
+				t.Fatalf("user %s stopped %d times", u, c)
+			}
+		}
+	})
+}
+
+// A disconnect in many rooms of the connection whose entries the user's
+// scores lag behind leaves the user typing in each room on their other
+// device, until that device's entries run out.
+func TestContractLagDisconnectManyRooms(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		var rooms []string
+		for i := range 12 {
+			rooms = append(rooms, fmt.Sprintf("room-%d", i))
+		}
+		s := se.subscribe(rooms...)
+		t0 := se.redisNowMs()
+		for _, r := range rooms {
+			se.start(r, "u", "phone", 1, OutcomeStarted)
+		}
+		se.advance(800 * time.Millisecond)
+		for _, r := range rooms {
+			se.start(r, "u", "laptop", 1, OutcomeThrottled)
+		}
+		outs, err := se.st.Disconnect(context.Background(), protocol.Command{V: 1, Op: "disconnect", Rooms: rooms, User: "u", Conn: "phone", Seq: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range outs {
+			if o != OutcomeNoop {
+				t.Fatalf("room %d: %s, want noop (laptop types)", i, o)
+			}
+		}
+		se.advance(time.Duration(t0+lagTTL.Milliseconds()+300-se.redisNowMs()) * time.Millisecond)
+		for _, r := range rooms {
+			if got := se.snapshotOf(r); len(got) != 1 {
+				t.Fatalf("snapshot of %s past the phone's expiry: %v", r, got)
+			}
+		}
+		if r := se.sweepAll(5); r.Stops != 0 {
+			t.Fatalf("sweeps past the phone's expiry: %+v, want none", r)
+		}
+		se.advance(900 * time.Millisecond)
+		if r := se.sweepAll(5); r.Stops != len(rooms) {
+			t.Fatalf("sweeps past the laptop's expiry: %+v, want %d stops", r, len(rooms))
+		}
+		evs := s.drain(500 * time.Millisecond)
+		if len(evs) != 2*len(rooms) {
+			t.Fatalf("%d events, want a start and an expired stop per room", len(evs))
 		}
 	})
 }
