@@ -25,10 +25,10 @@ const lagTTL, lagThrottle = 4 * time.Second, 2 * time.Second
 func TestContractLagMultiDeviceStop(t *testing.T) {
 	for _, tc := range []struct {
 		name, stopConn string
-		until          time.Duration // past the phone's expiry, the user is typing this long
+		typing         bool // past the phone's expiry
 	}{
-		{"stop phone", "phone", 800 * time.Millisecond},
-		{"stop laptop", "laptop", 0},
+		{"stop phone", "phone", true},
+		{"stop laptop", "laptop", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
@@ -37,12 +37,13 @@ func TestContractLagMultiDeviceStop(t *testing.T) {
 				phoneExp := se.redisNowMs() + lagTTL.Milliseconds()
 				se.advance(800 * time.Millisecond)
 				se.start("r", "u", "laptop", 1, OutcomeThrottled)
+				laptopExp := se.redisNowMs() + lagTTL.Milliseconds() // at or after the laptop's expiry
 				se.stop("r", "u", tc.stopConn, 2, OutcomeNoop)
 				s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 
 				// Just past the phone's expiry.
 				se.advance(time.Duration(phoneExp-se.redisNowMs()+100) * time.Millisecond)
-				typing := tc.until > 0
+				typing := tc.typing
 				if got := se.snapshotOf("r"); (len(got) == 1) != typing {
 					t.Fatalf("snapshot past the phone's expiry: %v, typing %v", got, typing)
 				}
@@ -52,7 +53,7 @@ func TestContractLagMultiDeviceStop(t *testing.T) {
 						t.Fatalf("sweep past the phone's expiry: %+v, want no stop (laptop types)", r)
 					}
 					s.expectNone(100 * time.Millisecond)
-					se.advance(tc.until)
+					se.advance(time.Duration(laptopExp-se.redisNowMs()+100) * time.Millisecond)
 					if got := se.snapshotOf("r"); len(got) != 0 {
 						t.Fatalf("snapshot past the laptop's expiry: %v", got)
 					}
@@ -204,6 +205,7 @@ func TestContractLagMoreThanSweepRoomLimit(t *testing.T) {
 		se.start("r", "x", "c", 1, OutcomeStarted) // score above the others', never refreshed
 		se.advance(750 * time.Millisecond)
 		apply(2, OutcomeThrottled) // every u lags: score t0 + ttl, lives to ~t0 + 800 + ttl
+		trueExp := se.redisNowMs() + lagTTL.Milliseconds()
 
 		se.advance(time.Duration(t0+lagTTL.Milliseconds()+150-se.redisNowMs()) * time.Millisecond)
 		if got := se.snapshotOf("r"); len(got) != n {
@@ -215,7 +217,7 @@ func TestContractLagMoreThanSweepRoomLimit(t *testing.T) {
 		if got := se.snapshotOf("r"); len(got) != n {
 			t.Fatalf("snapshot after the sweeps: %d users, want %d", len(got), n)
 		}
-		se.advance(800 * time.Millisecond)
+		se.advance(time.Duration(trueExp-se.redisNowMs()+100) * time.Millisecond)
 		if r := se.sweepAll(5); r.Stops != n || r.Removed != n {
 			t.Fatalf("sweeps past the true expiry: %+v, want %d stops", r, n)
 		}
@@ -260,6 +262,7 @@ func TestContractLagDisconnectManyRooms(t *testing.T) {
 		for _, r := range rooms {
 			se.start(r, "u", "laptop", 1, OutcomeThrottled)
 		}
+		laptopExp := se.redisNowMs() + lagTTL.Milliseconds()
 		outs, err := se.st.Disconnect(context.Background(), protocol.Command{V: 1, Op: "disconnect", Rooms: rooms, User: "u", Conn: "phone", Seq: 2})
 		if err != nil {
 			t.Fatal(err)
@@ -278,7 +281,7 @@ func TestContractLagDisconnectManyRooms(t *testing.T) {
 		if r := se.sweepAll(5); r.Stops != 0 {
 			t.Fatalf("sweeps past the phone's expiry: %+v, want none", r)
 		}
-		se.advance(900 * time.Millisecond)
+		se.advance(time.Duration(laptopExp-se.redisNowMs()+100) * time.Millisecond)
 		if r := se.sweepAll(5); r.Stops != len(rooms) {
 			t.Fatalf("sweeps past the laptop's expiry: %+v, want %d stops", r, len(rooms))
 		}
