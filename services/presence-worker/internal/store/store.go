@@ -75,11 +75,12 @@ type Store interface {
 	// sweepers.
 	Sweep(ctx context.Context) (SweepResult, error)
 	// Snapshot returns who is typing in room now: Total, the number of
-	// users with a live entry, and at most limit of them (clamped to
-	// [0, MaxSnapshotLimit]) with their display names, sorted by user,
-	// never nil. Store zset lists the most recently active users in
-	// O(limit + log N); store keys SCANs the keyspace (by design) and lists
-	// the first users by id.
+	// users with a live entry whose typing_start was published, and at
+	// most limit of them (clamped to [0, MaxSnapshotLimit]) with their
+	// display names, sorted by user, never nil. Store zset lists the most
+	// recently active users in O(limit + log N) (Total is exact up to
+	// limit users, see scripts/snapshot.lua beyond); store keys SCANs the
+	// keyspace (by design) and lists the first users by id.
 	Snapshot(ctx context.Context, room string, limit int) (protocol.Snapshot, error)
 }
 

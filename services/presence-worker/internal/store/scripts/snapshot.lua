@@ -1,5 +1,5 @@
 -- snapshot.lua: who is typing in a room now (read only), in
--- O(limit + log N) of the room's typists N.
+-- O(limit + LAG_READ_MAX + log N) of the room's typists N.
 --
 -- KEYS[1] users zset (start.lua)
 -- ARGV[1] user hash key prefix of the room, typing:user:{R}: (+ enc(user))
@@ -7,35 +7,56 @@
 --
 -- Returns {total, enc(user)1, name1, enc(user)2, name2, ...}. A user is
 -- listed when receivers were told they type (hash field p = '1') and their
--- entry is live (score > now, or a later entry when the score lags: see
--- below): a snapshot agrees with the event stream. A
--- user whose typing_start is held by the transition throttle (the sweeper
--- publishes it later, the trailing edge) is not listed yet; were they
--- listed, a stop coalesced in turn would leave receivers showing them, as
--- no typing_stop follows a start that was never published. The users
--- listed are the ARGV[2] most recently active of those; total counts the
--- users whose score is above now - INDEX_LAG_MS, less the unshown and the
--- expired ones among those read (exact when the room has at most ARGV[2]
--- such users; beyond, it may count users whose entries ran out in the
--- last second and are not swept yet).
+-- entry is live: a snapshot agrees with the event stream. A user whose
+-- typing_start is held by the transition throttle (the sweeper publishes
+-- it later, the trailing edge) is not listed yet; were they listed, a stop
+-- coalesced in turn would leave receivers showing them, as no typing_stop
+-- follows a start that was never published.
+--
+-- Live means a score above now, or, for a score that passed less than
+-- INDEX_LAG_MS ago, a connection entry still live (live_until): the score
+-- lags a throttled refresh (lib.lua); the others there expired and are
+-- not swept yet. The users listed are the ARGV[2] most recently active
+-- live ones (by score). total counts the users with a score above now,
+-- less the unshown ones among those read, plus the live ones among the
+-- at most ARGV[2] + LAG_READ_MAX latest scores that passed: exact when
+-- the room has at most ARGV[2] users above now and at most that many
+-- whose score passed in the last INDEX_LAG_MS (beyond, a lagging typist
+-- may go uncounted until the sweep moves its score, within a sweep
+-- interval).
+
+-- LAG_READ_MAX is how many users whose score passed are read beyond
+-- ARGV[2], for the expired ones among them (the sweep's per-room batch,
+-- sweepRoomLimit).
+local LAG_READ_MAX = 64
 local now = now_ms()
--- Scores down to INDEX_LAG_MS below now: a user whose score lags a
--- throttled refresh (lib.lua) is live until the latest of their entries
--- (store zset: fields c:<conn> of the user hash), which is read for those
--- only; the others are live by their score.
-local from = '(' .. itoa(now - INDEX_LAG_MS)
-local total = redis.call('ZCOUNT', KEYS[1], from, '+inf')
-local out = {total}
-if tonumber(ARGV[2]) > 0 then
-  local r = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', from, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
-  for i = 1, #r, 2 do
-    local u, key = r[i], ARGV[1] .. r[i]
-    local h = redis.call('HMGET', key, 'p', 'n')
-    if h[1] == '1' and (tonumber(r[i + 1]) > now or live_until(key) > now) then
-      out[#out + 1] = u
-      out[#out + 1] = h[2] or ''
-    else
-      total = total - 1
+local limit = tonumber(ARGV[2])
+local live = '(' .. itoa(now)
+local total = redis.call('ZCOUNT', KEYS[1], live, '+inf')
+local out = {0}
+local listed = 0
+-- list adds u when receivers were told they type; false when not.
+local function list(u)
+  local h = redis.call('HMGET', ARGV[1] .. u, 'p', 'n')
+  if h[1] ~= '1' then return false end
+  out[#out + 1] = u
+  out[#out + 1] = h[2] or ''
+  listed = listed + 1
+  return true
+end
+if limit > 0 then
+  for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', live, 'LIMIT', 0, limit)) do
+    if not list(u) then total = total - 1 end
+  end
+end
+-- Scores that passed less than INDEX_LAG_MS ago: a lagging user (live by
+-- the latest of their entries) or an expired one the sweep has not
+-- removed yet (not live).
+for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], itoa(now), '(' .. itoa(now - INDEX_LAG_MS), 'LIMIT', 0, limit + LAG_READ_MAX)) do
+  if live_until(ARGV[1] .. u) > now then
+    total = total + 1
+    if listed < limit then
+      if not list(u) then total = total - 1 end
     end
   end
 end
