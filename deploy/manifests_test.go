@@ -609,22 +609,6 @@ func TestDevBackends(t *testing.T) {
 			t.Errorf("dev %s: image %q: want an official Docker Hub image with a pinned tag", c.Name, c.Image)
 		}
 	}
-	// nats-server's Go does not read the CPU quota: GOMAXPROCS comes from
-	// the container's CPU limit (docs/BENCHMARKS.md, "Against Centrifugo").
-	var procs *corev1.EnvVar
-	for i, e := range nats.Env {
-		if e.Name == "GOMAXPROCS" {
-			procs = &nats.Env[i]
-		}
-	}
-	switch {
-	case procs == nil || procs.ValueFrom == nil || procs.ValueFrom.ResourceFieldRef == nil:
-		t.Errorf("dev nats: want GOMAXPROCS from resourceFieldRef limits.cpu, got %+v", procs)
-	case procs.ValueFrom.ResourceFieldRef.Resource != "limits.cpu" || procs.ValueFrom.ResourceFieldRef.ContainerName != "nats":
-		t.Errorf("dev nats: GOMAXPROCS from %+v, want limits.cpu of container nats", procs.ValueFrom.ResourceFieldRef)
-	case nats.Resources.Limits.Cpu().IsZero():
-		t.Errorf("dev nats: GOMAXPROCS from limits.cpu, but no CPU limit is set")
-	}
 }
 
 // The prod overlay reads its backends from a Secret that is created on the

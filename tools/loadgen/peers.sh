@@ -36,8 +36,9 @@
 # logs of every server process. SYSTEMS=ellipsis runs Ellipsis only.
 # The worker runs with GOMAXPROCS=$WORKER_GOMAXPROCS (default 1), as in
 # deploy/k8s, where its CPU limit is 1 and Go sets GOMAXPROCS from it;
-# nats-server with GOMAXPROCS=$NATS_GOMAXPROCS (default 1), as the dev
-# overlay's NATS gets from its CPU limit of 1 (empty: every CPU); the
+# nats-server with GOMAXPROCS=$NATS_GOMAXPROCS (default 1), as it sets
+# itself from the dev overlay's CPU limit of 1 (nats-server reads the CPU
+# quota with automaxprocs; empty: every CPU of this machine); the
 # gateway (GATEWAY_GOMAXPROCS, empty by default: its limit is 2) and
 # Centrifugo use every CPU.
 set -euo pipefail

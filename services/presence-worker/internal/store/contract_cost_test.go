@@ -327,14 +327,14 @@ func TestContractThrottledRefreshLagsIndexUnseen(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				se.advance(800 * time.Millisecond)
+				se.advance(500 * time.Millisecond)
 				se.start("r", "u", conn2, 2, OutcomeThrottled)
 				if got, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result(); err != nil || got != first {
-					t.Fatalf("score after a throttled refresh 800 ms later: %v, %v; want it left at %v", got, err, first)
+					t.Fatalf("score after a throttled refresh 500 ms later: %v, %v; want it left at %v", got, err, first)
 				}
 				s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 
-				// Past the old score, before the true expiry (800 ms later).
+				// Past the old score, before the true expiry (500 ms later).
 				se.advance(time.Duration(int64(first)-se.redisNowMs())*time.Millisecond + 100*time.Millisecond)
 				if got := se.snapshotOf("r"); !slices.Equal(got, []string{"u/N"}) {
 					t.Fatalf("snapshot past the lagging score: %v, want u listed", got)
@@ -343,8 +343,8 @@ func TestContractThrottledRefreshLagsIndexUnseen(t *testing.T) {
 					t.Fatalf("sweep past the lagging score: %+v, want no stop", r)
 				}
 				moved, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result()
-				if err != nil || moved < first+700 {
-					t.Fatalf("score after the sweep: %v, %v; want the refresh's expiry (~%v)", moved, err, first+800)
+				if err != nil || moved < first+400 {
+					t.Fatalf("score after the sweep: %v, %v; want the refresh's expiry (~%v)", moved, err, first+500)
 				}
 				s.expectNone(100 * time.Millisecond)
 

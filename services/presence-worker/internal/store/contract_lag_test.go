@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -126,10 +127,15 @@ func TestContractLagCoalescedStopThenThrottledStart(t *testing.T) {
 			t.Fatalf("sweep of the held start: %+v", r)
 		}
 		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		se.stop("r", "u", "c", 6, OutcomeCoalesced) // shown, limit spent: held
-		se.start("r", "u", "c", 7, OutcomeThrottled)
+		// A refresh whose expiry is more than the lag bound past the score
+		// moves the score (field i with it); the stop then removes the user
+		// from the users set, and the next start, under the lag bound of
+		// that score, must add them again (stop.lua resets i).
+		se.start("r", "u", "c", 6, OutcomeThrottled)
+		se.stop("r", "u", "c", 7, OutcomeCoalesced) // shown, limit spent: held
+		se.start("r", "u", "c", 8, OutcomeThrottled)
 		expiry := se.redisNowMs() + lagTTL.Milliseconds()
-		se.start("r", "u", "c", 8, OutcomeThrottled) // lags
+		se.start("r", "u", "c", 9, OutcomeThrottled) // lags
 		if got := se.snapshotOf("r"); len(got) != 1 {
 			t.Fatalf("snapshot after the throttled start: %v, want u", got)
 		}
@@ -288,6 +294,66 @@ func TestContractLagDisconnectManyRooms(t *testing.T) {
 		evs := s.drain(500 * time.Millisecond)
 		if len(evs) != 2*len(rooms) {
 			t.Fatalf("%d events, want a start and an expired stop per room", len(evs))
+		}
+	})
+}
+
+// A stop of one of two devices lowers the user's score to the other
+// device's entry and records it (field i): a throttled refresh of the
+// other device then moves the score again when it lags by the bound or
+// more, so the score never lags the true expiry by min(1 s, ttl/4) or
+// more (a snapshot reads scores only that far below now).
+func TestContractLagBoundAfterOneDeviceStops(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		users := UsersKey(se.names, "r")
+		bound := min(time.Second, lagTTL/4).Milliseconds()
+		score := func() int64 {
+			t.Helper()
+			v, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int64(v)
+		}
+		se.start("r", "u", "phone", 1, OutcomeStarted)
+		phone := score()
+		se.advance(time.Duration(bound+100) * time.Millisecond)
+		se.start("r", "u", "laptop", 1, OutcomeThrottled) // past the bound: the score moves
+		if got := score(); got < phone+bound {
+			t.Fatalf("score after the laptop's refresh: %d, want past %d", got, phone+bound)
+		}
+		se.stop("r", "u", "laptop", 2, OutcomeNoop) // the phone still types: the score drops to its entry
+		if got := score(); got != phone {
+			t.Fatalf("score after the laptop's stop: %d, want the phone's entry %d", got, phone)
+		}
+		se.start("r", "u", "phone", 2, OutcomeThrottled)
+		expiry := se.redisNowMs() + lagTTL.Milliseconds()
+		if got := score(); got <= expiry-bound-50 { // 50 ms: the start ran a little before the TIME read here
+			t.Fatalf("score after the phone's refresh: %d, lags its expiry (about %d) by %d ms, want under %d", got, expiry, expiry-got, bound)
+		}
+	})
+}
+
+// During a rollout of a shorter ttl, a worker with the new ttl lowers a
+// score that a worker with the old one wrote above its own expiry, even on
+// a throttled refresh: a snapshot never lists the user past their entries.
+func TestContractLagShorterTTLLowersScore(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		short, err := New(Options{Kind: se.kind, PubSub: se.pubsub, Redis: se.rdb, Names: se.names, TTL: lagTTL / 2, Throttle: lagThrottle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		se.start("r", "u", "c", 1, OutcomeStarted)
+		out, err := short.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "r", User: "u", Conn: "c", Seq: 2, Name: "N"})
+		if err != nil || out != OutcomeThrottled {
+			t.Fatalf("start with the shorter ttl: %v, %v; want throttled", out, err)
+		}
+		limit := se.redisNowMs() + (lagTTL / 2).Milliseconds()
+		got, err := se.rdb.ZScore(ctx, UsersKey(se.names, "r"), names.Enc("u")).Result()
+		if err != nil || int64(got) > limit {
+			t.Fatalf("score %v, %v; want at most the shorter ttl's expiry %d", int64(got), err, limit)
 		}
 	})
 }

@@ -62,7 +62,9 @@ end
 local shown = f[2] == '1'
 local throttled = shown and (tonumber(f[3] or '') or 0) > now
 local due = 0
-if not (throttled and (tonumber(f[7] or '') or 0) > expiry - math.min(INDEX_LAG_MS, math.floor(ttl / 4))) then
+-- A score above expiry (a worker with a longer ttl wrote it) is lowered.
+local indexed = tonumber(f[7] or '') or 0
+if not (throttled and indexed <= expiry and indexed > expiry - math.min(INDEX_LAG_MS, math.floor(ttl / 4))) then
   if redis.call('ZADD', users, itoa(expiry), euser) == 1 then
     due = expiry
     redis.call('PEXPIRE', users, keypx)
