@@ -42,7 +42,7 @@ func TestContractSnapshotLimitListsLaggingTypist(t *testing.T) {
 		se.start("r", "c", "x", 2, OutcomeThrottled) // c lives to T0 + 800 + ttl; score lags
 		se.advance(100 * time.Millisecond)
 		se.start("r", "a", "x", 1, OutcomeStarted) // T0 + 900 + ttl
-		se.advance(lagTTL - 600*time.Millisecond) // T0 + 300 + ttl: b expired, a and c type
+		se.advance(lagTTL - 600*time.Millisecond)  // T0 + 300 + ttl: b expired, a and c type
 		snap, err := se.st.Snapshot(context.Background(), "r", 2)
 		if err != nil {
 			t.Fatal(err)
