@@ -28,6 +28,12 @@ import (
 //	op=first_start  a start of a user not yet typing (started)
 //	op=stop         that user's stop (stopped)
 //	op=sweep        one Sweep with one expired entry in the room (all its scripts)
+//	op=refresh_run  throttled refreshes back to back over the room's users
+//	op=toggle_run   start and stop of a new user, back to back
+//
+// The *_run operations report run-srv-µs/op only: the server's time over
+// the whole run divided by the calls, with Redis kept busy by one client
+// (usec_per_call over the run); the others read INFO around each call.
 //
 // The metrics are srv-µs/op, the server's mean time per operation, and its
 // median and 10th percentile (p50-, p10-srv-µs/op): on a loaded machine
@@ -70,6 +76,32 @@ func BenchmarkRoomSize(b *testing.B) {
 				ok := mustOutcome(b, OutcomeThrottled)
 				cmd := protocol.Command{V: 1, Op: "start", Room: "big", User: "user-1", Name: "Some Body", Conn: "gw:1"}
 				measure(b, func(int) { ok(st.Start(ctx, cmd)) })
+			})
+			// The same throttled refresh back to back, spread over the room's
+			// users (user-i, round robin), one client: Redis stays busy, and
+			// the mean is usec_per_call as INFO commandstats gives it over a
+			// run, without the per-call INFO of op=refresh.
+			b.Run(pfx+"/op=refresh_run", func(b *testing.B) {
+				ok := mustOutcome(b, OutcomeThrottled)
+				before := evals()
+				for i := range b.N {
+					u := strconv.Itoa(i % size)
+					ok(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: "user-" + u, Name: "Some Body", Conn: "gw:" + u}))
+				}
+				b.ReportMetric(float64(evals()-before)/float64(b.N), "run-srv-µs/op")
+			})
+			// Start then stop of a new user, back to back (two state changes
+			// per iteration): the mean per call over the run.
+			b.Run(pfx+"/op=toggle_run", func(b *testing.B) {
+				okStart, okStop := mustOutcome(b, OutcomeStarted), mustOutcome(b, OutcomeStopped)
+				before := evals()
+				for range b.N {
+					i := strconv.FormatInt(runID.Add(1), 10)
+					u, c := "tog-"+i, "gw:t"+i
+					okStart(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: u, Name: "New", Conn: c}))
+					okStop(st.Stop(ctx, protocol.Command{V: 1, Op: "stop", Room: "big", User: u, Conn: c}, protocol.ReasonStopped))
+				}
+				b.ReportMetric(float64(evals()-before)/float64(2*b.N), "run-srv-µs/op")
 			})
 			b.Run(pfx+"/op=first_start", func(b *testing.B) {
 				ok, okStop := mustOutcome(b, OutcomeStarted), mustOutcome(b, OutcomeStopped)
