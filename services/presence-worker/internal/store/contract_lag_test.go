@@ -357,3 +357,40 @@ func TestContractLagShorterTTLLowersScore(t *testing.T) {
 		}
 	})
 }
+
+// The sweep that moves a lagging score writes field i of the user hash:
+// when the hash is gone (evicted) while the user's entries live (store
+// keys keeps them in the typist key), the hash it writes still expires.
+func TestContractLagSweepNeverLeavesAPersistentHash(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		userKey := userKeyPrefix(se.names, "r") + names.Enc("u")
+		se.start("r", "u", "c", 1, OutcomeStarted)
+		first, err := se.rdb.ZScore(ctx, UsersKey(se.names, "r"), names.Enc("u")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		se.advance(500 * time.Millisecond)
+		se.start("r", "u", "c", 2, OutcomeThrottled) // the score lags
+		if se.kind == "keys" {
+			if err := se.rdb.Del(ctx, userKey).Err(); err != nil { // as an eviction would
+				t.Fatal(err)
+			}
+		}
+		se.advance(time.Duration(int64(first)-se.redisNowMs()+100) * time.Millisecond)
+		if r := se.sweep(); r.Stops != 0 {
+			t.Fatalf("sweep past the lagging score: %+v, want no stop", r)
+		}
+		n, err := se.rdb.Exists(ctx, userKey).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			if ttl, err := se.rdb.PTTL(ctx, userKey).Result(); err != nil || ttl <= 0 {
+				t.Fatalf("user hash after the sweep: PTTL %v, %v; want it to expire", ttl, err)
+			}
+		} else if se.kind == "zset" {
+			t.Fatalf("user hash gone in store zset, where it holds the entries")
+		}
+	})
+}

@@ -73,7 +73,10 @@ for _, u in ipairs(expired) do
   local latest = live_until(conns_of(u))
   if latest > now then
     redis.call('ZADD', users, itoa(latest), u)
+    -- PEXPIRE too: the hash outlives the entries, unless something else
+    -- removed it (eviction); HSET alone would then leave one for good.
     redis.call('HSET', ARGV[1] .. u, 'i', itoa(latest))
+    redis.call('PEXPIRE', ARGV[1] .. u, keypx)
   else
     redis.call('ZREM', users, u)
     removed = removed + 1
