@@ -133,12 +133,12 @@ type Server struct {
 	authz    authz.Authorizer
 	httpSrv  *http.Server
 	adminSrv *admin.Server
-	// ready is ellipsis_ready of adminSrv while registered in reg (nil
-	// otherwise); Shutdown unregisters it.
-	ready   prometheus.Collector
-	httpLn  net.Listener
-	adminLn net.Listener
-	serveWG sync.WaitGroup // the listeners' Serve goroutines
+	// unregisterReady removes adminSrv's ellipsis_ready from reg
+	// (admin.Server.RegisterReady); Shutdown calls it when set.
+	unregisterReady func()
+	httpLn          net.Listener
+	adminLn         net.Listener
+	serveWG         sync.WaitGroup // the listeners' Serve goroutines
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -320,11 +320,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if adminLn != nil {
 		s.adminLn = adminLn
 		s.adminSrv = s.newAdmin()
-		// ellipsis_ready. Gateways sharing one registry (tests) export the
-		// first running one's; Shutdown unregisters it for the next.
-		if c := s.adminSrv.ReadyCollector(config.ServiceGateway); s.reg.Register(c) == nil {
-			s.ready = c
-		}
+		s.unregisterReady = s.adminSrv.RegisterReady(s.reg, config.ServiceGateway)
 		s.adminSrv.Serve(adminLn)
 	}
 	s.state = stateStarted
@@ -492,8 +488,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if err := <-httpDone; err != nil {
 		errs = append(errs, fmt.Errorf("gateway: public listener: %w", err))
 	}
-	if s.ready != nil {
-		s.reg.Unregister(s.ready)
+	if s.unregisterReady != nil {
+		s.unregisterReady()
 	}
 	if s.adminSrv != nil {
 		if err := s.adminSrv.Shutdown(ctx); err != nil {

@@ -32,10 +32,6 @@ func (s *Server) startAdmin() {
 		Logger:       s.log,
 		Pprof:        s.cfg.Pprof,
 	})
-	// ellipsis_ready. Workers sharing one registry (tests) export the first
-	// running one's; Shutdown unregisters it for the next.
-	if c := s.admin.ReadyCollector(config.ServiceWorker); s.reg.Register(c) == nil {
-		s.readyGauge = c
-	}
+	s.unregisterReady = s.admin.RegisterReady(s.reg, config.ServiceWorker)
 	s.admin.Serve(s.adminLn)
 }

@@ -130,11 +130,11 @@ type Server struct {
 	sweepWG     sync.WaitGroup
 
 	admin *admin.Server
-	// readyGauge is ellipsis_ready of admin while registered in reg (nil
-	// otherwise); Shutdown unregisters it.
-	readyGauge prometheus.Collector
-	adminLn    net.Listener
-	adminAddr  string
+	// unregisterReady removes admin's ellipsis_ready from reg
+	// (admin.Server.RegisterReady); Shutdown calls it when set.
+	unregisterReady func()
+	adminLn         net.Listener
+	adminAddr       string
 }
 
 // New checks the settings the worker uses (see checkConfig) and builds a
@@ -422,8 +422,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if err := s.rdb.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: closing redis: %w", err))
 	}
-	if s.readyGauge != nil {
-		s.reg.Unregister(s.readyGauge)
+	if s.unregisterReady != nil {
+		s.unregisterReady()
 	}
 	if s.admin != nil {
 		if err := s.admin.Shutdown(ctx); err != nil {

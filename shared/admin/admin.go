@@ -219,6 +219,19 @@ func (s *Server) ReadyCollector(service string) prometheus.Collector {
 	})
 }
 
+// RegisterReady registers [Server.ReadyCollector] in reg and returns the
+// func that unregisters it (call it at shutdown, so that a later instance
+// on the same registry exports its own). When reg already holds an
+// ellipsis_ready{service} (several instances on one registry: tests), the
+// first one stays and the returned func does nothing.
+func (s *Server) RegisterReady(reg prometheus.Registerer, service string) (unregister func()) {
+	c := s.ReadyCollector(service)
+	if reg.Register(c) != nil {
+		return func() {}
+	}
+	return func() { reg.Unregister(c) }
+}
+
 // Serve serves ln in the background until [Server.Shutdown].
 func (s *Server) Serve(ln net.Listener) {
 	s.ln = ln

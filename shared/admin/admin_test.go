@@ -171,3 +171,36 @@ func TestReadyCollector(t *testing.T) {
 		t.Fatalf("shutting down: ellipsis_ready %v, want 0", v)
 	}
 }
+
+// RegisterReady: the first server on a registry exports ellipsis_ready; a
+// second one's registration does nothing until the first unregisters.
+func TestRegisterReady(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	first, second := New(Options{}), New(Options{ShuttingDown: func() bool { return true }})
+	unregFirst := first.RegisterReady(reg, "worker")
+	unregSecond := second.RegisterReady(reg, "worker")
+	value := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 1 {
+			t.Fatalf("gathered %v, %v; want one ellipsis_ready", mfs, err)
+		}
+		return mfs[0].GetMetric()[0].GetGauge().GetValue()
+	}
+	if v := value(); v != 1 {
+		t.Fatalf("ellipsis_ready %v, want the first (ready) server's 1", v)
+	}
+	unregSecond() // registered nothing: a no-op
+	if v := value(); v != 1 {
+		t.Fatalf("after the second's unregister: %v, want the first's 1", v)
+	}
+	unregFirst()
+	if mfs, _ := reg.Gather(); len(mfs) != 0 {
+		t.Fatalf("after the first's unregister: %v, want nothing", mfs)
+	}
+	unregSecond = second.RegisterReady(reg, "worker")
+	if v := value(); v != 0 {
+		t.Fatalf("second (shutting down) registered: %v, want 0", v)
+	}
+	unregSecond()
+}
