@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -319,17 +318,15 @@ func TestContractThrottledRefreshLagsIndexUnseen(t *testing.T) {
 	for _, conn2 := range []string{"c", "c2"} {
 		t.Run("refresh on "+conn2, func(t *testing.T) {
 			forEachKindTiming(t, ttl, throttle, func(t *testing.T, se *storeEnv) {
-				ctx := context.Background()
-				users := UsersKey(se.names, "r")
 				s := se.subscribe("r")
 				se.start("r", "u", "c", 1, OutcomeStarted)
-				first, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result()
+				first, err := se.score("r", "u")
 				if err != nil {
 					t.Fatal(err)
 				}
 				se.advance(500 * time.Millisecond)
 				se.start("r", "u", conn2, 2, OutcomeThrottled)
-				if got, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result(); err != nil || got != first {
+				if got, err := se.score("r", "u"); err != nil || got != first {
 					t.Fatalf("score after a throttled refresh 500 ms later: %v, %v; want it left at %v", got, err, first)
 				}
 				s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
@@ -342,7 +339,7 @@ func TestContractThrottledRefreshLagsIndexUnseen(t *testing.T) {
 				if r := se.sweep(); r.Stops != 0 {
 					t.Fatalf("sweep past the lagging score: %+v, want no stop", r)
 				}
-				moved, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result()
+				moved, err := se.score("r", "u")
 				if err != nil || moved < first+400 {
 					t.Fatalf("score after the sweep: %v, %v; want the refresh's expiry (~%v)", moved, err, first+500)
 				}

@@ -305,12 +305,10 @@ func TestContractLagDisconnectManyRooms(t *testing.T) {
 // more (a snapshot reads scores only that far below now).
 func TestContractLagBoundAfterOneDeviceStops(t *testing.T) {
 	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
-		ctx := context.Background()
-		users := UsersKey(se.names, "r")
 		bound := min(time.Second, lagTTL/4).Milliseconds()
 		score := func() int64 {
 			t.Helper()
-			v, err := se.rdb.ZScore(ctx, users, names.Enc("u")).Result()
+			v, err := se.score("r", "u")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -351,7 +349,7 @@ func TestContractLagShorterTTLLowersScore(t *testing.T) {
 			t.Fatalf("start with the shorter ttl: %v, %v; want throttled", out, err)
 		}
 		limit := se.redisNowMs() + (lagTTL / 2).Milliseconds()
-		got, err := se.rdb.ZScore(ctx, UsersKey(se.names, "r"), names.Enc("u")).Result()
+		got, err := se.score("r", "u")
 		if err != nil || int64(got) > limit {
 			t.Fatalf("score %v, %v; want at most the shorter ttl's expiry %d", int64(got), err, limit)
 		}
@@ -366,7 +364,7 @@ func TestContractLagSweepNeverLeavesAPersistentHash(t *testing.T) {
 		ctx := context.Background()
 		userKey := userKeyPrefix(se.names, "r") + names.Enc("u")
 		se.start("r", "u", "c", 1, OutcomeStarted)
-		first, err := se.rdb.ZScore(ctx, UsersKey(se.names, "r"), names.Enc("u")).Result()
+		first, err := se.score("r", "u")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -423,3 +423,9 @@ func TestStopTemplate(t *testing.T) {
 		t.Fatalf("head %s tail %s", head, tail)
 	}
 }
+
+// score is user's score in room's users set (ZSCORE; redis.Nil when the
+// user is not in it).
+func (se *storeEnv) score(room, user string) (float64, error) {
+	return se.rdb.ZScore(context.Background(), UsersKey(se.names, room), names.Enc(user)).Result()
+}
