@@ -30,8 +30,10 @@ import (
 //	op=sweep        one Sweep with one expired entry in the room (all its scripts)
 //	op=refresh_run  throttled refreshes back to back over the room's users
 //	op=toggle_run   start and stop of a new user, back to back
+//	op=refresh_batch  the refreshes of refresh_run as the worker sends
+//	                  them: with a seq, pipelined 64 to a round trip (Apply)
 //
-// The *_run operations report run-srv-µs/op only: the server's time over
+// The *_run and *_batch operations report run-srv-µs/op only: the server's time over
 // the whole run divided by the calls, with Redis kept busy by one client
 // (usec_per_call over the run); the others read INFO around each call.
 //
@@ -87,6 +89,35 @@ func BenchmarkRoomSize(b *testing.B) {
 				for i := range b.N {
 					u := strconv.Itoa(i % size)
 					ok(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: "user-" + u, Name: "Some Body", Conn: "gw:" + u}))
+				}
+				b.ReportMetric(float64(evals()-before)/float64(b.N), "run-srv-µs/op")
+			})
+			// The throttled refreshes of refresh_run, each with its
+			// connection's next seq, 64 per Apply: one pipeline per round
+			// trip, as the worker's shards send what they took off NATS.
+			b.Run(pfx+"/op=refresh_batch", func(b *testing.B) {
+				const batch = 64
+				cmds := make([]protocol.Command, 0, batch)
+				seq0 := uint64(runID.Add(1)) << 32 // above fillRoom's seq 1 and every earlier run's
+				flush := func() {
+					outs, errs := st.Apply(ctx, cmds)
+					for i := range cmds {
+						if errs[i] != nil || outs[i] != OutcomeThrottled {
+							b.Fatalf("outcome %q, %v; want %q", outs[i], errs[i], OutcomeThrottled)
+						}
+					}
+					cmds = cmds[:0]
+				}
+				before := evals()
+				for i := range b.N {
+					u := strconv.Itoa(i % size)
+					cmds = append(cmds, protocol.Command{V: 1, Op: "start", Room: "big", User: "user-" + u, Name: "Some Body", Conn: "gw:" + u, Seq: seq0 + uint64(i/size)})
+					if len(cmds) == batch {
+						flush()
+					}
+				}
+				if len(cmds) > 0 {
+					flush()
 				}
 				b.ReportMetric(float64(evals()-before)/float64(b.N), "run-srv-µs/op")
 			})
