@@ -118,7 +118,11 @@ func BenchmarkRoomSize(b *testing.B) {
 				const batch = 64
 				cmds := make([]protocol.Command, 0, batch)
 				seq0 := uint64(runID.Add(1)) << 32 // above fillRoom's seq 1 and every earlier run's
+				// flush applies the commands queued so far, if any.
 				flush := func() {
+					if len(cmds) == 0 {
+						return
+					}
 					outs, errs := st.Apply(ctx, cmds)
 					for i := range cmds {
 						if errs[i] != nil || outs[i] != OutcomeThrottled {
@@ -137,16 +141,12 @@ func BenchmarkRoomSize(b *testing.B) {
 				for i := range size {
 					refresh(i, seq0)
 				}
-				if len(cmds) > 0 {
-					flush()
-				}
+				flush()
 				run := startRun(b, p)
 				for i := range b.N {
 					refresh(i, seq0+1+uint64(i/size))
 				}
-				if len(cmds) > 0 {
-					flush()
-				}
+				flush()
 				run.report(b)
 			})
 			// Start then stop of a new user, back to back (two state changes
@@ -280,13 +280,16 @@ func startRun(b *testing.B, p *privateRedis) runStats {
 // calls the scripts made per operation.
 func (r runStats) report(b *testing.B) {
 	after := r.p.cmdStats(b)
-	usec := after["evalsha"].usec + after["eval"].usec - r.before["evalsha"].usec - r.before["eval"].usec
-	b.ReportMetric(float64(usec)/float64(b.N), "run-srv-µs/op")
+	b.ReportMetric(float64(scriptUsec(after)-scriptUsec(r.before))/float64(b.N), "run-srv-µs/op")
 	b.ReportMetric(float64(after["zadd"].calls-r.before["zadd"].calls)/float64(b.N), "zadd/op")
 }
 
 // evalsUsec is the server's total time in EVALSHA and EVAL so far (µs).
 func evalsUsec(b *testing.B, p *privateRedis) int64 {
-	s := p.cmdStats(b)
+	return scriptUsec(p.cmdStats(b))
+}
+
+// scriptUsec is the time in EVALSHA and EVAL (µs) of INFO commandstats s.
+func scriptUsec(s map[string]cmdStat) int64 {
 	return s["evalsha"].usec + s["eval"].usec
 }
