@@ -74,7 +74,7 @@ const argEvent = 10
 func (st *redisStore) commandCall(script *redis.Script, a cmdArgs) scriptCall {
 	n := st.names
 	user := userKeyPrefix(n, a.Room) + names.Enc(a.User)
-	keys := []string{user, st.lay.connsKey(n, a.Room, a.User, user), UsersKey(n, a.Room), PendingKey(n, a.Room), n.RoomChannel(a.Room)}
+	keys := []string{user, st.lay.typistKey(n, a.Room, a.User, user), UsersKey(n, a.Room), PendingKey(n, a.Room), n.RoomChannel(a.Room)}
 	if !st.indexAfter {
 		keys = append(keys, n.SweepKey(names.SweepBucket(a.Room)))
 	}

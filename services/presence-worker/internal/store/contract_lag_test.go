@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -356,13 +357,15 @@ func TestContractLagShorterTTLLowersScore(t *testing.T) {
 	})
 }
 
-// The sweep that moves a lagging score writes field i of the user hash:
-// when the hash is gone (evicted) while the user's entries live (store
-// keys keeps them in the typist key), the hash it writes still expires.
+// The sweep that moves a lagging score writes field i of the user hash,
+// which still expires afterwards; and a user hash gone (evicted) takes the
+// user's entries with it (both stores keep them there), so the sweep then
+// neither moves the score nor writes a hash that would never expire.
 func TestContractLagSweepNeverLeavesAPersistentHash(t *testing.T) {
 	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
 		userKey := userKeyPrefix(se.names, "r") + names.Enc("u")
+		se.start("r", "v", "c", 1, OutcomeStarted) // due with u, its hash then evicted
 		se.start("r", "u", "c", 1, OutcomeStarted)
 		first, err := se.score("r", "u")
 		if err != nil {
@@ -370,25 +373,110 @@ func TestContractLagSweepNeverLeavesAPersistentHash(t *testing.T) {
 		}
 		se.advance(500 * time.Millisecond)
 		se.start("r", "u", "c", 2, OutcomeThrottled) // the score lags
-		if se.kind == "keys" {
-			if err := se.rdb.Del(ctx, userKey).Err(); err != nil { // as an eviction would
-				t.Fatal(err)
-			}
-		}
-		se.advance(time.Duration(int64(first)-se.redisNowMs()+100) * time.Millisecond)
-		if r := se.sweep(); r.Stops != 0 {
-			t.Fatalf("sweep past the lagging score: %+v, want no stop", r)
-		}
-		n, err := se.rdb.Exists(ctx, userKey).Result()
-		if err != nil {
+		vKey := userKeyPrefix(se.names, "r") + names.Enc("v")
+		if err := se.rdb.Del(ctx, vKey).Err(); err != nil { // as an eviction would
 			t.Fatal(err)
 		}
-		if n == 1 {
-			if ttl, err := se.rdb.PTTL(ctx, userKey).Result(); err != nil || ttl <= 0 {
-				t.Fatalf("user hash after the sweep: PTTL %v, %v; want it to expire", ttl, err)
+		se.advance(time.Duration(int64(first)-se.redisNowMs()+100) * time.Millisecond)
+		if r := se.sweep(); r.Stops != 0 || r.Removed != 1 {
+			t.Fatalf("sweep past the lagging scores: %+v, want u's score moved and v removed, no stop", r)
+		}
+		if ttl, err := se.rdb.PTTL(ctx, userKey).Result(); err != nil || ttl <= 0 {
+			t.Fatalf("u's user hash after the sweep: PTTL %v, %v; want it to expire", ttl, err)
+		}
+		if n, err := se.rdb.Exists(ctx, vKey).Result(); err != nil || n != 0 {
+			t.Fatalf("v's evicted user hash after the sweep: exists %d, %v; want none written", n, err)
+		}
+	})
+}
+
+// Store keys's typist key follows the user's score in the users set
+// (scripts/lib.lua, mark): written with it (field i, expiring 1 s after
+// it), untouched by a throttled refresh that leaves the score, moved when
+// a device's stop lowers the score, deleted with the user by a stop and by
+// the sweep. Store zset keeps no such key.
+func TestContractTypistKeyFollowsScore(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		key := se.names.TypistKey("r", "u")
+		exists := func() bool {
+			t.Helper()
+			n, err := se.rdb.Exists(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
 			}
-		} else if se.kind == "zset" {
-			t.Fatalf("user hash gone in store zset, where it holds the entries")
+			return n == 1
+		}
+		// written checks the key right after a write of the score.
+		written := func(what string) {
+			t.Helper()
+			if se.kind == config.StoreZSet {
+				if exists() {
+					t.Fatalf("%s: store zset has a typist key", what)
+				}
+				return
+			}
+			score, err := se.score("r", "u")
+			if err != nil {
+				t.Fatalf("%s: score: %v", what, err)
+			}
+			at, err := se.rdb.PExpireTime(ctx, key).Result()
+			i, herr := se.rdb.HGet(ctx, key, "i").Int64()
+			if err != nil || herr != nil || at.Milliseconds() != int64(score)+1000 || i != int64(score) {
+				t.Fatalf("%s: typist key expires at %v (%v), i = %d (%v); want score %d + 1000 ms and i = the score", what, at.Milliseconds(), err, i, herr, int64(score))
+			}
+		}
+		// stamp is the key's expiry time, which moves only when written.
+		stamp := func() time.Duration {
+			t.Helper()
+			d, err := se.rdb.PExpireTime(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		se.start("r", "u", "phone", 1, OutcomeStarted)
+		written("after the start")
+		before, score := stamp(), 0.0
+		score, _ = se.score("r", "u")
+		se.advance(300 * time.Millisecond)
+		se.start("r", "u", "phone", 2, OutcomeThrottled) // the score lags
+		if s, _ := se.score("r", "u"); s != score {
+			t.Fatalf("score moved on a refresh 300 ms later: %v, want %v", s, score)
+		}
+		if se.kind == config.StoreKeys && stamp() != before {
+			t.Fatalf("a throttled refresh that left the score rewrote the typist key")
+		}
+		se.advance(800 * time.Millisecond)
+		se.start("r", "u", "laptop", 1, OutcomeThrottled) // past the lag bound: the score moves
+		written("after a refresh that moved the score")
+		se.stop("r", "u", "laptop", 2, OutcomeNoop) // the score drops to the phone's entry
+		written("after one device's stop")
+		se.stop("r", "u", "phone", 3, OutcomeStopped)
+		if exists() {
+			t.Fatalf("typist key left after the user's last stop")
+		}
+		se.start("r", "u", "phone", 4, OutcomeStarted)
+		written("after a new start")
+		se.advance(lagTTL + 100*time.Millisecond)
+		if r := se.sweep(); r.Stops != 1 {
+			t.Fatalf("sweep after the ttl: %+v, want one stop", r)
+		}
+		if exists() {
+			t.Fatalf("typist key left after the sweep removed the user")
+		}
+		// A typist key whose user is not in the users set (one an earlier
+		// version left behind) is neither listed nor counted, even with a
+		// user hash that says shown and live (the users set decides).
+		live := se.redisNowMs() + lagTTL.Milliseconds()
+		if err := se.rdb.HSet(ctx, key, "c:phone", live).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := se.rdb.HSet(ctx, userKeyPrefix(se.names, "r")+names.Enc("u"), "p", "1", "c:phone", live).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if snap, err := se.st.Snapshot(ctx, "r", MaxSnapshotLimit); err != nil || len(snap.Users) != 0 || snap.Total != 0 {
+			t.Fatalf("snapshot with a typist key of a user not in the room: %+v, %v; want nobody", snap, err)
 		}
 	})
 }

@@ -68,7 +68,7 @@ func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
 		if err := se.rdb.ZAdd(context.Background(), UsersKey(se.names, "r"), redis.Z{Score: 1, Member: names.Enc("u")}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := se.rdb.HSet(context.Background(), st.lay.connsKey(se.names, "r", "u", userKeyPrefix(se.names, "r")+names.Enc("u")), "c:c", "1").Err(); err != nil {
+		if err := se.rdb.HSet(context.Background(), userKeyPrefix(se.names, "r")+names.Enc("u"), "c:c", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
 		call, err := st.sweepCall("r")

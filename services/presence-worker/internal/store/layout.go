@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -21,29 +22,28 @@ import (
 // (docs/BENCHMARKS.md measures both).
 const DefaultScanCount = 1000
 
-// layout is what differs between the stores: where a user's connection
-// entries live and how "who is typing" is listed. Everything else (the
-// scripts, the user hash, the room's users and pending sets, the sweep) is
-// the engine's and the same for both.
+// layout is what differs between the stores: whether a typist has a key of
+// their own and how "who is typing" is listed. Everything else (the
+// scripts, the user hash with the connection entries, the room's users and
+// pending sets, the sweep) is the engine's and the same for both.
 type layout interface {
-	// connsKey is the key of user's connection entries in room (fields
-	// c:<conn>); userKey is the user hash, which holds them when the
-	// layout keeps no key of its own for them.
-	connsKey(n names.Names, room, user, userKey string) string
-	// connsPrefix is connsKey without enc(user), for the sweep; "" when the
-	// entries live in the user hash.
-	connsPrefix(n names.Names, room string) string
+	// typistKey is the key the scripts keep for user in room while the user
+	// may be visible (scripts/lib.lua, mark); userKey is the user hash,
+	// passed instead when the layout keeps no such key.
+	typistKey(n names.Names, room, user, userKey string) string
+	// typistPrefix is typistKey without enc(user), for the sweep; "" when
+	// the layout keeps no typist keys.
+	typistPrefix(n names.Names, room string) string
 	// snapshot lists room (see [Store.Snapshot]); limit is clamped already.
 	snapshot(ctx context.Context, st *redisStore, room string, limit int) (protocol.Snapshot, error)
 }
 
-// zsetLayout ("zset", the default): a user's connection entries are fields
-// of the user hash, and "who is typing" is the room's users sorted set,
-// read by the snapshot script in O(limit + log N).
+// zsetLayout ("zset", the default): "who is typing" is the room's users
+// sorted set, read by the snapshot script in O(limit + log N).
 type zsetLayout struct{ n names.Names }
 
-func (zsetLayout) connsKey(_ names.Names, _, _, userKey string) string { return userKey }
-func (zsetLayout) connsPrefix(names.Names, string) string              { return "" }
+func (zsetLayout) typistKey(_ names.Names, _, _, userKey string) string { return userKey }
+func (zsetLayout) typistPrefix(names.Names, string) string              { return "" }
 
 func (l zsetLayout) snapshot(ctx context.Context, st *redisStore, room string, limit int) (protocol.Snapshot, error) {
 	call := scriptCall{st.lua.snapshot, []string{UsersKey(l.n, room)}, []any{userKeyPrefix(l.n, room), limit}}
@@ -72,50 +72,93 @@ func (l zsetLayout) snapshot(ctx context.Context, st *redisStore, room string, l
 }
 
 // keysLayout ("keys") is the seed's pattern 1: one key per typist,
-// typing:{enc(room)}:enc(user) (names.TypistKey), holding the typist's
-// connection entries and expiring (PEXPIREAT) with the latest of them, and
-// "who is typing" is SCAN MATCH typing:{enc(room)}:* (names.TypistPattern),
-// never KEYS. See README.md ("Store keys") for where it is weaker.
+// typing:{enc(room)}:enc(user) (names.TypistKey), which expires at most
+// 1 s (INDEX_LAG_MS) after the typist's latest connection entry
+// (scripts/lib.lua, mark), and "who is typing" is SCAN MATCH
+// typing:{enc(room)}:* (names.TypistPattern), never KEYS. See README.md
+// ("Store keys") for where it is weaker.
 type keysLayout struct {
 	n names.Names
 	// scanCount is the COUNT of each SCAN of a snapshot (DefaultScanCount).
 	scanCount int64
 }
 
-func (keysLayout) connsKey(n names.Names, room, user, _ string) string {
+func (keysLayout) typistKey(n names.Names, room, user, _ string) string {
 	return n.TypistKey(room, user)
 }
-func (keysLayout) connsPrefix(n names.Names, room string) string { return n.TypistKey(room, "") }
+func (keysLayout) typistPrefix(n names.Names, room string) string { return n.TypistKey(room, "") }
 
 // snapshot lists room the seed's way: SCAN MATCH names.TypistPattern(room)
 // over the whole keyspace, COUNT scanCount per round trip, until the cursor
-// returns to 0 (Redis skips expired keys, so every key found is a visible
-// typist), then the names of the first limit typists by id, in one
-// pipeline. The cost grows with the keyspace, not with the room, and the
-// listing is not atomic: a typist who starts or stops during the scan may
-// or may not be listed (SCAN's guarantee covers only keys present
-// throughout).
+// returns to 0. Every visible typist has a key, but a key may outlive its
+// typist's entries by up to 1 s (scripts/lib.lua, mark), so two pipelines
+// follow: Redis TIME and the keys' users-set scores (ZMSCORE); then the
+// user hashes of those whose score is not above now (a throttled refresh
+// lags it: live while an entry is) and the published state and name of
+// the first typists by id. As scripts/snapshot.lua, a typist is listed
+// when receivers were told they type (p = '1') and an entry is live, and
+// total counts the live ones less the unshown among those read. The cost
+// grows with the keyspace, not with the room, and the listing is not
+// atomic: a typist who starts or stops during the scan may or may not be
+// listed (SCAN's guarantee covers only keys present throughout).
 func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, limit int) (protocol.Snapshot, error) {
 	defer observeSince(st.m, scriptSnapshot)()
 	eusers, err := l.scan(ctx, st, room)
 	if err != nil {
 		return protocol.Snapshot{}, snapshotFailed(err)
 	}
-	slices.Sort(eusers)
-	total := len(eusers)
-	eusers = eusers[:min(limit, len(eusers))]
-	users := make([]protocol.Typist, 0, len(eusers))
+	users := make([]protocol.Typist, 0, min(limit, len(eusers)))
 	if len(eusers) == 0 {
-		return protocol.Snapshot{Users: users, Total: total}, nil
+		return protocol.Snapshot{Users: users}, nil
 	}
-	// As scripts/snapshot.lua: only users receivers were told type (p =
-	// '1') are listed, so a snapshot agrees with the event stream; total
-	// loses the unshown ones among those read.
-	cmds := make([]*redis.SliceCmd, len(eusers))
+	slices.Sort(eusers)
+	var now *redis.TimeCmd
+	var scores *redis.FloatSliceCmd
 	err = st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
 		pipe := st.rdb.Pipeline()
-		for i, eu := range eusers {
-			cmds[i] = pipe.HMGet(ctx, userKeyPrefix(l.n, room)+eu, "p", "n")
+		now = pipe.Time(ctx)
+		scores = pipe.ZMScore(ctx, UsersKey(l.n, room), eusers...)
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return protocol.Snapshot{}, snapshotFailed(err)
+	}
+	nowMs := now.Val().UnixMilli()
+	// A score above now is live; an absent one (0) was swept; the others
+	// are read whole, and so are not counted until their entries are known.
+	type typist struct {
+		eu   string
+		sure bool
+		read *redis.SliceCmd           // p, n of a sure one among the first
+		hash *redis.MapStringStringCmd // the whole user hash of an unsure one
+	}
+	ts := make([]typist, 0, len(eusers))
+	unsure := 0
+	for i, eu := range eusers {
+		switch sc := int64(scores.Val()[i]); {
+		case sc > nowMs:
+			ts = append(ts, typist{eu: eu, sure: true})
+		case sc > 0:
+			ts = append(ts, typist{eu: eu})
+			unsure++
+		}
+	}
+	// Up to unsure of the first limit + unsure may turn out expired, so
+	// reading that many in id order finds the first limit live ones.
+	first := limit + unsure
+	err = st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
+		pipe := st.rdb.Pipeline()
+		for i := range ts {
+			key := userKeyPrefix(l.n, room) + ts[i].eu
+			if !ts[i].sure {
+				ts[i].hash = pipe.HGetAll(ctx, key)
+			} else if i < first {
+				ts[i].read = pipe.HMGet(ctx, key, "p", "n")
+			}
+		}
+		if pipe.Len() == 0 {
+			return nil
 		}
 		_, err := pipe.Exec(ctx)
 		return err
@@ -123,18 +166,38 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 	if err != nil {
 		return protocol.Snapshot{}, snapshotFailed(err)
 	}
-	for i, eu := range eusers {
-		v, _ := cmds[i].Result()
-		if len(v) != 2 || v[0] != "1" {
-			total--
+	total := 0
+	for _, t := range ts {
+		var p, name string
+		switch {
+		case t.hash != nil:
+			h := t.hash.Val()
+			if liveUntil(h) <= nowMs {
+				continue
+			}
+			p, name = h["p"], h["n"]
+		case t.read != nil:
+			v := t.read.Val()
+			if len(v) == 2 {
+				p, _ = v[0].(string)
+				name, _ = v[1].(string)
+			}
+		default: // live, beyond those read
+			total++
 			continue
 		}
-		u, err := names.Dec(eu)
+		if p != "1" {
+			continue
+		}
+		total++
+		if len(users) == limit {
+			continue
+		}
+		u, err := names.Dec(t.eu)
 		if err != nil {
 			st.rl.Warn("snapshot-bad-member", "skipping a malformed typist key", zap.String("room", room), zap.Error(err))
 			continue
 		}
-		name, _ := v[1].(string)
 		users = append(users, protocol.Typist{User: u, Name: name})
 	}
 	sortTypists(users)
@@ -196,4 +259,18 @@ func snapshotFailed(err error) *SnapshotError {
 		code = protocol.CodeUnavailable
 	}
 	return &SnapshotError{code, err}
+}
+
+// liveUntil is scripts/lib.lua's live_until over a user hash read whole:
+// the latest expiry (unix ms) of its c:<conn> fields, 0 when none.
+func liveUntil(user map[string]string) int64 {
+	var latest int64
+	for k, v := range user {
+		if strings.HasPrefix(k, "c:") {
+			if e, err := strconv.ParseInt(v, 10, 64); err == nil && e > latest {
+				latest = e
+			}
+		}
+	}
+	return latest
 }

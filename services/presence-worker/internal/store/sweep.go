@@ -164,7 +164,7 @@ func (st *redisStore) sweepCall(room string) (scriptCall, error) {
 	}
 	n := st.names
 	keys := []string{UsersKey(n, room), PendingKey(n, room), n.RoomChannel(room)}
-	args := []any{userKeyPrefix(n, room), st.lay.connsPrefix(n, room), head, tail, st.throttleMs, st.keyPxMs, sweepRoomLimit, st.eventsFlag()}
+	args := []any{userKeyPrefix(n, room), st.lay.typistPrefix(n, room), head, tail, st.throttleMs, st.keyPxMs, sweepRoomLimit, st.eventsFlag()}
 	return scriptCall{st.lua.sweep, keys, args}, nil
 }
 

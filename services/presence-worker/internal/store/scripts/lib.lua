@@ -17,8 +17,10 @@
 --   i      the user's score in the room's users zset (unix ms) as last
 --          written by these scripts, '0' after they removed the user
 --   s:<conn> last applied seq of conn
---   c:<conn> expiry (unix ms) of conn's entry (store zset; store keys keeps
---          these in the typist key typing:{R}:enc(user))
+--   c:<conn> expiry (unix ms) of conn's entry
+--
+-- Store keys also keeps the typist key typing:{R}:enc(user), a hash whose
+-- field i repeats the user's score, expiring INDEX_LAG_MS after it (mark).
 --
 -- The users zset's score of a user may lag the user's true expiry (the
 -- latest c:<conn>) by up to INDEX_LAG_MS: a throttled refresh leaves the
@@ -28,7 +30,8 @@
 
 -- INDEX_LAG_MS bounds how far a user's users-zset score may lag the
 -- user's true expiry: at most min(INDEX_LAG_MS, ttl / 4) (start.lua).
--- snapshot.lua reads scores this far below now to find such users.
+-- snapshot.lua reads scores this far below now to find such users; the
+-- typist keys of store keys outlive the score by this much (mark).
 local INDEX_LAG_MS = 1000
 
 -- now_ms returns Redis TIME as integral unix milliseconds. Scores and ts_ms
@@ -75,6 +78,21 @@ local function hset(key, kv)
   if #kv > 0 then redis.call('HSET', key, unpack(kv)) end
 end
 
+-- mark keeps the typist key of store keys (typist ~= user; store zset
+-- passes the user hash as typist, and mark does nothing) in step with the
+-- user's score in the users zset: field i = score, expiring at score +
+-- INDEX_LAG_MS. The score lags the user's true expiry by less than that,
+-- so the key outlives the user's entries by at most INDEX_LAG_MS and a
+-- SCAN of the room's typist keys finds every visible typist (the snapshot
+-- drops those whose entries ran out: layout.go). Called wherever i is
+-- written; the caller deletes the key when it removes the user.
+local function mark(typist, user, score)
+  if typist ~= user then
+    redis.call('HSET', typist, 'i', itoa(score))
+    redis.call('PEXPIREAT', typist, itoa(score + INDEX_LAG_MS))
+  end
+end
+
 -- index puts the room in its sweep bucket, due at unix ms due, when the
 -- script has the bucket (standalone and Sentinel: KEYS[bucket]); on Redis
 -- Cluster the bucket is in another hash slot and the worker does it after
@@ -106,12 +124,12 @@ local function pct_dec(s)
   return out
 end
 
--- live_until returns the latest expiry (unix ms) of the entries in the
--- conns hash (fields c:<conn>), 0 when there is none: the user's true
+-- live_until returns the latest expiry (unix ms) of the entries (fields
+-- c:<conn>) in the user hash user, 0 when there is none: the user's true
 -- expiry, which the users zset's score may lag (INDEX_LAG_MS). O(the
 -- user's connections and seq fields).
-local function live_until(conns)
-  local all = redis.call('HGETALL', conns)
+local function live_until(user)
+  local all = redis.call('HGETALL', user)
   local latest = 0
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 2) == 'c:' then

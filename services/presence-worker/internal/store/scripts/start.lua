@@ -2,9 +2,8 @@
 -- in O(log N) of the room's typists (N) and O(1) otherwise.
 --
 -- KEYS[1] user hash       typing:user:{R}:enc(user)   (fields: lib.lua)
--- KEYS[2] conns hash      field c:<conn> -> expiry: KEYS[1] itself (store
---                         zset) or typing:{R}:enc(user), which then expires
---                         (PEXPIREAT) with its latest entry (store keys)
+-- KEYS[2] typist key      typing:{R}:enc(user) (store keys: lib.lua, mark)
+--                         or KEYS[1] itself (store zset: no such key)
 -- KEYS[3] users zset      typing:users:{R}     enc(user) -> latest expiry (unix ms)
 -- KEYS[4] pending zset    typing:pending:{R}   enc(user) -> when the sweeper settles it
 -- KEYS[5] room channel    chat:room:{R}        (a key for cluster routing)
@@ -28,7 +27,7 @@
 local conn, euser, name, seq = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ts, ttl, throttle = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local keypx, guard = ARGV[8], tonumber(ARGV[9])
-local user, conns, users = KEYS[1], KEYS[2], KEYS[3]
+local user, typist, users = KEYS[1], KEYS[2], KEYS[3]
 
 local now = now_ms()
 local seqf = 's:' .. conn
@@ -47,18 +46,13 @@ if seq ~= '0' then kv[#kv + 1] = seqf; kv[#kv + 1] = seq end
 -- A start without a name (a platform service's) keeps the name another
 -- connection of the user gave.
 if name ~= '' and name ~= f[5] then kv[#kv + 1] = 'n'; kv[#kv + 1] = name end
-if conns == user then
-  kv[#kv + 1] = 'c:' .. conn; kv[#kv + 1] = itoa(expiry)
-else
-  redis.call('HSET', conns, 'c:' .. conn, itoa(expiry))
-  redis.call('PEXPIREAT', conns, itoa(expiry))
-end
+kv[#kv + 1] = 'c:' .. conn; kv[#kv + 1] = itoa(expiry)
 -- Every entry is written now + ttl, so the user's score only grows here; a
 -- new member may be the room's earliest expiry: index it. A throttled
 -- refresh leaves a score that lags expiry by less than the index lag
 -- (lib.lua, INDEX_LAG_MS): no O(log N) ZADD on the hot path of a client
 -- that refreshes too often; the sweeper moves a lagging score when it
--- comes due (sweep.lua).
+-- comes due (sweep.lua). Store keys's typist key follows the score.
 local shown = f[2] == '1'
 local throttled = shown and (tonumber(f[3] or '') or 0) > now
 local due = 0
@@ -70,6 +64,7 @@ if not (throttled and indexed <= expiry and indexed > expiry - math.min(INDEX_LA
     redis.call('PEXPIRE', users, keypx)
   end
   kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(expiry)
+  mark(typist, user, expiry)
 end
 
 if throttled then

@@ -16,7 +16,7 @@
 --              the user is still typing)
 local conn, euser, seq = ARGV[1], ARGV[2], ARGV[4]
 local throttle, keypx = tonumber(ARGV[7]), ARGV[8]
-local user, conns, users = KEYS[1], KEYS[2], KEYS[3]
+local user, typist, users = KEYS[1], KEYS[2], KEYS[3]
 
 local now = now_ms()
 local seqf = 's:' .. conn
@@ -27,7 +27,7 @@ if ordered and f[1] and seq_le(seq, f[1]) then
 end
 
 -- The user's connections: one field each, a handful at most.
-local all = redis.call('HGETALL', conns)
+local all = redis.call('HGETALL', user)
 local me = 'c:' .. conn
 local latest, before, cfields, dead = 0, 0, {}, {}
 for i = 1, #all, 2 do
@@ -50,11 +50,11 @@ local due = 0
 if conn ~= '' and latest > now then
   -- Another device of the user is still typing: drop this entry (and
   -- expired ones) only; the user's expiry becomes the latest left.
-  if #dead > 0 then redis.call('HDEL', conns, unpack(dead)) end
-  if conns ~= user then redis.call('PEXPIREAT', conns, itoa(latest)) end
+  if #dead > 0 then redis.call('HDEL', user, unpack(dead)) end
   if latest < before then
     redis.call('ZADD', users, 'XX', itoa(latest), euser)
     kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(latest)
+    mark(typist, user, latest)
     due = latest
   end
   hset(user, kv)
@@ -63,11 +63,8 @@ if conn ~= '' and latest > now then
 end
 
 -- No live entry remains.
-if conns ~= user then
-  redis.call('DEL', conns)
-elseif #cfields > 0 then
-  redis.call('HDEL', conns, unpack(cfields))
-end
+if #cfields > 0 then redis.call('HDEL', user, unpack(cfields)) end
+if typist ~= user then redis.call('DEL', typist) end
 redis.call('ZREM', users, euser)
 if f[4] and f[4] ~= '0' then kv[#kv + 1] = 'i'; kv[#kv + 1] = '0' end
 if conn == '' then kv[#kv + 1] = 'x'; kv[#kv + 1] = itoa(now) end

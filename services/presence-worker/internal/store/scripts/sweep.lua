@@ -7,7 +7,7 @@
 --
 -- KEYS[1] users zset  KEYS[2] pending zset  KEYS[3] room channel (start.lua)
 -- ARGV[1] user hash key prefix of the room, typing:user:{R}: (+ enc(user))
--- ARGV[2] conns key prefix, typing:{R}: (store keys), '' = in the user hash
+-- ARGV[2] typist key prefix, typing:{R}: (store keys: lib.lua, mark), '' = none
 -- ARGV[3] typing_stop JSON up to and including "user":
 -- ARGV[4] the rest up to and including "ts_ms": (',"reason":"expired","ts_ms":')
 -- ARGV[5] throttle ms  ARGV[6] key px ms  ARGV[7] max users per kind per call
@@ -58,29 +58,23 @@ local function settle(u, visible, expired_stop)
   redis.call('PEXPIRE', key, keypx)
 end
 
--- conns_of returns the key holding u's connection entries.
-local function conns_of(u)
-  if ARGV[2] ~= '' then return ARGV[2] .. u end
-  return ARGV[1] .. u
-end
-
 -- Users whose score ran out. A score that lagged a throttled refresh
 -- (lib.lua, INDEX_LAG_MS) moves to the user's true expiry; the others'
 -- latest entry ran out: every entry of theirs has.
 local expired = redis.call('ZRANGEBYSCORE', users, '-inf', itoa(now), 'LIMIT', 0, limit)
 local removed = 0
 for _, u in ipairs(expired) do
-  local latest = live_until(conns_of(u))
+  local latest = live_until(ARGV[1] .. u)
   if latest > now then
     redis.call('ZADD', users, itoa(latest), u)
-    -- PEXPIRE too: the hash outlives the entries, unless something else
-    -- removed it (eviction); HSET alone would then leave one for good.
+    -- PEXPIRE too: the hash lives on past the score it now holds.
     redis.call('HSET', ARGV[1] .. u, 'i', itoa(latest))
     redis.call('PEXPIRE', ARGV[1] .. u, keypx)
+    if ARGV[2] ~= '' then mark(ARGV[2] .. u, ARGV[1] .. u, latest) end
   else
     redis.call('ZREM', users, u)
     removed = removed + 1
-    if ARGV[2] ~= '' then redis.call('DEL', ARGV[2] .. u) end -- expires this very ms
+    if ARGV[2] ~= '' then redis.call('DEL', ARGV[2] .. u) end -- else lives up to INDEX_LAG_MS more
     settle(u, false, ARGV[3] .. json_str(pct_dec(u)) .. ARGV[4])
   end
 end
@@ -90,7 +84,7 @@ local due = redis.call('ZRANGEBYSCORE', pending, '-inf', itoa(now), 'LIMIT', 0, 
 for _, u in ipairs(due) do
   redis.call('ZREM', pending, u)
   local s = tonumber(redis.call('ZSCORE', users, u) or '')
-  settle(u, s ~= nil and (s > now or live_until(conns_of(u)) > now), nil)
+  settle(u, s ~= nil and (s > now or live_until(ARGV[1] .. u) > now), nil)
 end
 
 local next_due = -1
