@@ -336,7 +336,8 @@ func TestContractLagBoundAfterOneDeviceStops(t *testing.T) {
 
 // During a rollout of a shorter ttl, a worker with the new ttl lowers a
 // score that a worker with the old one wrote above its own expiry, even on
-// a throttled refresh: a snapshot never lists the user past their entries.
+// a throttled refresh: a snapshot never lists the user past their entries,
+// and the room is due by the lowered score, so the expiry is pushed then.
 func TestContractLagShorterTTLLowersScore(t *testing.T) {
 	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
@@ -353,6 +354,50 @@ func TestContractLagShorterTTLLowersScore(t *testing.T) {
 		got, err := se.score("r", "u")
 		if err != nil || int64(got) > limit {
 			t.Fatalf("score %v, %v; want at most the shorter ttl's expiry %d", int64(got), err, limit)
+		}
+		se.advance(lagTTL/2 + 100*time.Millisecond)
+		if r := se.sweep(); r.Stops != 1 {
+			t.Fatalf("sweep past the shorter ttl's expiry: %+v, want the stop pushed", r)
+		}
+	})
+}
+
+// During the same rollout, a worker with the shorter ttl lowers the score
+// no further than another connection's entry: the user typing on the
+// phone (old ttl) stays shown after the laptop's throttled start (new
+// ttl) until the phone's entry ends.
+func TestContractLagShorterTTLKeepsOtherDevice(t *testing.T) {
+	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		short, err := New(Options{Kind: se.kind, PubSub: se.pubsub, Redis: se.rdb, Names: se.names, TTL: lagTTL / 2, Throttle: lagThrottle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := se.subscribe("r")
+		se.start("r", "u", "phone", 1, OutcomeStarted)
+		phone, err := se.score("r", "u")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		out, err := short.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "r", User: "u", Conn: "laptop", Seq: 1, Name: "N"})
+		if err != nil || out != OutcomeThrottled {
+			t.Fatalf("laptop's start with the shorter ttl: %v, %v; want throttled", out, err)
+		}
+		if got, err := se.score("r", "u"); err != nil || got != phone {
+			t.Fatalf("score after the laptop's start: %v, %v; want the phone's entry %v", int64(got), err, int64(phone))
+		}
+		// Past the laptop's entry, before the phone's.
+		se.advance(lagTTL/2 + time.Second)
+		if now := se.redisNowMs(); now >= int64(phone) {
+			t.Fatalf("too slow: now %d is past the phone's entry %d", now, int64(phone))
+		}
+		if r := se.sweep(); r.Stops != 0 {
+			t.Fatalf("sweep while the phone's entry lives: %+v, want no stop", r)
+		}
+		s.expectNone(50 * time.Millisecond)
+		if got := se.snapshotOf("r"); len(got) != 1 || got[0] != "u/N" {
+			t.Fatalf("snapshot while the phone's entry lives: %v, want u", got)
 		}
 	})
 }
@@ -390,15 +435,17 @@ func TestContractLagSweepNeverLeavesAPersistentHash(t *testing.T) {
 	})
 }
 
-// Store keys's typist key follows the user's score in the users set
-// (scripts/lib.lua, mark): written with it (field i, expiring 1 s after
-// it), untouched by a throttled refresh that leaves the score, moved when
-// a device's stop lowers the score, deleted with the user by a stop and by
-// the sweep. Store zset keeps no such key.
-func TestContractTypistKeyFollowsScore(t *testing.T) {
+// Store keys's typist key lives while the user is in the room's users set
+// (scripts/lib.lua, mark): created by the start that adds the user,
+// renewed with the user hash by every start outside the refresh window
+// (same expiry), left alone by throttled refreshes, recreated by the next
+// renewal when something removed it (an eviction), deleted with the user
+// by a stop and by the sweep. Store zset keeps no such key.
+func TestContractTypistKeyLivesWithTheUser(t *testing.T) {
 	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
 		key := se.names.TypistKey("r", "u")
+		userKey := userKeyPrefix(se.names, "r") + names.Enc("u")
 		exists := func() bool {
 			t.Helper()
 			n, err := se.rdb.Exists(ctx, key).Result()
@@ -407,8 +454,16 @@ func TestContractTypistKeyFollowsScore(t *testing.T) {
 			}
 			return n == 1
 		}
-		// written checks the key right after a write of the score.
-		written := func(what string) {
+		at := func(k string) time.Duration {
+			t.Helper()
+			d, err := se.rdb.PExpireTime(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		// renewed checks the key right after a renewal of the user hash.
+		renewed := func(what string) {
 			t.Helper()
 			if se.kind == config.StoreZSet {
 				if exists() {
@@ -416,48 +471,42 @@ func TestContractTypistKeyFollowsScore(t *testing.T) {
 				}
 				return
 			}
-			score, err := se.score("r", "u")
-			if err != nil {
-				t.Fatalf("%s: score: %v", what, err)
+			if got, want := at(key), at(userKey); got != want || got <= 0 {
+				t.Fatalf("%s: typist key expires at %v, want the user hash's %v", what, got, want)
 			}
-			at, err := se.rdb.PExpireTime(ctx, key).Result()
-			i, herr := se.rdb.HGet(ctx, key, "i").Int64()
-			if err != nil || herr != nil || at.Milliseconds() != int64(score)+1000 || i != int64(score) {
-				t.Fatalf("%s: typist key expires at %v (%v), i = %d (%v); want score %d + 1000 ms and i = the score", what, at.Milliseconds(), err, i, herr, int64(score))
+			if u, err := se.rdb.HGet(ctx, key, "u").Result(); err != nil || u != names.Enc("u") {
+				t.Fatalf("%s: typist key field u = %q, %v; want enc(user)", what, u, err)
 			}
 		}
-		// stamp is the key's expiry time, which moves only when written.
-		stamp := func() time.Duration {
+		unchanged := func(what string, before time.Duration) {
 			t.Helper()
-			d, err := se.rdb.PExpireTime(ctx, key).Result()
-			if err != nil {
-				t.Fatal(err)
+			if se.kind == config.StoreKeys && at(key) != before {
+				t.Fatalf("%s rewrote the typist key", what)
 			}
-			return d
 		}
 		se.start("r", "u", "phone", 1, OutcomeStarted)
-		written("after the start")
-		before, score := stamp(), 0.0
-		score, _ = se.score("r", "u")
+		renewed("after the start")
+		before := at(key)
 		se.advance(300 * time.Millisecond)
 		se.start("r", "u", "phone", 2, OutcomeThrottled) // the score lags
-		if s, _ := se.score("r", "u"); s != score {
-			t.Fatalf("score moved on a refresh 300 ms later: %v, want %v", s, score)
-		}
-		if se.kind == config.StoreKeys && stamp() != before {
-			t.Fatalf("a throttled refresh that left the score rewrote the typist key")
-		}
+		unchanged("a throttled refresh that left the score", before)
 		se.advance(800 * time.Millisecond)
 		se.start("r", "u", "laptop", 1, OutcomeThrottled) // past the lag bound: the score moves
-		written("after a refresh that moved the score")
+		unchanged("a throttled refresh that moved the score", before)
 		se.stop("r", "u", "laptop", 2, OutcomeNoop) // the score drops to the phone's entry
-		written("after one device's stop")
-		se.stop("r", "u", "phone", 3, OutcomeStopped)
+		unchanged("one device's stop", before)
+		if err := se.rdb.Del(ctx, key).Err(); err != nil { // as an eviction would
+			t.Fatal(err)
+		}
+		se.advance(lagThrottle) // past the refresh window
+		se.start("r", "u", "phone", 3, OutcomeRefreshed)
+		renewed("after the refresh that renewed the user hash")
+		se.stop("r", "u", "phone", 4, OutcomeStopped)
 		if exists() {
 			t.Fatalf("typist key left after the user's last stop")
 		}
-		se.start("r", "u", "phone", 4, OutcomeStarted)
-		written("after a new start")
+		se.start("r", "u", "phone", 5, OutcomeStarted)
+		renewed("after a new start")
 		se.advance(lagTTL + 100*time.Millisecond)
 		if r := se.sweep(); r.Stops != 1 {
 			t.Fatalf("sweep after the ttl: %+v, want one stop", r)

@@ -14,6 +14,12 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
+// heldReadMax is how many typists a snapshot reads beyond its limit for
+// the unshown ones among them (as HELD_READ_MAX in scripts/snapshot.lua):
+// a start the event rate limit holds leaves its user live but not shown,
+// and must neither keep a shown user out of the list nor count in total.
+const heldReadMax = 64
+
 // DefaultScanCount is the COUNT hint of each SCAN that store "keys" sends
 // to list a room's typists. A SCAN visits about COUNT slots of the whole
 // keyspace per round trip, so listing one room takes keyspace/COUNT round
@@ -72,11 +78,10 @@ func (l zsetLayout) snapshot(ctx context.Context, st *redisStore, room string, l
 }
 
 // keysLayout ("keys") is the seed's pattern 1: one key per typist,
-// typing:{enc(room)}:enc(user) (names.TypistKey), which expires at most
-// 1 s (INDEX_LAG_MS) after the typist's latest connection entry
-// (scripts/lib.lua, mark), and "who is typing" is SCAN MATCH
-// typing:{enc(room)}:* (names.TypistPattern), never KEYS. See README.md
-// ("Store keys") for where it is weaker.
+// typing:{enc(room)}:enc(user) (names.TypistKey), which lives while the
+// typist is in the room's users set (scripts/lib.lua, mark), and "who is
+// typing" is SCAN MATCH typing:{enc(room)}:* (names.TypistPattern), never
+// KEYS. See README.md ("Store keys") for where it is weaker.
 type keysLayout struct {
 	n names.Names
 	// scanCount is the COUNT of each SCAN of a snapshot (DefaultScanCount).
@@ -90,17 +95,19 @@ func (keysLayout) typistPrefix(n names.Names, room string) string { return n.Typ
 
 // snapshot lists room the seed's way: SCAN MATCH names.TypistPattern(room)
 // over the whole keyspace, COUNT scanCount per round trip, until the cursor
-// returns to 0. Every visible typist has a key, but a key may outlive its
-// typist's entries by up to 1 s (scripts/lib.lua, mark), so two pipelines
-// follow: Redis TIME and the keys' users-set scores (ZMSCORE); then the
-// user hashes of those whose score is not above now (a throttled refresh
-// lags it: live while an entry is) and the published state and name of
-// the first typists by id. As scripts/snapshot.lua, a typist is listed
-// when receivers were told they type (p = '1') and an entry is live, and
-// total counts the live ones less the unshown among those read. The cost
-// grows with the keyspace, not with the room, and the listing is not
-// atomic: a typist who starts or stops during the scan may or may not be
-// listed (SCAN's guarantee covers only keys present throughout).
+// returns to 0. Every visible typist has a key, but a key outlives its
+// typist's entries until a stop or the sweep removes the typist
+// (scripts/lib.lua, mark), so two pipelines follow: Redis TIME and the
+// keys' users-set scores (ZMSCORE); then the user hashes of those whose
+// score is not above now (a throttled refresh lags it: live while an entry
+// is) and the published state and name of the first typists in enc(user)
+// order. As scripts/snapshot.lua, a typist is listed when receivers were
+// told they type (p = '1') and an entry is live, and total counts the live
+// ones less the unshown among those read (limit + heldReadMax of the live
+// ones, and every one whose score passed). The cost grows with the
+// keyspace, not with the room, and the listing is not atomic: a typist who
+// starts or stops during the scan may or may not be listed (SCAN's
+// guarantee covers only keys present throughout).
 func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, limit int) (protocol.Snapshot, error) {
 	defer observeSince(st.m, scriptSnapshot)()
 	eusers, err := l.scan(ctx, st, room)
@@ -145,8 +152,9 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 		}
 	}
 	// Up to unsure of the first limit + unsure may turn out expired, so
-	// reading that many in id order finds the first limit live ones.
-	first := limit + unsure
+	// reading that many in id order finds the first limit live ones, and
+	// heldReadMax more finds shown ones past held ones and counts those.
+	first := limit + unsure + heldReadMax
 	err = st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
 		pipe := st.rdb.Pipeline()
 		for i := range ts {

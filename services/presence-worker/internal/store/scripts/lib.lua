@@ -19,8 +19,8 @@
 --   s:<conn> last applied seq of conn
 --   c:<conn> expiry (unix ms) of conn's entry
 --
--- Store keys also keeps the typist key typing:{R}:enc(user), a hash whose
--- field i repeats the user's score, expiring INDEX_LAG_MS after it (mark).
+-- Store keys also keeps the typist key typing:{R}:enc(user) while the user
+-- is in the room's users zset (mark).
 --
 -- The users zset's score of a user may lag the user's true expiry (the
 -- latest c:<conn>) by up to INDEX_LAG_MS: a throttled refresh leaves the
@@ -30,8 +30,7 @@
 
 -- INDEX_LAG_MS bounds how far a user's users-zset score may lag the
 -- user's true expiry: at most min(INDEX_LAG_MS, ttl / 4) (start.lua).
--- snapshot.lua reads scores this far below now to find such users; the
--- typist keys of store keys outlive the score by this much (mark).
+-- snapshot.lua reads scores this far below now to find such users.
 local INDEX_LAG_MS = 1000
 
 -- now_ms returns Redis TIME as integral unix milliseconds. Scores and ts_ms
@@ -78,18 +77,20 @@ local function hset(key, kv)
   if #kv > 0 then redis.call('HSET', key, unpack(kv)) end
 end
 
--- mark keeps the typist key of store keys (typist ~= user; store zset
--- passes the user hash as typist, and mark does nothing) in step with the
--- user's score in the users zset: field i = score, expiring at score +
--- INDEX_LAG_MS. The score lags the user's true expiry by less than that,
--- so the key outlives the user's entries by at most INDEX_LAG_MS and a
--- SCAN of the room's typist keys finds every visible typist (the snapshot
--- drops those whose entries ran out: layout.go). Called wherever i is
--- written; the caller deletes the key when it removes the user.
-local function mark(typist, user, score)
-  if typist ~= user then
-    redis.call('HSET', typist, 'i', itoa(score))
-    redis.call('PEXPIREAT', typist, itoa(score + INDEX_LAG_MS))
+-- mark creates or renews the typist key of store keys (typist ~= user;
+-- store zset passes the user hash as typist, and mark does nothing): a
+-- hash with field u = enc(user), expiring keypx ms from now like the user
+-- hash. start.lua calls it when it adds the user to the users zset and
+-- wherever it renews the user hash, at least once per refresh window, so
+-- the key lives while the user is in the zset; stop.lua and sweep.lua
+-- delete it when they remove the user. A SCAN of the room's typist keys
+-- therefore finds every visible typist; the snapshot keeps those the
+-- users zset holds with a live entry (layout.go). One call when the key
+-- exists (PEXPIRE), three when it does not (an eviction, a new user).
+local function mark(typist, user, euser, keypx)
+  if typist ~= user and redis.call('PEXPIRE', typist, keypx) == 0 then
+    redis.call('HSET', typist, 'u', euser)
+    redis.call('PEXPIRE', typist, keypx)
   end
 end
 
@@ -125,14 +126,14 @@ local function pct_dec(s)
 end
 
 -- live_until returns the latest expiry (unix ms) of the entries (fields
--- c:<conn>) in the user hash user, 0 when there is none: the user's true
--- expiry, which the users zset's score may lag (INDEX_LAG_MS). O(the
--- user's connections and seq fields).
-local function live_until(user)
+-- c:<conn>) in the user hash user, leaving out field skip (nil: none), 0
+-- when there is none: the user's true expiry, which the users zset's score
+-- may lag (INDEX_LAG_MS). O(the user's connections and seq fields).
+local function live_until(user, skip)
   local all = redis.call('HGETALL', user)
   local latest = 0
   for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 2) == 'c:' then
+    if string.sub(all[i], 1, 2) == 'c:' and all[i] ~= skip then
       local e = tonumber(all[i + 1]) or 0
       if e > latest then latest = e end
     end

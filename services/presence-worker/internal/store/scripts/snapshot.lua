@@ -17,18 +17,25 @@
 -- INDEX_LAG_MS ago, a connection entry still live (live_until): the score
 -- lags a throttled refresh (lib.lua); the others there expired and are
 -- not swept yet. The users listed are the ARGV[2] most recently active
--- live ones (by score). total counts the users with a score above now,
--- less the unshown ones among those read, plus the live ones among the
--- at most ARGV[2] + LAG_READ_MAX latest scores that passed: exact when
--- the room has at most ARGV[2] users above now and at most that many
--- whose score passed in the last INDEX_LAG_MS (beyond, a lagging typist
--- may go uncounted until the sweep moves its score, within a sweep
--- interval).
+-- shown live ones (by score). total counts the users with a score above
+-- now, less the unshown ones among the ARGV[2] + HELD_READ_MAX latest
+-- (all read), plus the shown live ones among the at most
+-- ARGV[2] + LAG_READ_MAX latest scores that passed: exact when the room
+-- has at most ARGV[2] + HELD_READ_MAX users above now and at most
+-- ARGV[2] + LAG_READ_MAX whose score passed in the last INDEX_LAG_MS
+-- (beyond, a held or lagging
+-- user may be counted wrongly until the sweep publishes the held start or
+-- moves the lagging score, within a sweep interval).
 
 -- LAG_READ_MAX is how many users whose score passed are read beyond
 -- ARGV[2], for the expired ones among them (the sweep's per-room batch,
 -- sweepRoomLimit).
 local LAG_READ_MAX = 64
+-- HELD_READ_MAX is how many users with a score above now are read beyond
+-- ARGV[2], for the unshown ones among them: a start the event rate limit
+-- holds (start.lua, coalesced) leaves its user live but not shown, and
+-- must not keep a shown user out of the list.
+local HELD_READ_MAX = 64
 local now = now_ms()
 local limit = tonumber(ARGV[2])
 local live = '(' .. itoa(now)
@@ -45,8 +52,12 @@ local function list(u)
   return true
 end
 if limit > 0 then
-  for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', live, 'LIMIT', 0, limit)) do
-    if not list(u) then total = total - 1 end
+  for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', live, 'LIMIT', 0, limit + HELD_READ_MAX)) do
+    if listed < limit then
+      if not list(u) then total = total - 1 end
+    elseif redis.call('HGET', ARGV[1] .. u, 'p') ~= '1' then
+      total = total - 1
+    end
   end
 end
 -- Scores that passed less than INDEX_LAG_MS ago: a lagging user (live by
@@ -57,6 +68,8 @@ for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], itoa(now), '(' .. ito
     total = total + 1
     if listed < limit then
       if not list(u) then total = total - 1 end
+    elseif redis.call('HGET', ARGV[1] .. u, 'p') ~= '1' then
+      total = total - 1
     end
   end
 end

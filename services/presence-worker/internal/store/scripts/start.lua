@@ -52,19 +52,24 @@ kv[#kv + 1] = 'c:' .. conn; kv[#kv + 1] = itoa(expiry)
 -- refresh leaves a score that lags expiry by less than the index lag
 -- (lib.lua, INDEX_LAG_MS): no O(log N) ZADD on the hot path of a client
 -- that refreshes too often; the sweeper moves a lagging score when it
--- comes due (sweep.lua). Store keys's typist key follows the score.
+-- comes due (sweep.lua).
 local shown = f[2] == '1'
 local throttled = shown and (tonumber(f[3] or '') or 0) > now
 local due = 0
--- A score above expiry (a worker with a longer ttl wrote it) is lowered.
 local indexed = tonumber(f[7] or '') or 0
 if not (throttled and indexed <= expiry and indexed > expiry - math.min(INDEX_LAG_MS, math.floor(ttl / 4))) then
-  if redis.call('ZADD', users, itoa(expiry), euser) == 1 then
-    due = expiry
+  -- A score above expiry (a worker with a longer ttl wrote it) is lowered,
+  -- but never below another connection's live entry, and the room is then
+  -- due by the new score.
+  local score = expiry
+  if indexed > expiry then score = math.max(expiry, live_until(user, 'c:' .. conn)) end
+  local added = redis.call('ZADD', users, itoa(score), euser) == 1
+  if added then
     redis.call('PEXPIRE', users, keypx)
+    if throttled then mark(typist, user, euser, keypx) end
   end
-  kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(expiry)
-  mark(typist, user, expiry)
+  if added or score < indexed then due = score end
+  kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(score)
 end
 
 if throttled then
@@ -93,9 +98,11 @@ else
   outcome = 'coalesced'
 end
 hset(user, kv)
--- The hash and the room's set outlive every entry: they are renewed at least
--- once per refresh window, and live ttl + grace + throttle.
+-- The hash, the room's set and the typist key outlive every entry: they
+-- are renewed at least once per refresh window, and live ttl + grace +
+-- throttle.
 redis.call('PEXPIRE', user, keypx)
 redis.call('PEXPIRE', users, keypx)
+mark(typist, user, euser, keypx)
 index(KEYS[6], due, ARGV[10])
 return {outcome, now, due}

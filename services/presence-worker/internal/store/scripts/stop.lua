@@ -54,7 +54,6 @@ if conn ~= '' and latest > now then
   if latest < before then
     redis.call('ZADD', users, 'XX', itoa(latest), euser)
     kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(latest)
-    mark(typist, user, latest)
     due = latest
   end
   hset(user, kv)

@@ -70,11 +70,10 @@ for _, u in ipairs(expired) do
     -- PEXPIRE too: the hash lives on past the score it now holds.
     redis.call('HSET', ARGV[1] .. u, 'i', itoa(latest))
     redis.call('PEXPIRE', ARGV[1] .. u, keypx)
-    if ARGV[2] ~= '' then mark(ARGV[2] .. u, ARGV[1] .. u, latest) end
   else
     redis.call('ZREM', users, u)
     removed = removed + 1
-    if ARGV[2] ~= '' then redis.call('DEL', ARGV[2] .. u) end -- else lives up to INDEX_LAG_MS more
+    if ARGV[2] ~= '' then redis.call('DEL', ARGV[2] .. u) end
     settle(u, false, ARGV[3] .. json_str(pct_dec(u)) .. ARGV[4])
   end
 end
