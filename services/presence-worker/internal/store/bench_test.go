@@ -203,7 +203,7 @@ func (p *privateRedis) cmdStats(b *testing.B) map[string]cmdStat {
 var (
 	scriptCmds       = []string{"evalsha", "eval"}
 	keysSnapshotCmds = []string{"scan", "time", "zmscore", "hgetall", "hmget"} // keysLayout.snapshot, no script
-	keysCmd          = []string{"keys"}
+	keysCmds         = []string{"keys"}
 )
 
 // snapshotCmds are the commands of st's Snapshot.
@@ -384,7 +384,7 @@ func BenchmarkStores(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			stop := p.probe(b)
-			p.serverCost(b, keysCmd, func() {
+			p.serverCost(b, keysCmds, func() {
 				for range b.N {
 					keys, err := p.rdb.Keys(ctx, pattern).Result()
 					if err != nil || len(keys) != 10 {

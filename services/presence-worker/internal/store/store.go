@@ -79,8 +79,9 @@ type Store interface {
 	// most limit of them (clamped to [0, MaxSnapshotLimit]) with their
 	// display names, sorted by user, never nil. Store zset lists the most
 	// recently active users in O(limit + log N) (Total is exact up to
-	// limit users, see scripts/snapshot.lua beyond); store keys SCANs the
-	// keyspace (by design) and lists the first users by id.
+	// limit + 64 users, see scripts/snapshot.lua beyond); store keys SCANs
+	// the keyspace (by design) and lists the first users in enc(user)
+	// order (Total exact up to limit + 64 users shown or held).
 	Snapshot(ctx context.Context, room string, limit int) (protocol.Snapshot, error)
 }
 

@@ -1,5 +1,5 @@
 -- snapshot.lua: who is typing in a room now (read only), in
--- O(limit + LAG_READ_MAX + log N) of the room's typists N.
+-- O(limit + HELD_READ_MAX + LAG_READ_MAX + log N) of the room's typists N.
 --
 -- KEYS[1] users zset (start.lua)
 -- ARGV[1] user hash key prefix of the room, typing:user:{R}: (+ enc(user))
@@ -51,13 +51,11 @@ local function list(u)
   listed = listed + 1
   return true
 end
-if limit > 0 then
-  for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', live, 'LIMIT', 0, limit + HELD_READ_MAX)) do
-    if listed < limit then
-      if not list(u) then total = total - 1 end
-    elseif redis.call('HGET', ARGV[1] .. u, 'p') ~= '1' then
-      total = total - 1
-    end
+for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', live, 'LIMIT', 0, limit + HELD_READ_MAX)) do
+  if listed < limit then
+    if not list(u) then total = total - 1 end
+  elseif redis.call('HGET', ARGV[1] .. u, 'p') ~= '1' then
+    total = total - 1
   end
 end
 -- Scores that passed less than INDEX_LAG_MS ago: a lagging user (live by
