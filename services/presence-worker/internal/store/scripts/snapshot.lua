@@ -23,9 +23,9 @@
 -- ARGV[2] + LAG_READ_MAX latest scores that passed: exact when the room
 -- has at most ARGV[2] + HELD_READ_MAX users above now and at most
 -- ARGV[2] + LAG_READ_MAX whose score passed in the last INDEX_LAG_MS
--- (beyond, a held or lagging
--- user may be counted wrongly until the sweep publishes the held start or
--- moves the lagging score, within a sweep interval).
+-- (beyond, a held or lagging user may be counted wrongly until the sweep
+-- publishes the held start or moves the lagging score, within a sweep
+-- interval).
 
 -- LAG_READ_MAX is how many users whose score passed are read beyond
 -- ARGV[2], for the expired ones among them (the sweep's per-room batch,

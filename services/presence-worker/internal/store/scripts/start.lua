@@ -49,11 +49,10 @@ if name ~= '' and name ~= f[5] then kv[#kv + 1] = 'n'; kv[#kv + 1] = name end
 kv[#kv + 1] = 'c:' .. conn; kv[#kv + 1] = itoa(expiry)
 -- Every entry is written now + ttl, so the user's score grows here (unless
 -- a longer ttl wrote it, below); a new member may be the room's earliest
--- expiry: index it. A throttled
--- refresh leaves a score that lags expiry by less than the index lag
--- (lib.lua, INDEX_LAG_MS): no O(log N) ZADD on the hot path of a client
--- that refreshes too often; the sweeper moves a lagging score when it
--- comes due (sweep.lua).
+-- expiry: index it. A throttled refresh leaves a score that lags expiry by
+-- less than the index lag (lib.lua, INDEX_LAG_MS): no O(log N) ZADD on the
+-- hot path of a client that refreshes too often; the sweeper moves a
+-- lagging score when it comes due (sweep.lua).
 local shown = f[2] == '1'
 local throttled = shown and (tonumber(f[3] or '') or 0) > now
 local due = 0
