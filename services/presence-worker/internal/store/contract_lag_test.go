@@ -329,22 +329,26 @@ func TestContractLagBoundAfterOneDeviceStops(t *testing.T) {
 	})
 }
 
+// shortTTL is a second store on se's Redis with half of lagTTL: a worker
+// with a new, shorter ELLIPSIS_TYPING_TTL during a rollout.
+func (se *storeEnv) shortTTL() Store {
+	se.t.Helper()
+	st, err := New(Options{Kind: se.kind, PubSub: se.pubsub, Redis: se.rdb, Names: se.names, TTL: lagTTL / 2, Throttle: lagThrottle})
+	if err != nil {
+		se.t.Fatal(err)
+	}
+	return st
+}
+
 // During a rollout of a shorter ttl, a worker with the new ttl lowers a
 // score that a worker with the old one wrote above its own expiry, even on
 // a throttled refresh: a snapshot never lists the user past their entries,
 // and the room is due by the lowered score, so the expiry is pushed then.
 func TestContractLagShorterTTLLowersScore(t *testing.T) {
 	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
-		ctx := context.Background()
-		short, err := New(Options{Kind: se.kind, PubSub: se.pubsub, Redis: se.rdb, Names: se.names, TTL: lagTTL / 2, Throttle: lagThrottle})
-		if err != nil {
-			t.Fatal(err)
-		}
+		short := se.shortTTL()
 		se.start("r", "u", "c", 1, OutcomeStarted)
-		out, err := short.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "r", User: "u", Conn: "c", Seq: 2, Name: "N"})
-		if err != nil || out != OutcomeThrottled {
-			t.Fatalf("start with the shorter ttl: %v, %v; want throttled", out, err)
-		}
+		se.startWith(short, "r", "u", "c", 2, OutcomeThrottled)
 		limit := se.redisNowMs() + (lagTTL / 2).Milliseconds()
 		got, err := se.score("r", "u")
 		if err != nil || int64(got) > limit {
@@ -363,11 +367,7 @@ func TestContractLagShorterTTLLowersScore(t *testing.T) {
 // ttl) until the phone's entry ends.
 func TestContractLagShorterTTLKeepsOtherDevice(t *testing.T) {
 	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
-		ctx := context.Background()
-		short, err := New(Options{Kind: se.kind, PubSub: se.pubsub, Redis: se.rdb, Names: se.names, TTL: lagTTL / 2, Throttle: lagThrottle})
-		if err != nil {
-			t.Fatal(err)
-		}
+		short := se.shortTTL()
 		s := se.subscribe("r")
 		se.start("r", "u", "phone", 1, OutcomeStarted)
 		phone, err := se.score("r", "u")
@@ -375,10 +375,7 @@ func TestContractLagShorterTTLKeepsOtherDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		out, err := short.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "r", User: "u", Conn: "laptop", Seq: 1, Name: "N"})
-		if err != nil || out != OutcomeThrottled {
-			t.Fatalf("laptop's start with the shorter ttl: %v, %v; want throttled", out, err)
-		}
+		se.startWith(short, "r", "u", "laptop", 1, OutcomeThrottled)
 		if got, err := se.score("r", "u"); err != nil || got != phone {
 			t.Fatalf("score after the laptop's start: %v, %v; want the phone's entry %v", int64(got), err, int64(phone))
 		}

@@ -155,10 +155,11 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 	// reading that many in id order finds the first limit live ones, and
 	// heldReadMax more finds shown ones past held ones and counts those.
 	first := limit + unsure + heldReadMax
+	prefix := userKeyPrefix(l.n, room)
 	err = st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
 		pipe := st.rdb.Pipeline()
 		for i := range ts {
-			key := userKeyPrefix(l.n, room) + ts[i].eu
+			key := prefix + ts[i].eu
 			if !ts[i].sure {
 				ts[i].hash = pipe.HGetAll(ctx, key)
 			} else if i < first {

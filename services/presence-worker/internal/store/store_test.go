@@ -110,7 +110,14 @@ func (se *storeEnv) subscribe(rooms ...string) *stream {
 
 func (se *storeEnv) start(room, user, conn string, seq uint64, want Outcome) {
 	se.t.Helper()
-	out, err := se.st.Start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: "N"})
+	se.startWith(se.st, room, user, conn, seq, want)
+}
+
+// startWith applies a start named "N" through st (another store on se's
+// Redis) and wants outcome want.
+func (se *storeEnv) startWith(st Store, room, user, conn string, seq uint64, want Outcome) {
+	se.t.Helper()
+	out, err := st.Start(context.Background(), protocol.Command{V: 1, Op: "start", Room: room, User: user, Conn: conn, Seq: seq, Name: "N"})
 	if err != nil || out != want {
 		se.t.Fatalf("start %s/%s/%s seq %d: %q, %v; want %q", room, user, conn, seq, out, err, want)
 	}

@@ -42,8 +42,12 @@ local live = '(' .. itoa(now)
 local total = redis.call('ZCOUNT', KEYS[1], live, '+inf')
 local out = {0}
 local listed = 0
--- list adds u when receivers were told they type; false when not.
-local function list(u)
+-- shown reports whether receivers were told live user u types, and lists
+-- u (with their name) while fewer than limit are listed.
+local function shown(u)
+  if listed >= limit then
+    return redis.call('HGET', ARGV[1] .. u, 'p') == '1'
+  end
   local h = redis.call('HMGET', ARGV[1] .. u, 'p', 'n')
   if h[1] ~= '1' then return false end
   out[#out + 1] = u
@@ -52,23 +56,14 @@ local function list(u)
   return true
 end
 for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', live, 'LIMIT', 0, limit + HELD_READ_MAX)) do
-  if listed < limit then
-    if not list(u) then total = total - 1 end
-  elseif redis.call('HGET', ARGV[1] .. u, 'p') ~= '1' then
-    total = total - 1
-  end
+  if not shown(u) then total = total - 1 end
 end
 -- Scores that passed less than INDEX_LAG_MS ago: a lagging user (live by
 -- the latest of their entries) or an expired one the sweep has not
 -- removed yet (not live).
 for _, u in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], itoa(now), '(' .. itoa(now - INDEX_LAG_MS), 'LIMIT', 0, limit + LAG_READ_MAX)) do
-  if live_until(ARGV[1] .. u) > now then
+  if live_until(ARGV[1] .. u) > now and shown(u) then
     total = total + 1
-    if listed < limit then
-      if not list(u) then total = total - 1 end
-    elseif redis.call('HGET', ARGV[1] .. u, 'p') ~= '1' then
-      total = total - 1
-    end
   end
 end
 out[1] = total
