@@ -54,7 +54,13 @@ local function settle(u, visible, expired_stop)
     publish((expired_stop or f[4] or (ARGV[3] .. json_str(pct_dec(u)) .. ARGV[4])) .. itoa(now) .. '}')
     stops = stops + 1
   end
-  redis.call('HSET', key, 'p', visible and '1' or '0', 'g', itoa(tat))
+  if visible then
+    -- The trailing edge's typing_start opens a refresh window like
+    -- start.lua's: refreshes within the throttle after it fan out nothing.
+    redis.call('HSET', key, 'p', '1', 'g', itoa(tat), 'w', itoa(now + throttle))
+  else
+    redis.call('HSET', key, 'p', '0', 'g', itoa(tat))
+  end
   redis.call('PEXPIRE', key, keypx)
 end
 
