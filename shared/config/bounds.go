@@ -60,3 +60,10 @@ const (
 	// and the read deadlines stay far from time.Duration's range.
 	maxPongWait = time.Hour
 )
+
+// minFrameBytes is ELLIPSIS_MAX_FRAME_BYTES's floor: docs/protocol.md
+// promises that any room id of 1..256 bytes works end to end, and the
+// longest client frame with the room and request id at their limits
+// (protocol.MaxIDBytes, protocol.MaxRequestIDBytes), every byte one JSON
+// escapes to 2 (`"`, `\`), is 809 bytes.
+const minFrameBytes = 1024

@@ -82,7 +82,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		`ELLIPSIS_AUTH: "magic"`,
 		"ELLIPSIS_REDIS_URL",
 		"ELLIPSIS_LOG_FORMAT",
-		"ELLIPSIS_MAX_FRAME_BYTES: must be 256..1048576, got 1",
+		"ELLIPSIS_MAX_FRAME_BYTES: must be 1024..1048576, got 1",
 		"ELLIPSIS_LAME_DUCK: must be 0s..5m0s, got -1s",
 	} {
 		if !strings.Contains(msg, want) {
@@ -265,12 +265,12 @@ func TestJWKSURLSettings(t *testing.T) {
 		t.Errorf("defaults %s %q %q", d.JWKSTimeout, d.JWKSURL, d.JWKSCA)
 	}
 	for vars, want := range map[*map[string]string]string{
-		{"ELLIPSIS_JWKS_URL": "http://idp.example/jwks"}:                                        "ELLIPSIS_JWKS_URL: \"http://idp.example/jwks\" must use https",
-		{"ELLIPSIS_JWKS_URL": "https:///jwks"}:                                                  "ELLIPSIS_JWKS_URL: \"https:///jwks\" has no host",
-		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_FILE": "/x.json"}:      "ELLIPSIS_JWKS_FILE and ELLIPSIS_JWKS_URL: set one of them, not both",
-		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_RELOAD": "500ms"}:      "ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL",
-		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_TIMEOUT": "0s"}:        "ELLIPSIS_JWKS_TIMEOUT: must be 10ms..15s, got 0s",
-		{"ELLIPSIS_JWT_SECRET": "s", "ELLIPSIS_JWKS_CA": "/ca.pem"}:                             "ELLIPSIS_JWKS_CA: only used with ELLIPSIS_JWKS_URL",
+		{"ELLIPSIS_JWKS_URL": "http://idp.example/jwks"}:                                         "ELLIPSIS_JWKS_URL: \"http://idp.example/jwks\" must use https",
+		{"ELLIPSIS_JWKS_URL": "https:///jwks"}:                                                   "ELLIPSIS_JWKS_URL: \"https:///jwks\" has no host",
+		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_FILE": "/x.json"}:       "ELLIPSIS_JWKS_FILE and ELLIPSIS_JWKS_URL: set one of them, not both",
+		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_RELOAD": "500ms"}:       "ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL",
+		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_TIMEOUT": "0s"}:         "ELLIPSIS_JWKS_TIMEOUT: must be 10ms..15s, got 0s",
+		{"ELLIPSIS_JWT_SECRET": "s", "ELLIPSIS_JWKS_CA": "/ca.pem"}:                              "ELLIPSIS_JWKS_CA: only used with ELLIPSIS_JWKS_URL",
 		{"ELLIPSIS_JWKS_URL": "http://user:pw@idp.example/jwks", "ELLIPSIS_JWKS_TIMEOUT": "16s"}: "ELLIPSIS_JWKS_TIMEOUT: must be 10ms..15s, got 16s",
 	} {
 		err := gw(*vars)
