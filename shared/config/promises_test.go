@@ -44,7 +44,7 @@ var promises = []promise{
 			}
 			return nil
 		}},
-	{quote: "within throttle/2 + the sweep interval of the last command (the contract: within throttle + 1 s)",
+	{quote: "within throttle/2 + the sweep interval of the last command (the contract: within throttle + 1 s",
 		settings: []string{"ELLIPSIS_TYPING_THROTTLE", "ELLIPSIS_SWEEP_INTERVAL"},
 		holds: func(c *Config) error {
 			if at := c.TypingThrottle/2 + c.SweepInterval + testDelivery; at > c.TypingThrottle+time.Second {
