@@ -492,3 +492,27 @@ func TestDurationFloors(t *testing.T) {
 		}
 	}
 }
+
+// The gateway's rules across timings: a join's authorisation runs within
+// the snapshot timeout, and a client refreshing one room every refresh_ms
+// stays within the inbound rate. Each error names both settings.
+func TestGatewayTimingRules(t *testing.T) {
+	_, err := load(t, map[string]string{
+		"ELLIPSIS_AUTHZ": "nats", "ELLIPSIS_AUTHZ_TIMEOUT": "3s", "ELLIPSIS_SNAPSHOT_TIMEOUT": "2s",
+		"ELLIPSIS_TYPING_THROTTLE": "5ms", "ELLIPSIS_TYPING_REFRESH": "10ms", "ELLIPSIS_INBOUND_RATE": "20",
+	})
+	for _, want := range []string{
+		"ELLIPSIS_AUTHZ_TIMEOUT (3s) must be at most ELLIPSIS_SNAPSHOT_TIMEOUT (2s)",
+		"ELLIPSIS_TYPING_REFRESH (10ms) must be at least 1/ELLIPSIS_INBOUND_RATE (50ms)",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+	// Without authz nats the authz timeout is not read; a rate of 100/s
+	// allows a 10 ms refresh.
+	if _, err := load(t, map[string]string{"ELLIPSIS_AUTHZ_TIMEOUT": "3s", "ELLIPSIS_TYPING_THROTTLE": "5ms",
+		"ELLIPSIS_TYPING_REFRESH": "10ms", "ELLIPSIS_INBOUND_RATE": "100"}); err != nil {
+		t.Fatal(err)
+	}
+}
