@@ -77,11 +77,13 @@ var (
 )
 
 // HTTP server timeouts of both listeners. Hijacked WebSocket connections
-// set their own deadlines (ELLIPSIS_PONG_WAIT, ELLIPSIS_WRITE_WAIT).
+// set their own deadlines (ELLIPSIS_PONG_WAIT, ELLIPSIS_WRITE_WAIT). The
+// write timeout is the settings package's, which bounds the JWKS and
+// snapshot timeouts so that every answer is written within it.
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
-	writeTimeout      = 30 * time.Second
+	writeTimeout      = config.HTTPWriteTimeout
 	idleTimeout       = 120 * time.Second
 	// redisPingTimeout bounds the Redis PING of Start.
 	redisPingTimeout = time.Second

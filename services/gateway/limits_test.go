@@ -27,11 +27,11 @@ func paddedPing(n int) string {
 
 func TestFrameLimits(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *config.Config) { c.MaxFrameBytes = 512 })
+	e := newEnv(t, func(c *config.Config) { c.MaxFrameBytes = 1024 })
 	c := e.dial("alice", "")
-	c.send(paddedPing(512)) // just under (at) the limit
+	c.send(paddedPing(1024)) // just under (at) the limit
 	c.expect(protocol.TypePong)
-	c.send(paddedPing(513)) // just over
+	c.send(paddedPing(1025)) // just over
 	c.expectClose(websocket.CloseMessageTooBig)
 
 	bin := e.dial("alice", "")

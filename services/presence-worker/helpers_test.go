@@ -231,12 +231,21 @@ func newEnv(t *testing.T, be backend, mods ...func(*config.Config)) *env {
 // it), with its own metrics registry.
 func (e *env) startWorker(mods ...func(*config.Config)) *Server {
 	e.t.Helper()
+	return e.startWorkerWith(Options{}, mods...)
+}
+
+// startWorkerWith is startWorker with the test-only fields of opts
+// (sweepInterval, commandBatch); its Config, Logger and Registry are set
+// here.
+func (e *env) startWorkerWith(opts Options, mods ...func(*config.Config)) *Server {
+	e.t.Helper()
 	cfg := e.cfg
 	for _, m := range mods {
 		m(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	w, err := New(Options{Config: cfg, Logger: testLogger(), Registry: reg})
+	opts.Config, opts.Logger, opts.Registry = cfg, testLogger(), reg
+	w, err := New(opts)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}

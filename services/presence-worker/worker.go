@@ -75,6 +75,10 @@ type Options struct {
 	// means DefaultCommandBatch. Tests and benchmarks only (1 applies one
 	// command per round trip, as before batching): not a setting.
 	commandBatch int
+	// sweepInterval, when positive, replaces Config.SweepInterval beyond
+	// the setting's range (at most 500 ms): tests that must find expired
+	// entries unswept only.
+	sweepInterval time.Duration
 }
 
 type serverState int
@@ -180,6 +184,9 @@ func New(opts Options) (*Server, error) {
 	if batch <= 0 {
 		batch = DefaultCommandBatch
 	}
+	if opts.sweepInterval > 0 {
+		cfg.SweepInterval = opts.sweepInterval // after checkConfig: tests only
+	}
 	return &Server{
 		cfg:       cfg,
 		log:       log,
@@ -197,14 +204,10 @@ func New(opts Options) (*Server, error) {
 
 // checkConfig validates the settings the worker reads: config.Validate
 // for the worker (gateway-only settings such as the JWT secret are not
-// checked), plus the whole-millisecond throttle the Lua scripts need.
+// checked; the table holds the whole milliseconds the Lua scripts need).
 func checkConfig(c *config.Config) error {
 	c.Service = config.ServiceWorker
-	err := c.Validate()
-	if c.TypingThrottle%time.Millisecond != 0 {
-		err = errors.Join(err, fmt.Errorf("ELLIPSIS_TYPING_THROTTLE: must be whole milliseconds, got %s", c.TypingThrottle))
-	}
-	if err != nil {
+	if err := c.Validate(); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	return nil

@@ -354,7 +354,7 @@ func TestSnapshot(t *testing.T) {
 		e := newEnv(t, be)
 		// No sweeper in time: an expired entry stays in Redis, and the
 		// snapshot must leave it out by its score.
-		e.startWorker(func(c *config.Config) { c.SweepInterval = time.Hour })
+		e.startWorkerWith(Options{sweepInterval: time.Hour})
 		e.send(start("r", "carol", "Carol", "c", 1))
 		carolDone := time.Now() // her entry expires before carolDone + ttl
 		time.Sleep(testTTL / 2)
@@ -768,11 +768,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	cfg.WorkerShards = 0
 	cfg.RedisURL = "http://x"
 	cfg.SubjectPrefix = "a.b"
+	cfg.SweepInterval = 30 * time.Second // past ttl + 1 s (docs/protocol.md, "Timing")
 	_, err := New(Options{Config: cfg})
 	if err == nil {
 		t.Fatal("New accepted a bad config")
 	}
-	for _, want := range []string{"ELLIPSIS_TYPING_THROTTLE", "ELLIPSIS_WORKER_SHARDS", "ELLIPSIS_SUBJECT_PREFIX"} {
+	for _, want := range []string{"ELLIPSIS_TYPING_THROTTLE", "ELLIPSIS_WORKER_SHARDS", "ELLIPSIS_SUBJECT_PREFIX", "ELLIPSIS_SWEEP_INTERVAL: must be 10ms..500ms, got 30s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

@@ -27,14 +27,22 @@
 //
 //     V binds the field with its default and its own checks: str, dur,
 //     integer, float, boolean or list, with checks such as positive,
-//     notNegative, atLeast, between, oneOf, listenAddr, or rule(desc, func)
-//     for anything else (value.go). Dev sets the dev stack's value when it
-//     differs; DefaultDoc replaces the README's default column ("random").
+//     notNegative, atLeast, atMost, between, oneOf, listenAddr, or
+//     rule(desc, func) for anything else (value.go). Dev sets the dev
+//     stack's value when it differs; DefaultDoc replaces the README's
+//     default column ("random").
 //
 //  3. A check involving other settings (or only in some modes) goes in
 //     settings.go's rules, naming every setting it involves.
 //
-//  4. Run `make config-doc` to rewrite the README's table, and add a line
+//  4. A number (duration, integer, float) is bounded both ways, each bound
+//     derived from the promise of docs/protocol.md it keeps (bounds.go), or
+//     listed in promises_test.go's unbounded with the reason none is
+//     needed; a promise that depends on it goes in promises_test.go's
+//     promises, quoted from docs/protocol.md, and a rule coupling it to
+//     other settings in coupled.
+//
+//  5. Run `make config-doc` to rewrite the README's table, and add a line
 //     to CHANGELOG.md.
 package config
 

@@ -82,7 +82,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		`ELLIPSIS_AUTH: "magic"`,
 		"ELLIPSIS_REDIS_URL",
 		"ELLIPSIS_LOG_FORMAT",
-		"ELLIPSIS_MAX_FRAME_BYTES: must be 256..1048576, got 1",
+		"ELLIPSIS_MAX_FRAME_BYTES: must be 1024..1048576, got 1",
 		"ELLIPSIS_LAME_DUCK: must be 0s..5m0s, got -1s",
 	} {
 		if !strings.Contains(msg, want) {
@@ -221,13 +221,13 @@ func TestSecuritySettingsValidated(t *testing.T) {
 		"ELLIPSIS_AUTHZ: claims reads the rooms claim of a JWT and needs ELLIPSIS_AUTH=jwt",
 		"ELLIPSIS_JWKS_RELOAD: must be at least 100ms",
 		"ELLIPSIS_JWT_LEEWAY: must be 0s..5m0s, got -1s",
-		"ELLIPSIS_AUTHZ_TIMEOUT: must be at least 10ms",
+		"ELLIPSIS_AUTHZ_TIMEOUT: must be 10ms..10s, got 0s",
 		"ELLIPSIS_AUTHZ_CACHE_TTL: must not be negative",
 		"ELLIPSIS_AUTHZ_DENY_CACHE_TTL: must not be negative",
 		"ELLIPSIS_INBOUND_MAX_REJECTED: must be 1..100000, got 0",
 		"ELLIPSIS_MAX_CONNS: must be 1..10000000, got 0",
 		"ELLIPSIS_MAX_CONNS_PER_USER: must be 1..1000000, got 0",
-		"ELLIPSIS_PONG_WAIT: must be at least 100ms",
+		"ELLIPSIS_PONG_WAIT: must be 100ms..1h0m0s, got 10ms",
 		"ELLIPSIS_WRITE_WAIT: must be at least 10ms",
 		`ELLIPSIS_KEY_PREFIX: "app{1}:" must not contain '{' or '}'`,
 	} {
@@ -265,13 +265,13 @@ func TestJWKSURLSettings(t *testing.T) {
 		t.Errorf("defaults %s %q %q", d.JWKSTimeout, d.JWKSURL, d.JWKSCA)
 	}
 	for vars, want := range map[*map[string]string]string{
-		{"ELLIPSIS_JWKS_URL": "http://idp.example/jwks"}:                                        "ELLIPSIS_JWKS_URL: \"http://idp.example/jwks\" must use https",
-		{"ELLIPSIS_JWKS_URL": "https:///jwks"}:                                                  "ELLIPSIS_JWKS_URL: \"https:///jwks\" has no host",
-		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_FILE": "/x.json"}:      "ELLIPSIS_JWKS_FILE and ELLIPSIS_JWKS_URL: set one of them, not both",
-		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_RELOAD": "500ms"}:      "ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL",
-		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_TIMEOUT": "0s"}:        "ELLIPSIS_JWKS_TIMEOUT: must be more than 0 and at most 1m",
-		{"ELLIPSIS_JWT_SECRET": "s", "ELLIPSIS_JWKS_CA": "/ca.pem"}:                             "ELLIPSIS_JWKS_CA: only used with ELLIPSIS_JWKS_URL",
-		{"ELLIPSIS_JWKS_URL": "http://user:pw@idp.example/jwks", "ELLIPSIS_JWKS_TIMEOUT": "2m"}: "ELLIPSIS_JWKS_TIMEOUT: must be more than 0 and at most 1m",
+		{"ELLIPSIS_JWKS_URL": "http://idp.example/jwks"}:                                         "ELLIPSIS_JWKS_URL: \"http://idp.example/jwks\" must use https",
+		{"ELLIPSIS_JWKS_URL": "https:///jwks"}:                                                   "ELLIPSIS_JWKS_URL: \"https:///jwks\" has no host",
+		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_FILE": "/x.json"}:       "ELLIPSIS_JWKS_FILE and ELLIPSIS_JWKS_URL: set one of them, not both",
+		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_RELOAD": "500ms"}:       "ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL",
+		{"ELLIPSIS_JWKS_URL": "https://idp.example/jwks", "ELLIPSIS_JWKS_TIMEOUT": "0s"}:         "ELLIPSIS_JWKS_TIMEOUT: must be 10ms..15s, got 0s",
+		{"ELLIPSIS_JWT_SECRET": "s", "ELLIPSIS_JWKS_CA": "/ca.pem"}:                              "ELLIPSIS_JWKS_CA: only used with ELLIPSIS_JWKS_URL",
+		{"ELLIPSIS_JWKS_URL": "http://user:pw@idp.example/jwks", "ELLIPSIS_JWKS_TIMEOUT": "16s"}: "ELLIPSIS_JWKS_TIMEOUT: must be 10ms..15s, got 16s",
 	} {
 		err := gw(*vars)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -479,16 +479,40 @@ func TestSecretsNotShown(t *testing.T) {
 // the setting's floor, whatever the setting.
 func TestDurationFloors(t *testing.T) {
 	for env, floor := range map[string]string{
-		"ELLIPSIS_SWEEP_INTERVAL":       "10ms",
-		"ELLIPSIS_SNAPSHOT_TIMEOUT":     "10ms",
-		"ELLIPSIS_AUTHZ_TIMEOUT":        "10ms",
-		"ELLIPSIS_PUBSUB_PING_INTERVAL": "100ms",
-		"ELLIPSIS_PUBSUB_PING_TIMEOUT":  "10ms",
-		"ELLIPSIS_WRITE_WAIT":           "10ms",
+		"ELLIPSIS_SWEEP_INTERVAL":       "10ms..500ms",
+		"ELLIPSIS_SNAPSHOT_TIMEOUT":     "10ms..10s",
+		"ELLIPSIS_AUTHZ_TIMEOUT":        "10ms..10s",
+		"ELLIPSIS_PUBSUB_PING_INTERVAL": "at least 100ms",
+		"ELLIPSIS_PUBSUB_PING_TIMEOUT":  "at least 10ms",
+		"ELLIPSIS_WRITE_WAIT":           "at least 10ms",
 	} {
 		_, err := load(t, map[string]string{env: "1ns"})
-		if want := env + ": must be at least " + floor + ", got 1ns"; err == nil || !strings.Contains(err.Error(), want) {
+		if want := env + ": must be " + floor + ", got 1ns"; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s=1ns: got %v, want an error containing %q", env, err, want)
 		}
+	}
+}
+
+// The gateway's rules across timings: a join's authorisation runs within
+// the snapshot timeout, and a client refreshing one room every refresh_ms
+// stays within the inbound rate. Each error names both settings.
+func TestGatewayTimingRules(t *testing.T) {
+	_, err := load(t, map[string]string{
+		"ELLIPSIS_AUTHZ": "nats", "ELLIPSIS_AUTHZ_TIMEOUT": "3s", "ELLIPSIS_SNAPSHOT_TIMEOUT": "2s",
+		"ELLIPSIS_TYPING_THROTTLE": "5ms", "ELLIPSIS_TYPING_REFRESH": "10ms", "ELLIPSIS_INBOUND_RATE": "20",
+	})
+	for _, want := range []string{
+		"ELLIPSIS_AUTHZ_TIMEOUT (3s) must be at most ELLIPSIS_SNAPSHOT_TIMEOUT (2s)",
+		"ELLIPSIS_TYPING_REFRESH (10ms) must be at least 1/ELLIPSIS_INBOUND_RATE (50ms)",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+	// Without authz nats the authz timeout is not read; a rate of 100/s
+	// allows a 10 ms refresh.
+	if _, err := load(t, map[string]string{"ELLIPSIS_AUTHZ_TIMEOUT": "3s", "ELLIPSIS_TYPING_THROTTLE": "5ms",
+		"ELLIPSIS_TYPING_REFRESH": "10ms", "ELLIPSIS_INBOUND_RATE": "100"}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -53,10 +53,10 @@ func (c *Config) table() []Setting {
 			Doc: "JWKS file for RS256 / ES256 / EdDSA (re-read when it changes); not with `ELLIPSIS_JWKS_URL`"},
 		{Env: "ELLIPSIS_JWKS_URL", For: ForGateway, V: str(&c.JWKSURL, ""),
 			Doc: "JWKS URL for RS256 / ES256 / EdDSA, usually the identity provider's `jwks_uri`: `https://`, or `http://` only to a loopback host (127.0.0.1, ::1, localhost); not with `ELLIPSIS_JWKS_FILE`"},
-		{Env: "ELLIPSIS_JWKS_RELOAD", For: ForGateway, V: dur(&c.JWKSReload, 10*time.Second),
-			Doc: "how often the JWKS file is re-checked (at least 100ms) or the URL re-fetched (at least 1s); a token with an unknown `kid` re-reads at once, at most once a second for a file and once per interval for a URL"},
-		{Env: "ELLIPSIS_JWKS_TIMEOUT", For: ForGateway, V: dur(&c.JWKSTimeout, 5*time.Second),
-			Doc: "limit of each `ELLIPSIS_JWKS_URL` fetch (connect, TLS, answer; more than 0, up to 1m)"},
+		{Env: "ELLIPSIS_JWKS_RELOAD", For: ForGateway, V: dur(&c.JWKSReload, 10*time.Second, atLeast(100*time.Millisecond)),
+			Doc: "how often the JWKS file is re-checked or the URL re-fetched (with a URL, at least 1s); a token with an unknown `kid` re-reads at once, at most once a second for a file and once per interval for a URL"},
+		{Env: "ELLIPSIS_JWKS_TIMEOUT", For: ForGateway, V: dur(&c.JWKSTimeout, 5*time.Second, between(10*time.Millisecond, maxJWKSTimeout)),
+			Doc: "limit of each `ELLIPSIS_JWKS_URL` fetch (connect, TLS, answer). At most 15s: a handshake or HTTP read waits for one fetch, then for `ELLIPSIS_SNAPSHOT_TIMEOUT`, and its answer must be written within the gateway's 30 s HTTP write timeout"},
 		{Env: "ELLIPSIS_JWKS_CA", For: ForGateway, V: str(&c.JWKSCA, ""), DefaultDoc: "system CAs",
 			Doc: "PEM file of the CAs trusted for `ELLIPSIS_JWKS_URL`'s certificate, in place of the system's (only with the URL)"},
 		{Env: "ELLIPSIS_JWT_ISSUER", For: ForGateway, V: str(&c.JWTIssuer, ""), DefaultDoc: "empty (not checked)",
@@ -69,34 +69,34 @@ func (c *Config) table() []Setting {
 			Doc: "WebSocket origin allow-list, comma-separated; `https://*.example.com` allowed, `*` allows any"},
 		{Env: "ELLIPSIS_AUTHZ", For: ForGateway, V: str(&c.Authz, AuthzNone, oneOf(AuthzNone, AuthzClaims, AuthzNATS)),
 			Doc: "`none`, `claims` (the token's `rooms` claim; needs `ELLIPSIS_AUTH=jwt`) or `nats`"},
-		{Env: "ELLIPSIS_AUTHZ_TIMEOUT", For: ForGateway, V: dur(&c.AuthzTimeout, time.Second, atLeast(10*time.Millisecond)),
-			Doc: "authz `nats`: request timeout; no answer in time means deny"},
+		{Env: "ELLIPSIS_AUTHZ_TIMEOUT", For: ForGateway, V: dur(&c.AuthzTimeout, time.Second, between(10*time.Millisecond, maxSnapshotTimeout)),
+			Doc: "authz `nats`: request timeout; no answer in time means deny (with `nats`, at most `ELLIPSIS_SNAPSHOT_TIMEOUT`, within which a join or HTTP read is authorised)"},
 		{Env: "ELLIPSIS_AUTHZ_CACHE_TTL", For: ForGateway, V: dur(&c.AuthzCacheTTL, 30*time.Second, notNegative[time.Duration]()),
 			Doc: "authz `nats`: how long an allowed (user, room) is remembered (`0s`: never)"},
 		{Env: "ELLIPSIS_AUTHZ_DENY_CACHE_TTL", For: ForGateway, V: dur(&c.AuthzDenyCacheTTL, 2*time.Second, notNegative[time.Duration]()),
 			Doc: "authz `nats`: how long a denial is remembered (`0s`: never)"},
-		{Env: "ELLIPSIS_TYPING_TTL", For: ForBoth, V: dur(&c.TypingTTL, 5*time.Second, positive[time.Duration](), rule("whole ms", checkWholeMs)),
-			Doc: "a typing entry lives this long after its last start/refresh"},
-		{Env: "ELLIPSIS_TYPING_THROTTLE", For: ForBoth, V: dur(&c.TypingThrottle, 2*time.Second, positive[time.Duration]()),
+		{Env: "ELLIPSIS_TYPING_TTL", For: ForBoth, V: dur(&c.TypingTTL, 5*time.Second, between(time.Millisecond, maxTypingTimer), rule("whole ms", checkWholeMs)),
+			Doc: "a typing entry lives this long after its last start/refresh; served to clients as `ttl_ms` (at most 24h: clients time it with `setTimeout`, which holds 2^31−1 ms)"},
+		{Env: "ELLIPSIS_TYPING_THROTTLE", For: ForBoth, V: dur(&c.TypingThrottle, 2*time.Second, between(time.Millisecond, maxTypingTimer), rule("whole ms", checkWholeMs)),
 			Doc: "at most one refresh fan-out per user per room per window (must be < refresh)"},
-		{Env: "ELLIPSIS_TYPING_REFRESH", For: ForBoth, V: dur(&c.TypingRefresh, 4*time.Second, positive[time.Duration]()),
-			Doc: "client refresh interval while typing, served to clients (must be < ttl)"},
-		{Env: "ELLIPSIS_TYPING_IDLE_STOP", For: ForBoth, V: dur(&c.TypingIdleStop, 3*time.Second, positive[time.Duration]()),
-			Doc: "client stop after this long without a keystroke, served to clients (must be < ttl)"},
-		{Env: "ELLIPSIS_SHUTDOWN_DRAIN", For: ForGateway, V: dur(&c.ShutdownDrain, 5*time.Second, notNegative[time.Duration]()),
-			Doc: "window over which clients are closed with 1001 on SIGTERM, after the lame duck"},
-		{Env: "ELLIPSIS_LAME_DUCK", For: ForGateway, V: dur(&c.LameDuck, 3*time.Second, between(0, 5*time.Minute)), Dev: "0s",
+		{Env: "ELLIPSIS_TYPING_REFRESH", For: ForBoth, V: dur(&c.TypingRefresh, 4*time.Second, between(time.Millisecond, maxTypingTimer), rule("whole ms", checkWholeMs)),
+			Doc: "client refresh interval while typing, served to clients as `refresh_ms` (must be < ttl; the gateway also needs ≥ 1/`ELLIPSIS_INBOUND_RATE`, or a client refreshing one room is rate limited)"},
+		{Env: "ELLIPSIS_TYPING_IDLE_STOP", For: ForBoth, V: dur(&c.TypingIdleStop, 3*time.Second, between(time.Millisecond, maxTypingTimer), rule("whole ms", checkWholeMs)),
+			Doc: "client stop after this long without a keystroke, served to clients as `idle_stop_ms` (must be < ttl)"},
+		{Env: "ELLIPSIS_SHUTDOWN_DRAIN", For: ForGateway, V: dur(&c.ShutdownDrain, 5*time.Second, between(0, maxShutdownWindow)),
+			Doc: "window over which clients are closed with 1001 on SIGTERM, after the lame duck (at most 5m, like the lame duck: the shutdown deadline is 2 × (lame duck + drain) + 10 s)"},
+		{Env: "ELLIPSIS_LAME_DUCK", For: ForGateway, V: dur(&c.LameDuck, 3*time.Second, between(0, maxShutdownWindow)), Dev: "0s",
 			Doc: "after SIGTERM, `/readyz` answers 503 and new upgrades are refused (503) at once, while open connections are still served this long; then the drain (0: none; keep `terminationGracePeriodSeconds` ≥ preStop + lame duck + drain + 10 s)"},
-		{Env: "ELLIPSIS_SWEEP_INTERVAL", For: ForWorker, V: dur(&c.SweepInterval, 250*time.Millisecond, atLeast(10*time.Millisecond)),
-			Doc: "how often expired entries are looked for; expiry pushes reach receivers within ttl + this + latency"},
-		{Env: "ELLIPSIS_SNAPSHOT_TIMEOUT", For: ForBoth, V: dur(&c.SnapshotTimeout, 2*time.Second, atLeast(10*time.Millisecond)),
-			Doc: "snapshot request timeout; also bounds a join's wait for its subscription"},
+		{Env: "ELLIPSIS_SWEEP_INTERVAL", For: ForWorker, V: dur(&c.SweepInterval, 250*time.Millisecond, between(10*time.Millisecond, maxSweepInterval)),
+			Doc: "how often expired entries are looked for; expiry pushes reach receivers within ttl + this + delivery. At most 500ms: docs/protocol.md promises the `expired` stop within ttl + 1 s and the trailing edge within throttle + 1 s, and 500 ms of that second is kept for the sweep's Redis round trip, the fan-out and the write to clients"},
+		{Env: "ELLIPSIS_SNAPSHOT_TIMEOUT", For: ForBoth, V: dur(&c.SnapshotTimeout, 2*time.Second, between(10*time.Millisecond, maxSnapshotTimeout)),
+			Doc: "snapshot request timeout; also bounds a join's wait for its subscription and its authorisation. At most 10s: with a JWKS fetch (≤ 15s) before it, the HTTP read's 503 must still be written within the gateway's 30 s HTTP write timeout"},
 		{Env: "ELLIPSIS_PUBSUB_PING_INTERVAL", For: ForGateway, V: dur(&c.PubSubPingInterval, 5*time.Second, atLeast(100*time.Millisecond)),
 			Doc: "how often each Redis Pub/Sub connection is PINGed"},
 		{Env: "ELLIPSIS_PUBSUB_PING_TIMEOUT", For: ForGateway, V: dur(&c.PubSubPingTimeout, 2*time.Second, atLeast(10*time.Millisecond)),
 			Doc: "a Pub/Sub connection silent this long after a PING (a health PING, or the one confirming a batch of subscriptions) is closed and redialed, `/readyz` 503 meanwhile; joins on it fail at once (must be < interval)"},
-		{Env: "ELLIPSIS_MAX_FRAME_BYTES", For: ForGateway, V: integer(&c.MaxFrameBytes, 4096, between(256, 1<<20)),
-			Doc: "largest inbound WebSocket message (over: close 1009)"},
+		{Env: "ELLIPSIS_MAX_FRAME_BYTES", For: ForGateway, V: integer(&c.MaxFrameBytes, 4096, between(minFrameBytes, 1<<20)),
+			Doc: "largest inbound WebSocket message (over: close 1009). At least 1024: the longest frame a client may need, `typing_start` with a room id and a request id at their limits (256 and 128 bytes, each byte a quote or backslash that JSON escapes to 2), is 809 bytes"},
 		{Env: "ELLIPSIS_MAX_ROOMS_PER_CONN", For: ForGateway, V: integer(&c.MaxRoomsPerConn, 100, between(1, 1000)),
 			Doc: "joined rooms per connection (over: `room_limit`)"},
 		{Env: "ELLIPSIS_INBOUND_RATE", For: ForGateway, V: float(&c.InboundRate, 20, positive[float64]()),
@@ -111,7 +111,7 @@ func (c *Config) table() []Setting {
 			Doc: "open WebSocket connections (over: HTTP 503 at the handshake)"},
 		{Env: "ELLIPSIS_MAX_CONNS_PER_USER", For: ForGateway, V: integer(&c.MaxConnsPerUser, 32, between(1, 1_000_000)),
 			Doc: "one user's open connections on one gateway (over: HTTP 429)"},
-		{Env: "ELLIPSIS_PONG_WAIT", For: ForGateway, V: dur(&c.PongWait, 60*time.Second, atLeast(100*time.Millisecond)),
+		{Env: "ELLIPSIS_PONG_WAIT", For: ForGateway, V: dur(&c.PongWait, 60*time.Second, between(100*time.Millisecond, maxPongWait)),
 			Doc: "silence allowed before a connection is dropped; pings every 9/10 of it"},
 		{Env: "ELLIPSIS_WRITE_WAIT", For: ForGateway, V: dur(&c.WriteWait, 10*time.Second, atLeast(10*time.Millisecond)),
 			Doc: "deadline of every write to a client (missed: connection dropped)"},
@@ -160,6 +160,21 @@ var rules = []struct {
 			bad("ELLIPSIS_TYPING_IDLE_STOP (%s) must be below ELLIPSIS_TYPING_TTL (%s)", c.TypingIdleStop, c.TypingTTL)
 		}
 	}},
+	// Gateway timings that docs/protocol.md promises together
+	// (bounds.go): a join's or HTTP read's authorisation runs within the
+	// snapshot timeout, so "no reply within ELLIPSIS_AUTHZ_TIMEOUT is a
+	// denial" holds only when the authz timeout fits in it; and a client
+	// refreshing one room every refresh_ms (served by GET /v1/config) must
+	// stay within the inbound rate.
+	{ForGateway, func(c *Config, bad func(string, ...any)) {
+		if c.Authz == AuthzNATS && c.SnapshotTimeout > 0 && c.AuthzTimeout > c.SnapshotTimeout {
+			bad("ELLIPSIS_AUTHZ_TIMEOUT (%s) must be at most ELLIPSIS_SNAPSHOT_TIMEOUT (%s): a join's authorisation runs within the snapshot timeout", c.AuthzTimeout, c.SnapshotTimeout)
+		}
+		if c.InboundRate > 0 && c.TypingRefresh > 0 && c.TypingRefresh.Seconds()*c.InboundRate < 1 {
+			bad("ELLIPSIS_TYPING_REFRESH (%s) must be at least 1/ELLIPSIS_INBOUND_RATE (%s): a client refreshing one room that often would be rate limited",
+				c.TypingRefresh, time.Duration(float64(time.Second)/c.InboundRate))
+		}
+	}},
 	{ForGateway, func(c *Config, bad func(string, ...any)) {
 		if c.PubSubPingInterval > 0 && c.PubSubPingTimeout > 0 && c.PubSubPingTimeout >= c.PubSubPingInterval {
 			bad("ELLIPSIS_PUBSUB_PING_TIMEOUT (%s) must be below ELLIPSIS_PUBSUB_PING_INTERVAL (%s): one PING is outstanding at a time", c.PubSubPingTimeout, c.PubSubPingInterval)
@@ -176,9 +191,6 @@ var rules = []struct {
 		}
 		if c.Authz == AuthzClaims && c.Auth != AuthJWT {
 			bad("ELLIPSIS_AUTHZ: claims reads the rooms claim of a JWT and needs ELLIPSIS_AUTH=jwt, got %q", c.Auth)
-		}
-		if c.JWKSFile != "" && c.JWKSReload < 100*time.Millisecond {
-			bad("ELLIPSIS_JWKS_RELOAD: must be at least 100ms, got %s", c.JWKSReload)
 		}
 	}},
 	// The NATS credentials that go together (package natsconn,
@@ -220,9 +232,6 @@ var rules = []struct {
 		}
 		if c.JWKSReload < time.Second {
 			bad("ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL, got %s", c.JWKSReload)
-		}
-		if c.JWKSTimeout <= 0 || c.JWKSTimeout > time.Minute {
-			bad("ELLIPSIS_JWKS_TIMEOUT: must be more than 0 and at most 1m, got %s", c.JWKSTimeout)
 		}
 	}},
 }

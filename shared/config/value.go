@@ -20,14 +20,21 @@ type value interface {
 	reset()             // the field takes its default
 	check() []error     // the setting's own checks; errors do not name the variable
 	valid() string      // what the checks accept, for the README ("1..500"), "" when anything
+	// limits spells the smallest and largest values the setting's own
+	// range checks accept (atLeast, atMost, between, notNegative), as the
+	// variable would ("10ms", "500ms"); "" for a side no check closes.
+	// Rules across settings (settings.go) may narrow them further.
+	limits() (lo, hi string)
 }
 
 // check is one rule on a single value: desc is what it accepts, for the
 // README's table ("1..500"), fn returns why v is refused ("must be 1..500,
-// got 0") or nil.
+// got 0") or nil. lo and hi, when set, are the ends of the range fn
+// accepts, both included (the range checks set them; see limits).
 type check[T any] struct {
-	desc string
-	fn   func(v T) error
+	desc   string
+	fn     func(v T) error
+	lo, hi *T
 }
 
 type field[T any] struct {
@@ -68,6 +75,39 @@ func (f *field[T]) valid() string {
 		}
 	}
 	return strings.Join(d, "; ")
+}
+
+func (f *field[T]) limits() (lo, hi string) {
+	var l, h *T
+	for _, c := range f.checks {
+		if c.lo != nil && (l == nil || f.less(*l, *c.lo)) {
+			l = c.lo
+		}
+		if c.hi != nil && (h == nil || f.less(*c.hi, *h)) {
+			h = c.hi
+		}
+	}
+	if l != nil {
+		lo = f.format(*l)
+	}
+	if h != nil {
+		hi = f.format(*h)
+	}
+	return lo, hi
+}
+
+// less orders two values of a numeric field (only range checks, which
+// exist for numbers alone, call it).
+func (f *field[T]) less(a, b T) bool {
+	switch a := any(a).(type) {
+	case time.Duration:
+		return a < any(b).(time.Duration)
+	case int:
+		return a < any(b).(int)
+	case float64:
+		return a < any(b).(float64)
+	}
+	panic(fmt.Sprintf("config: a range check on a %T field", a))
 }
 
 // str binds a string field.
@@ -151,7 +191,8 @@ func positive[T number]() check[T] {
 }
 
 func notNegative[T number]() check[T] {
-	return check[T]{desc: "≥ 0", fn: func(v T) error {
+	var zero T
+	return check[T]{desc: "≥ 0", lo: &zero, fn: func(v T) error {
 		if v < 0 {
 			return fmt.Errorf("must not be negative, got %v", v)
 		}
@@ -160,7 +201,7 @@ func notNegative[T number]() check[T] {
 }
 
 func atLeast[T number](lo T) check[T] {
-	return check[T]{desc: fmt.Sprintf("≥ %v", lo), fn: func(v T) error {
+	return check[T]{desc: fmt.Sprintf("≥ %v", lo), lo: &lo, fn: func(v T) error {
 		if v < lo {
 			return fmt.Errorf("must be at least %v, got %v", lo, v)
 		}
@@ -168,9 +209,18 @@ func atLeast[T number](lo T) check[T] {
 	}}
 }
 
+func atMost[T number](hi T) check[T] {
+	return check[T]{desc: fmt.Sprintf("≤ %v", hi), hi: &hi, fn: func(v T) error {
+		if v > hi {
+			return fmt.Errorf("must be at most %v, got %v", hi, v)
+		}
+		return nil
+	}}
+}
+
 // between accepts lo..hi, both included.
 func between[T cmp.Ordered](lo, hi T) check[T] {
-	return check[T]{desc: fmt.Sprintf("%v..%v", lo, hi), fn: func(v T) error {
+	return check[T]{desc: fmt.Sprintf("%v..%v", lo, hi), lo: &lo, hi: &hi, fn: func(v T) error {
 		if v < lo || v > hi {
 			return fmt.Errorf("must be %v..%v, got %v", lo, hi, v)
 		}

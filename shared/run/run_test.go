@@ -87,7 +87,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("Start failed: %d", code)
 	}
 	f := fresh()
-	if code, _, _ := run(newSpec(f, nil), dev, "-sweep-interval", "1s"); code != ExitOK || gotCfg.SweepInterval != time.Second || gotCfg.Service != config.ServiceWorker {
+	if code, _, _ := run(newSpec(f, nil), dev, "-sweep-interval", "400ms"); code != ExitOK || gotCfg.SweepInterval != 400*time.Millisecond || gotCfg.Service != config.ServiceWorker {
 		t.Fatalf("clean run: %d, %+v", code, gotCfg)
 	}
 	if f.shutdownDeadline <= 6*time.Second || f.shutdownDeadline > 7*time.Second {
