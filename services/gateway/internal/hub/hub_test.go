@@ -98,6 +98,16 @@ func newFixture(t *testing.T, pending int) *fixture {
 	return f
 }
 
+// queued reports whether room has a flight queued behind the one in
+// flight.
+func (f *fixture) queued(room string) bool {
+	fl := f.h.flights
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	rf := fl.rooms[room]
+	return rf != nil && rf.next != nil
+}
+
 func (f *fixture) publish(room, payload string) bool {
 	return f.b.Publish(f.n.RoomChannel(room), payload)
 }
@@ -357,7 +367,9 @@ func TestNoResyncBeforeJoined(t *testing.T) {
 	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil) }()
 	waitFor(t, "join waiting for its snapshot", func() bool { return f.snap.count("r") == 2 })
 	f.h.HandleRestored([]string{f.n.RoomChannel("r")})
-	waitFor(t, "resync asked", func() bool { return f.snap.count("r") == 3 })
+	// The resync's holds came after the join's flight started: it waits
+	// in the queue for the next flight (flights.go).
+	waitFor(t, "resync queued", func() bool { return f.queued("r") })
 	f.snap.mu.Lock()
 	close(f.snap.block)
 	f.snap.block = nil
@@ -366,6 +378,10 @@ func TestNoResyncBeforeJoined(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "old member resynced", func() bool { return len(old.frames()) == 2 })
+	waitFor(t, "the postponed snapshot", func() bool { return len(m.frames()) == 2 })
+	if c := f.snap.count("r"); c != 4 {
+		t.Fatalf("%d snapshot requests, want 4 (old's join, new's join, the resync, the push after new's joined)", c)
+	}
 	fr := m.frames()
 	if len(fr) == 0 || !strings.Contains(fr[0], `"type":"joined"`) {
 		t.Fatalf("first frame of the joining member: %q", fr)
