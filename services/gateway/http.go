@@ -180,6 +180,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		PongWait:          s.cfg.PongWait,
 		WriteWait:         s.cfg.WriteWait,
 		MaxRejectedWindow: s.cfg.InboundMaxRejected,
+		SnapshotRate:      s.cfg.SnapshotRate,
+		SnapshotBurst:     s.cfg.SnapshotBurst,
 	}, session.Deps{
 		Hub:        s.hub,
 		Backend:    s.pres,

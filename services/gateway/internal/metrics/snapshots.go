@@ -28,3 +28,9 @@ func newSnapshotsVec() *prometheus.CounterVec {
 // Snapshot counts one asker of a snapshot; result is one of the
 // Snapshot* constants.
 func (m *Metrics) Snapshot(result string) { m.snapshots.WithLabelValues(result).Inc() }
+
+// SnapshotsCounter is the counter of result (one of the Snapshot*
+// constants), for tests and reports.
+func (m *Metrics) SnapshotsCounter(result string) prometheus.Counter {
+	return m.snapshots.WithLabelValues(result)
+}
