@@ -45,19 +45,22 @@ func (m *member) frames() []string {
 	return append([]string(nil), m.got...)
 }
 
-// snapshots is a fake Snapshotter: rooms listed in fail fail, others
-// answer an empty snapshot; calls are counted per room.
+// snapshots is a fake Snapshotter: rooms listed in fail fail, rooms in
+// typing answer their typists as they were when the call began (the
+// worker's read), others answer zed; calls are counted per room.
 type snapshots struct {
-	mu    sync.Mutex
-	fail  map[string]bool
-	calls map[string]int
-	block chan struct{} // when set, every call waits for it (or ctx)
+	mu     sync.Mutex
+	fail   map[string]bool
+	typing map[string][]protocol.Typist
+	calls  map[string]int
+	block  chan struct{} // when set, every call waits for it (or ctx)
 }
 
 func (s *snapshots) get(ctx context.Context, room string) (protocol.Snapshot, error) {
 	s.mu.Lock()
 	s.calls[room]++
 	fail, block := s.fail[room], s.block
+	users, listed := s.typing[room]
 	s.mu.Unlock()
 	if block != nil {
 		select {
@@ -68,6 +71,9 @@ func (s *snapshots) get(ctx context.Context, room string) (protocol.Snapshot, er
 	}
 	if fail {
 		return protocol.Snapshot{}, errors.New("snapshot failed (test)")
+	}
+	if listed {
+		return protocol.Snapshot{Users: users, Total: len(users)}, nil
 	}
 	return protocol.Snapshot{Users: []protocol.Typist{{User: "zed"}}, Total: 1}, nil
 }
