@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -75,7 +76,11 @@ func (f *flights) get(ctx context.Context, room string, since time.Time) (protoc
 	case <-fl.done:
 		return fl.snap, fl.err
 	case <-ctx.Done():
-		return protocol.Snapshot{}, presence.Unavailable("timed out waiting for the room's snapshot", context.Cause(ctx))
+		why := "timed out waiting for the room's snapshot"
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			why = "request cancelled"
+		}
+		return protocol.Snapshot{}, presence.Unavailable(why, context.Cause(ctx))
 	}
 }
 
