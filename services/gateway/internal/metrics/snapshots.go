@@ -25,12 +25,17 @@ func newSnapshotsVec() *prometheus.CounterVec {
 	}, []string{"result"})
 }
 
+// snapshotResults are the label values of snapshots_total.
+var snapshotResults = labelSet(SnapshotRequested, SnapshotShared, SnapshotRateLimited)
+
 // Snapshot counts one asker of a snapshot; result is one of the
-// Snapshot* constants.
-func (m *Metrics) Snapshot(result string) { m.snapshots.WithLabelValues(result).Inc() }
+// Snapshot* constants (anything else counts as [LabelOther]).
+func (m *Metrics) Snapshot(result string) {
+	m.snapshots.WithLabelValues(bounded(snapshotResults, result)).Inc()
+}
 
 // SnapshotsCounter is the counter of result (one of the Snapshot*
 // constants), for tests and reports.
 func (m *Metrics) SnapshotsCounter(result string) prometheus.Counter {
-	return m.snapshots.WithLabelValues(result)
+	return m.snapshots.WithLabelValues(bounded(snapshotResults, result))
 }
