@@ -616,7 +616,9 @@ func TestRedisResync(t *testing.T) {
 func TestRoomTypingHTTP(t *testing.T) {
 	t.Parallel()
 	const secret = "http-secret"
-	e := newEnv(t, func(c *config.Config) { c.Auth = config.AuthJWT; c.JWTSecret = secret })
+	// Eleven snapshots of one user in a row: a burst above the default
+	// (TestHTTPSnapshotBudget tests the budget).
+	e := newEnv(t, func(c *config.Config) { c.Auth = config.AuthJWT; c.JWTSecret = secret; c.HTTPSnapshotBurst = 20 })
 	e.startWorker("")
 	tok := signHS256(t, secret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
 	bearer := http.Header{"Authorization": {"Bearer " + tok}}

@@ -4,16 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
 	webclient "github.com/ellipsis-chat/ellipsis/clients/js"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
@@ -180,6 +184,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		PongWait:          s.cfg.PongWait,
 		WriteWait:         s.cfg.WriteWait,
 		MaxRejectedWindow: s.cfg.InboundMaxRejected,
+		SnapshotRate:      s.cfg.SnapshotRate,
+		SnapshotBurst:     s.cfg.SnapshotBurst,
 	}, session.Deps{
 		Hub:        s.hub,
 		Backend:    s.pres,
@@ -209,8 +215,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleRoomTyping serves GET /v1/rooms/{room}/typing (room path-escaped):
-// 200 RoomTyping (self-filtered), 400 invalid room, 401, 403, 503 when the
-// workers cannot be asked.
+// 200 RoomTyping (self-filtered), 400 invalid room, 401, 429 rate_limited
+// with Retry-After (whole seconds) when the user is over its snapshot
+// budget (snapshot_budget.go; checked before authorisation, so a refused
+// request costs no backend call), 403, 503 when the workers cannot be
+// asked. The snapshot is shared with concurrent askers of the room
+// (hub.Hub.Snapshot).
 func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 	ident, status := s.authenticate(w, r)
 	if status != 0 {
@@ -219,6 +229,14 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 	room := r.PathValue("room")
 	if err := protocol.ValidateID("room", room); err != nil {
 		writeError(w, http.StatusBadRequest, protocol.CodeBadRequest, err.Error())
+		return
+	}
+	if ok, retry := s.sec.snaps.take(ident.User, time.Now()); !ok {
+		s.met.Snapshot(metrics.SnapshotRateLimited)
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(retry.Seconds()))), 10))
+		writeError(w, http.StatusTooManyRequests, protocol.CodeRateLimited, fmt.Sprintf(
+			"user %s asked too many snapshots: at most %g per second, burst %d (ELLIPSIS_HTTP_SNAPSHOT_RATE, ELLIPSIS_HTTP_SNAPSHOT_BURST); retry in %d ms",
+			quoteShort(ident.User), s.cfg.HTTPSnapshotRate, s.cfg.HTTPSnapshotBurst, int64(math.Ceil(float64(retry)/float64(time.Millisecond)))))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SnapshotTimeout)
@@ -231,8 +249,12 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	users, err := s.pres.Snapshot(ctx, room)
-	if err != nil {
+	users, err := s.hub.Snapshot(ctx, room)
+	if errors.Is(err, hub.ErrClosed) {
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "gateway shutting down; retry on another instance")
+		return
+	} else if err != nil {
 		s.log.Debug("snapshot failed", zap.String("room", room), zap.Error(err))
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
 		return

@@ -19,12 +19,13 @@ import (
 
 // security holds the gateway-wide defences against hostile clients that
 // are not per connection (README, "Security"): the authenticator, the
-// connection limits and their metrics. The per-connection limits live in
+// connection limits, the per-user HTTP snapshot budget and their metrics. The per-connection limits live in
 // internal/session.
 type security struct {
 	authn auth.Authenticator
 	jwks  *auth.JWKS // nil without ELLIPSIS_JWKS_FILE / ELLIPSIS_JWKS_URL
 	conns *connLimiter
+	snaps *userBudgets // per-user budget of GET /v1/rooms/{room}/typing (snapshot_budget.go)
 	met   *metrics.Security
 }
 
@@ -39,6 +40,7 @@ func newSecurity(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) 
 	}
 	s := &security{
 		conns: &connLimiter{max: cfg.MaxConns, perUser: cfg.MaxConnsPerUser, users: map[string]int{}},
+		snaps: newUserBudgets(cfg.HTTPSnapshotRate, cfg.HTTPSnapshotBurst, cfg.HTTPSnapshotUsers),
 		met:   met,
 	}
 	switch cfg.Auth {

@@ -201,6 +201,11 @@ type Config struct {
 	InboundMaxRejected int           // ELLIPSIS_INBOUND_MAX_REJECTED
 	MaxConns           int           // ELLIPSIS_MAX_CONNS
 	MaxConnsPerUser    int           // ELLIPSIS_MAX_CONNS_PER_USER
+	SnapshotRate       float64       // ELLIPSIS_SNAPSHOT_RATE, snapshots/s per connection
+	SnapshotBurst      int           // ELLIPSIS_SNAPSHOT_BURST, snapshots
+	HTTPSnapshotRate   float64       // ELLIPSIS_HTTP_SNAPSHOT_RATE, snapshots/s per user
+	HTTPSnapshotBurst  int           // ELLIPSIS_HTTP_SNAPSHOT_BURST, snapshots
+	HTTPSnapshotUsers  int           // ELLIPSIS_HTTP_SNAPSHOT_USERS, users tracked
 	PongWait           time.Duration // ELLIPSIS_PONG_WAIT
 	WriteWait          time.Duration // ELLIPSIS_WRITE_WAIT
 

@@ -11,6 +11,8 @@
 //     snapshot → self filter → release sequence after the holds, for join,
 //     sync, the push after an overflow and resync alike.
 //   - resync.go: per-room resync with its own jittered backoff.
+//   - flights.go: shared snapshot requests, at most one in flight and one
+//     queued per room; every asker's snapshot was read after its hold began.
 //
 // # Holds: joining without losing events
 //
@@ -92,7 +94,8 @@ type Options struct {
 	Broker pubsub.Broker
 	// Names builds room channels (key prefix).
 	Names names.Names
-	// Snapshot is used by Sync and resyncs.
+	// Snapshot is used by Sync, resyncs and [Hub.Snapshot], through the
+	// shared flights (flights.go).
 	Snapshot Snapshotter
 	// ReadyTimeout bounds one Sync (subscription confirmation and snapshot
 	// together) and one resync snapshot. Zero means the default of
@@ -111,12 +114,13 @@ type Options struct {
 // Hub is the room registry and fan-out of one gateway. Its methods are
 // safe for concurrent use.
 type Hub struct {
-	opts   Options
-	log    *zap.Logger
-	met    *metrics.Metrics
-	broker pubsub.Broker
-	shards [shardCount]shard
-	resync *resyncer
+	opts    Options
+	log     *zap.Logger
+	met     *metrics.Metrics
+	broker  pubsub.Broker
+	shards  [shardCount]shard
+	resync  *resyncer
+	flights *flights // shared snapshot requests (flights.go)
 
 	closed  atomic.Bool
 	started atomic.Bool
@@ -154,6 +158,7 @@ func New(opts Options) *Hub {
 		h.shards[i].rooms = map[string]*room{}
 	}
 	h.resync = newResyncer(h)
+	h.flights = newFlights(opts.Snapshot, opts.ReadyTimeout, opts.Metrics)
 	return h
 }
 
@@ -176,6 +181,7 @@ func (h *Hub) Close() {
 	}
 	h.cancel()
 	h.resync.stop()
+	h.flights.close()
 	h.broker.Close()
 	h.wg.Wait()
 }

@@ -45,19 +45,22 @@ func (m *member) frames() []string {
 	return append([]string(nil), m.got...)
 }
 
-// snapshots is a fake Snapshotter: rooms listed in fail fail, others
-// answer an empty snapshot; calls are counted per room.
+// snapshots is a fake Snapshotter: rooms listed in fail fail, rooms in
+// typing answer their typists as they were when the call began (the
+// worker's read), others answer zed; calls are counted per room.
 type snapshots struct {
-	mu    sync.Mutex
-	fail  map[string]bool
-	calls map[string]int
-	block chan struct{} // when set, every call waits for it (or ctx)
+	mu     sync.Mutex
+	fail   map[string]bool
+	typing map[string][]protocol.Typist
+	calls  map[string]int
+	block  chan struct{} // when set, every call waits for it (or ctx)
 }
 
 func (s *snapshots) get(ctx context.Context, room string) (protocol.Snapshot, error) {
 	s.mu.Lock()
 	s.calls[room]++
 	fail, block := s.fail[room], s.block
+	users, listed := s.typing[room]
 	s.mu.Unlock()
 	if block != nil {
 		select {
@@ -68,6 +71,9 @@ func (s *snapshots) get(ctx context.Context, room string) (protocol.Snapshot, er
 	}
 	if fail {
 		return protocol.Snapshot{}, errors.New("snapshot failed (test)")
+	}
+	if listed {
+		return protocol.Snapshot{Users: users, Total: len(users)}, nil
 	}
 	return protocol.Snapshot{Users: []protocol.Typist{{User: "zed"}}, Total: 1}, nil
 }
@@ -96,6 +102,16 @@ func newFixture(t *testing.T, pending int) *fixture {
 	f.h.Start()
 	t.Cleanup(f.h.Close)
 	return f
+}
+
+// queued reports whether room has a flight queued behind the one in
+// flight.
+func (f *fixture) queued(room string) bool {
+	fl := f.h.flights
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	rf := fl.rooms[room]
+	return rf != nil && rf.next != nil
 }
 
 func (f *fixture) publish(room, payload string) bool {
@@ -357,7 +373,9 @@ func TestNoResyncBeforeJoined(t *testing.T) {
 	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil) }()
 	waitFor(t, "join waiting for its snapshot", func() bool { return f.snap.count("r") == 2 })
 	f.h.HandleRestored([]string{f.n.RoomChannel("r")})
-	waitFor(t, "resync asked", func() bool { return f.snap.count("r") == 3 })
+	// The resync's holds came after the join's flight started: it waits
+	// in the queue for the next flight (flights.go).
+	waitFor(t, "resync queued", func() bool { return f.queued("r") })
 	f.snap.mu.Lock()
 	close(f.snap.block)
 	f.snap.block = nil
@@ -366,6 +384,10 @@ func TestNoResyncBeforeJoined(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "old member resynced", func() bool { return len(old.frames()) == 2 })
+	waitFor(t, "the postponed snapshot", func() bool { return len(m.frames()) == 2 })
+	if c := f.snap.count("r"); c != 4 {
+		t.Fatalf("%d snapshot requests, want 4 (old's join, new's join, the resync, the push after new's joined)", c)
+	}
 	fr := m.frames()
 	if len(fr) == 0 || !strings.Contains(fr[0], `"type":"joined"`) {
 		t.Fatalf("first frame of the joining member: %q", fr)

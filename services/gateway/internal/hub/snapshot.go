@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -62,19 +63,24 @@ func (h *Hub) Sync(ctx context.Context, kind SyncKind, room string, m Member, id
 
 // syncHolds is the gateway's one snapshot sequence, for a join, a sync,
 // the push after an overflow and a room's resync alike: with the members'
-// holds taken (Join, Hold), it asks the workers for one snapshot of room
-// (bounded by ctx), runs commit (nil: none), and releases every hold with
+// holds taken (Join, Hold), it gets one snapshot of room from a flight
+// that started after them (flights.go; bounded by ctx, shared with other
+// askers), runs commit (nil: none), and releases every hold with
 // a frame of kind ("joined" for SyncJoin, else "typing", id echoed)
 // carrying the snapshot without that member's own user, encoded once per
 // user. It reports whether events overflowed while any member was held
 // (the caller pushes or resyncs again).
 //
 // Errors: [ErrSnapshot] wrapping the snapshot's or the encoding's error,
-// [ErrAborted] when commit returns false. On error no hold is released:
+// [ErrAborted] when commit returns false, [ErrClosed]. On error no hold is released:
 // the caller releases or undoes them.
 func (h *Hub) syncHolds(ctx context.Context, room string, holds []*Hold, kind SyncKind, id string, commit func() bool) (overflowed bool, err error) {
-	snap, err := h.opts.Snapshot(ctx, room)
-	if err != nil {
+	// Every hold was taken (and a joining member's subscription confirmed)
+	// before now: a flight started after it read the room after them.
+	snap, err := h.flights.get(ctx, room, time.Now())
+	if errors.Is(err, ErrClosed) {
+		return false, err
+	} else if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrSnapshot, err)
 	}
 	if commit != nil && !commit() {
@@ -135,4 +141,24 @@ func (h *Hub) push(room string, m Member) {
 // (as opposed to ErrNotMember, ErrAborted, ErrClosed).
 func IsUnavailable(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrSnapshot)
+}
+
+// Snapshot returns room's snapshot (not self-filtered) for an asker with
+// no hold (GET /v1/rooms/{room}/typing): it shares any flight of the room
+// that started after the call, or the one queued (flights.go). It waits
+// until ctx is done, at most ReadyTimeout.
+//
+// Errors: [ErrSnapshot] wrapping the snapshot's error (presence.Reason
+// tells why), [ErrClosed].
+func (h *Hub) Snapshot(ctx context.Context, room string) (protocol.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.ReadyTimeout)
+	defer cancel()
+	snap, err := h.flights.get(ctx, room, time.Now())
+	switch {
+	case errors.Is(err, ErrClosed):
+		return protocol.Snapshot{}, err
+	case err != nil:
+		return protocol.Snapshot{}, fmt.Errorf("%w: %w", ErrSnapshot, err)
+	}
+	return snap, nil
 }

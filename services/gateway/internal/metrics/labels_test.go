@@ -31,6 +31,9 @@ func TestLabelsAreBounded(t *testing.T) {
 	for c := 1000; c <= 1015; c++ {
 		m.Close(c)
 	}
+	for _, v := range []string{SnapshotRequested, SnapshotShared, SnapshotRateLimited} {
+		m.Snapshot(v)
+	}
 	// Then a hostile peer: 10000 distinct values for each.
 	for i := range 10000 {
 		s := "x" + strconv.Itoa(i)
@@ -38,6 +41,7 @@ func TestLabelsAreBounded(t *testing.T) {
 		m.FrameOut(s, 1)
 		m.Error(s)
 		m.Command(s)
+		m.Snapshot(s)
 		m.Close(3000 + i%2000)
 		m.Close(-i)
 		m.Close(1016 + i)
@@ -48,6 +52,7 @@ func TestLabelsAreBounded(t *testing.T) {
 		"ellipsis_gateway_frames_out_total":         set("joined", "left", "typing_start", "typing_stop", "typing", "pong", "error", "other"),
 		"ellipsis_gateway_errors_total":             set("bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "other"),
 		"ellipsis_gateway_commands_published_total": set("start", "stop", "leave", "disconnect", "other"),
+		"ellipsis_gateway_snapshots_total":          set("requested", "shared", "rate_limited", "other"),
 		"ellipsis_gateway_closes_total":             set("1000", "1001", "1002", "1003", "1005", "1006", "1007", "1008", "1009", "1010", "1011", "1012", "1013", "1014", "1015", "other"),
 	}
 	families, err := reg.Gather()

@@ -66,6 +66,7 @@ type Metrics struct {
 	errors         *prometheus.CounterVec // label code
 	closes         *prometheus.CounterVec // label code
 	commands       *prometheus.CounterVec // label op
+	snapshots      *prometheus.CounterVec // label result (snapshots.go)
 	framesInCache  sync.Map               // type -> prometheus.Counter
 	framesOutCache sync.Map               // type -> prometheus.Counter
 }
@@ -99,10 +100,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		errors:    prometheus.NewCounterVec(prometheus.CounterOpts(opts("errors_total", "Error frames sent by code.")), []string{"code"}),
 		closes:    prometheus.NewCounterVec(prometheus.CounterOpts(opts("closes_total", "Closed connections by WebSocket close code (RFC 6455; 1006 when no close frame).")), []string{"code"}),
 		commands:  prometheus.NewCounterVec(prometheus.CounterOpts(opts("commands_published_total", "Typing commands published on NATS by op.")), []string{"op"}),
+		snapshots: newSnapshotsVec(),
 	}
 	for _, c := range []prometheus.Collector{
 		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
-		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands,
+		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands, m.snapshots,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -113,6 +115,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	// see the first one; the set is fixed and small.
 	for code := range errorCodes {
 		m.errors.WithLabelValues(code)
+	}
+	for _, r := range []string{SnapshotRequested, SnapshotShared, SnapshotRateLimited} {
+		m.snapshots.WithLabelValues(r)
 	}
 	return m, nil
 }

@@ -42,6 +42,11 @@ func (e *unavailableError) Unwrap() error        { return e.err }
 
 func unavailable(reason string, err error) error { return &unavailableError{reason, err} }
 
+// Unavailable is an error that wraps [ErrUnavailable] and err (for logs;
+// may be nil) and that [Reason] describes as reason, for callers that wait
+// on a request made by someone else (the hub's shared snapshots).
+func Unavailable(reason string, err error) error { return unavailable(reason, err) }
+
 // Reason describes a failure of [Client.Publish], [Client.Snapshot] or
 // [Client.Request] for clients (error frames, HTTP bodies): "NATS not
 // connected", "timed out: no presence worker answered within 2s", "no

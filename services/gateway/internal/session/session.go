@@ -75,7 +75,8 @@ const closeGrace = time.Second
 
 // Config holds the per-connection limits; zero values take config.Default()'s
 // (ELLIPSIS_PONG_WAIT, ELLIPSIS_WRITE_WAIT, ELLIPSIS_INBOUND_MAX_REJECTED,
-// ELLIPSIS_OUTBOUND_QUEUE; config.Config's are validated upstream).
+// ELLIPSIS_OUTBOUND_QUEUE, ELLIPSIS_SNAPSHOT_RATE, ELLIPSIS_SNAPSHOT_BURST;
+// config.Config's are validated upstream).
 // MaxRejectedWindow is how many rate-limited frames are tolerated within
 // the abuse window (inbound.go); one more closes the connection with 1008.
 type Config struct {
@@ -88,6 +89,8 @@ type Config struct {
 	PongWait          time.Duration
 	WriteWait         time.Duration
 	MaxRejectedWindow int
+	SnapshotRate      float64 // snapshots/s of the snapshot bucket (budget.go)
+	SnapshotBurst     int     // burst of the snapshot bucket
 }
 
 // Backend is the presence workers' side, over NATS.
@@ -167,6 +170,7 @@ type Conn struct {
 	mu           sync.Mutex
 	rooms        map[string]struct{} // joined rooms (joined frame queued)
 	joining      int                 // joins in flight of rooms not in rooms (count against MaxRooms)
+	budget       snapshotBudget      // snapshot bucket and joins counted (budget.go)
 	seq          uint64              // last seq published
 	disconnected bool                // disconnect published: publish nothing more
 }
@@ -176,8 +180,10 @@ var _ hub.Member = (*Conn)(nil)
 // New wraps an upgraded WebSocket. id is the connection id
 // ("<gateway>:<n>"); ident comes from authentication. Serve runs it.
 func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps Deps) *Conn {
-	if cfg.PongWait <= 0 || cfg.WriteWait <= 0 || cfg.MaxRejectedWindow <= 0 || cfg.OutboundQueue <= 0 {
+	if cfg.PongWait <= 0 || cfg.WriteWait <= 0 || cfg.MaxRejectedWindow <= 0 || cfg.OutboundQueue <= 0 || cfg.SnapshotRate <= 0 || cfg.SnapshotBurst <= 0 {
 		def := config.Default()
+		cfg.SnapshotRate = cmp.Or(max(cfg.SnapshotRate, 0), def.SnapshotRate)
+		cfg.SnapshotBurst = cmp.Or(max(cfg.SnapshotBurst, 0), def.SnapshotBurst)
 		cfg.PongWait = cmp.Or(max(cfg.PongWait, 0), def.PongWait)
 		cfg.WriteWait = cmp.Or(max(cfg.WriteWait, 0), def.WriteWait)
 		cfg.MaxRejectedWindow = cmp.Or(max(cfg.MaxRejectedWindow, 0), def.InboundMaxRejected)
@@ -689,14 +695,18 @@ func (c *Conn) isJoined(room string) bool {
 
 // join serves a join in the room's lane. A join of a room not yet joined
 // reserves a place among MaxRooms (c.joining) until it commits or fails,
-// so joins in flight count against the limit.
+// so joins in flight count against the limit. A re-join, and a join past
+// the connection's first MaxRooms, takes a token of the snapshot budget
+// (budget.go).
 func (c *Conn) join(f protocol.ClientFrame) {
 	c.mu.Lock()
 	_, already := c.rooms[f.Room]
 	n, gone := len(c.rooms)+c.joining, c.disconnected
 	reserved := !gone && !already && n < c.cfg.MaxRooms
+	free := false
 	if reserved {
 		c.joining++
+		free = c.freeJoinLocked()
 	}
 	c.mu.Unlock()
 	switch {
@@ -715,6 +725,9 @@ func (c *Conn) join(f protocol.ClientFrame) {
 			}
 			c.mu.Unlock()
 		}()
+	}
+	if !free && !c.takeSnapshot(f) {
+		return
 	}
 	if !c.deps.Backend.Connected() {
 		c.unavailable(f, "presence backend unavailable (NATS); retry")
@@ -846,6 +859,9 @@ func (c *Conn) publish(cmd *protocol.Command) error {
 func (c *Conn) sync(f protocol.ClientFrame) {
 	if !c.isJoined(f.Room) {
 		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
+		return
+	}
+	if !c.takeSnapshot(f) {
 		return
 	}
 	if !c.deps.Backend.Connected() {
