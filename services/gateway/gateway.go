@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,6 +299,7 @@ func (s *Server) Start(ctx context.Context) error {
 		WatchMaster:  s.watchMaster(),
 		PingInterval: s.cfg.PubSubPingInterval,
 		PingTimeout:  s.cfg.PubSubPingTimeout,
+		CheckChannel: aclCheckChannel(s.names),
 		Metrics:      s.met,
 		Logger:       s.log.Named("pubsub"),
 	})
@@ -512,4 +514,14 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// aclCheckChannel is the channel every Redis Pub/Sub connection of the
+// gateway subscribes once to learn whether Redis accepts room channels
+// (pubsub.RedisOptions.CheckChannel): "<prefix>chat:room:acl-check". It
+// matches the room channels' ACL pattern ("&<prefix>chat:room:*") and is
+// no room's channel (those end in a {hash tag}), so no client joins it
+// and no worker publishes on it.
+func aclCheckChannel(n names.Names) string {
+	return strings.TrimSuffix(n.RoomChannel(""), names.RoomTag("")) + "acl-check"
 }
