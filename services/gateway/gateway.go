@@ -167,8 +167,11 @@ func New(opts Options) (*Server, error) {
 	// The client only hosts the Pub/Sub broker's connections (which redial
 	// with their own jittered backoff, internal/pubsub) and the start-up
 	// PING: no go-redis retries, so a failure is seen at once with its real
-	// cause (connection refused) instead of after retry backoffs.
-	redisOpt.Tune(redisconn.Tuning{MaxRetries: -1})
+	// cause (connection refused) instead of after retry backoffs; call
+	// contexts bound each call, dial and handshake included, so that the
+	// start-up PING of a Redis that accepts TCP and never answers ends
+	// within redisPingTimeout.
+	redisOpt.Tune(redisconn.Tuning{MaxRetries: -1, ContextTimeoutEnabled: true})
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
