@@ -3,6 +3,9 @@ package pubsub
 import (
 	"context"
 	"errors"
+	"net"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,4 +151,94 @@ func TestLinkFrozenFromStartIsDown(t *testing.T) {
 	if err := b.Subscribe(cctx, "after"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// privateCluster runs a one-master Redis Cluster (redis-server with
+// cluster-enabled, every slot assigned) on a spare loopback port for one
+// test and returns its address.
+func privateCluster(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not installed (apt-get install redis-server): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning",
+		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	waitFor(t, "redis-server up", 5*time.Second, func() bool { return c.Ping(ctx).Err() == nil })
+	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "cluster_state:ok", 10*time.Second, func() bool {
+		info, _ := c.ClusterInfo(ctx).Result()
+		return strings.Contains(info, "cluster_state:ok")
+	})
+	return addr
+}
+
+// Sharded Pub/Sub on Redis Cluster under an ACL without the room pattern:
+// the master's link checks a channel of its own slot on its first round
+// (down at once), the join that opened it is refused (SSUBSCRIBE NOPERM),
+// and once the ACL allows the channels the link's probe brings it up.
+func TestACLRefusedOnCluster(t *testing.T) {
+	ctx := context.Background()
+	addr := privateCluster(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { admin.Close() })
+	o := aclUser(t, admin, "ok:*")
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, Username: o.Username, Password: o.Password, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	b, rec := newBrokerWith(t, RedisOptions{Client: rdb, Sharded: true, PingInterval: 300 * time.Millisecond, PingTimeout: 200 * time.Millisecond, CheckChannel: "room:acl-check"})
+	if h := b.Health(); h.OK {
+		t.Fatalf("health before the Cluster answered: %+v, want down", h)
+	}
+	waitFor(t, "the Cluster probe answered", 5*time.Second, func() bool { return b.Health().OK })
+	subscribe := func(ch string) error {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		return b.Subscribe(cctx, ch)
+	}
+	err := subscribe("room:{7}")
+	b.Unsubscribe("room:{7}")
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("SSUBSCRIBE outside the ACL on Cluster: %v, want ErrRefused", err)
+	}
+	h := b.Health()
+	if h.OK || h.Links != 1 || len(h.Down) != 1 {
+		t.Fatalf("health after the master's check was refused: %+v, want its one link down", h)
+	}
+	for _, why := range h.Down {
+		if !strings.Contains(why, "refusing room channel subscriptions: NOPERM") {
+			t.Fatalf("health after the master's check was refused: %+v, want the link refusing", h)
+		}
+	}
+	if got := testutil.ToFloat64(b.met.RedisSubscribeRefused); got < 2 {
+		t.Fatalf("redis_subscribe_refused_total = %v, want at least 2 (the check, the join)", got)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "ellipsis-noch", "allchannels").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the probe accepted", 5*time.Second, func() bool { return b.Health().OK })
+	if err := subscribe("room:{8}"); err != nil {
+		t.Fatalf("SSUBSCRIBE once the ACL allows it: %v", err)
+	}
+	publish(ctx, admin, true, "room:{8}", "hi")
+	waitFor(t, "a message on room:{8}", 3*time.Second, func() bool {
+		msgs, _ := rec.snapshot()
+		return slices.Contains(msgs, "room:{8} hi")
+	})
 }

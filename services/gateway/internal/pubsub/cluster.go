@@ -58,7 +58,7 @@ func (r *Redis) placeOrphan(ctx context.Context, name string) error {
 	}
 	l := r.links[addr]
 	if l == nil {
-		l = r.newLinkLocked(addr, node)
+		l = r.newLinkLocked(addr, node, name)
 		r.links[addr] = l
 		r.startLinkLocked(l)
 		r.log.Info("redis cluster pubsub link opened", zap.String("master", addr))
@@ -183,7 +183,7 @@ func (r *Redis) rebalance(force bool) (moved, pending int) {
 		}
 		l := r.links[addr]
 		if l == nil {
-			l = r.newLinkLocked(addr, nodes[addr])
+			l = r.newLinkLocked(addr, nodes[addr], name)
 			r.links[addr] = l
 			r.startLinkLocked(l)
 			r.log.Info("redis cluster pubsub link opened", zap.String("master", addr))

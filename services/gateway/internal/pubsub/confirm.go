@@ -108,7 +108,7 @@ func (r *Redis) settleLocked(l *link, b *batch) settled {
 			st.refused = append(st.refused, b.probe)
 		}
 	}
-	l.noteLocked(r.opts.CheckChannel, &st, accepted, probeRefused)
+	l.noteLocked(l.check, &st, accepted, probeRefused)
 	r.met.RedisSubscribeRefused.Add(float64(len(st.refused)))
 	if kick {
 		l.kickLocked()

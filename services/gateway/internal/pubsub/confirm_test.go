@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/shared/names"
 )
 
 // The confirmation and refusal rules (confirm.go, refusal.go) on a broker
@@ -273,5 +274,19 @@ func TestCheckChannelOnFirstRound(t *testing.T) {
 		if !refused && !slices.Equal(unsub, []string{"chk"}) {
 			t.Fatalf("after an accepted check: unsub %v, want [chk]", unsub)
 		}
+	}
+}
+
+// A Cluster link's check channel hashes to the slot of the channel the
+// link was opened for; none when no suffix can (an empty tag).
+func TestSlotCheck(t *testing.T) {
+	for ch, exists := range map[string]bool{"p:chat:room:{abc}": true, "plain": true, "a{b": true, "chat:room:{}": false, "x{}y{z}": false} {
+		c := slotCheck("p:chat:room:acl-check", ch)
+		if (c != "") != exists || exists && (names.Slot(c) != names.Slot(ch) || !strings.HasPrefix(c, "p:chat:room:acl-check:")) {
+			t.Errorf("slotCheck for %q = %q (slot %d, want %d)", ch, c, names.Slot(c), names.Slot(ch))
+		}
+	}
+	if c := slotCheck("", "chat:room:{abc}"); c != "" {
+		t.Errorf("slotCheck without a check channel = %q", c)
 	}
 }

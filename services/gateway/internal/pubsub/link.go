@@ -22,6 +22,9 @@ type link struct {
 	addr string
 	// node is the Cluster master's client (nil for the shared link).
 	node *redis.Client
+	// check is the channel this link's connections check first
+	// (refusal.go); "" for none.
+	check string
 	// kick (capacity 1) wakes the writer: the channels changed.
 	kick chan struct{}
 	// redialCh (capacity 1) makes the supervisor abandon the connection.
@@ -64,9 +67,16 @@ type link struct {
 	stall chan struct{}
 }
 
-func (r *Redis) newLinkLocked(addr string, node *redis.Client) *link {
+// newLinkLocked makes the link of master addr (Cluster, with its client
+// node and first channel) or the shared one (addr "", node nil); r.mu is
+// held.
+func (r *Redis) newLinkLocked(addr string, node *redis.Client, first string) *link {
+	check := r.opts.CheckChannel
+	if node != nil {
+		check = slotCheck(check, first)
+	}
 	return &link{
-		r: r, addr: addr, node: node,
+		r: r, addr: addr, node: node, check: check,
 		kick: make(chan struct{}, 1), redialCh: make(chan string, 1), stall: make(chan struct{}, 1),
 		chans: map[string]*channel{}, sent: map[string]sentSub{}, acked: map[string]bool{},
 		unsubPending: map[string]int{}, tokens: map[string]*batch{},
@@ -394,7 +404,7 @@ func (r *Redis) planRoundLocked(l *link, first bool) (token string, sub [][]stri
 	}
 	liveness := l.pingAsked
 	l.pingAsked = false
-	probe := l.probeLocked(r.opts.CheckChannel, first, liveness)
+	probe := l.probeLocked(l.check, first, liveness)
 	if probe != "" {
 		sub = append(sub, []string{probe})
 		l.probing = probe

@@ -61,7 +61,9 @@ type RedisOptions struct {
 	// refusing such channels (an ACL without their pattern) marks the link
 	// refusing, down for Health, before any Subscribe (refusal.go). The
 	// gateway passes a room channel no client can join. With sharded
-	// Pub/Sub on Cluster it is ignored (its slot lives on one master only).
+	// Pub/Sub on Cluster, a master's link checks CheckChannel + ":" + the
+	// hash tag of the first channel it was opened for, a channel of a slot
+	// that master serves (slotCheck).
 	CheckChannel string
 	// Metrics must not be nil.
 	Metrics *metrics.Metrics
@@ -209,10 +211,9 @@ func NewRedis(opts RedisOptions) *Redis {
 	}
 	if cc, ok := opts.Client.(*redis.ClusterClient); ok && opts.Sharded {
 		r.cluster = cc
-		r.opts.CheckChannel = ""
 		r.probeErr = errNeverUp
 	} else {
-		r.links[""] = r.newLinkLocked("", nil)
+		r.links[""] = r.newLinkLocked("", nil, "")
 	}
 	return r
 }

@@ -2,8 +2,11 @@ package pubsub
 
 import (
 	"cmp"
+	"strings"
 
 	"go.uber.org/zap"
+
+	"github.com/ellipsis-chat/ellipsis/shared/names"
 )
 
 // Refused subscriptions.
@@ -22,11 +25,34 @@ import (
 // was refused. The link then counts as down for [Redis.Health] (/readyz
 // 503, redis_pubsub_links_down) while joins keep trying, and every health
 // round (ELLIPSIS_PUBSUB_PING_INTERVAL) SUBSCRIBEs the probe, then
-// UNSUBSCRIBEs it: [RedisOptions.CheckChannel], or else the last refused
-// channel. The first confirmed subscription, probe or join, ends it. The
+// UNSUBSCRIBEs it: the link's check channel ([RedisOptions.CheckChannel];
+// slotCheck on Cluster), or else the last refused channel. The first confirmed subscription, probe or join, ends it. The
 // probe also runs on the first round of every connection when
 // CheckChannel is set, so that a gateway with a misconfigured ACL is
 // never ready.
+
+// slotCheck is the check channel of a Cluster master's link opened for
+// channel: check + ":" + channel's hash tag ("{...}", or the whole name in
+// braces when it has none), so that it hashes to channel's slot, which
+// that master serves. "" when check is "" or the slots differ (a channel
+// with braces but no tag). A MOVED reply to it (the slot moved on) is no
+// refusal (confirm.go).
+func slotCheck(check, channel string) string {
+	if check == "" {
+		return ""
+	}
+	tag := "{" + channel + "}"
+	if i := strings.IndexByte(channel, '{'); i >= 0 {
+		if j := strings.IndexByte(channel[i+1:], '}'); j > 0 {
+			tag = channel[i : i+j+2]
+		}
+	}
+	c := check + ":" + tag
+	if names.Slot(c) != names.Slot(channel) {
+		return ""
+	}
+	return c
+}
 
 // refusalsUnhealthy is how many subscriptions refused in a row, none
 // confirmed between, make a link refusing: one refusal may be a room the
