@@ -109,6 +109,12 @@ func (r *Redis) settleLocked(l *link, b *batch) settled {
 		}
 	}
 	l.noteLocked(l.check, &st, accepted, probeRefused)
+	if st.accepting { // subscribe the refused channels still wanted
+		for _, c := range l.chans {
+			c.refused = false
+		}
+		kick = true
+	}
 	r.met.RedisSubscribeRefused.Add(float64(len(st.refused)))
 	if kick {
 		l.kickLocked()

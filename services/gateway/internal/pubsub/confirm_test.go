@@ -290,3 +290,84 @@ func TestSlotCheck(t *testing.T) {
 		t.Errorf("slotCheck without a check channel = %q", c)
 	}
 }
+
+// A refused channel that members still hold is not sent again with every
+// other join's round (that would resend every refused room each time):
+// only on health rounds while the link is not refusing, and once a
+// refusing link's probe is accepted.
+func TestRefusedChannelRetriedOnHealthRoundsOnly(t *testing.T) {
+	r, l, _ := offline(t, "")
+	token, _, _ := round(r, l, true)
+	r.pong(l, 0, token)
+	held := subscribeAsync(r, "held")
+	token, _, _ = round(r, l, false)
+	r.serverError(l, 0, noperm)
+	r.pong(l, 0, token)
+	if err := <-held; !errors.Is(err, ErrRefused) {
+		t.Fatalf("Subscribe(held): %v, want ErrRefused", err)
+	}
+	// "held" keeps its subscriber (its members joined before the ACL
+	// changed, say).
+	other := subscribeAsync(r, "other")
+	token, sub, _ := round(r, l, false)
+	if !slices.EqualFunc(sub, [][]string{{"other"}}, slices.Equal) {
+		t.Fatalf("a join's round sent %v, want only [other]", sub)
+	}
+	r.subscription(l, 0, "subscribe", "other")
+	r.pong(l, 0, token)
+	if err := <-other; err != nil {
+		t.Fatal(err)
+	}
+	l.kickPing()
+	token, sub, _ = round(r, l, false)
+	if !slices.EqualFunc(sub, [][]string{{"held"}}, slices.Equal) {
+		t.Fatalf("a health round sent %v, want the refused [held] again", sub)
+	}
+	r.serverError(l, 0, noperm)
+	r.pong(l, 0, token)
+	_ = refuseAlone(t, r, l, "r1")
+	_ = refuseAlone(t, r, l, "r2")
+	if r.Health().OK {
+		t.Fatal("three refusals in a row left the link up")
+	}
+	l.kickPing()
+	token, sub, _ = round(r, l, false)
+	if !slices.EqualFunc(sub, [][]string{{"r2"}}, slices.Equal) {
+		t.Fatalf("a refusing link's health round sent %v, want only the probe [r2]", sub)
+	}
+	r.subscription(l, 0, "subscribe", "r2")
+	r.pong(l, 0, token)
+	if !kicked(l) {
+		t.Fatal("an accepted probe did not wake the writer")
+	}
+	if _, sub, unsub := round(r, l, false); !slices.EqualFunc(sub, [][]string{{"held"}}, slices.Equal) || !slices.Equal(unsub, []string{"r2"}) {
+		t.Fatalf("the round after the accepted probe sent %v and unsubscribed %v, want [held] and [r2]", sub, unsub)
+	}
+}
+
+// A refusing link whose probe is a channel members still hold sends that
+// channel on health rounds, and its confirmation ends refusing.
+func TestHeldProbeRetriedOnHealthRounds(t *testing.T) {
+	r, l, _ := offline(t, "")
+	token, _, _ := round(r, l, true)
+	r.pong(l, 0, token)
+	_ = refuseAlone(t, r, l, "r0")
+	_ = refuseAlone(t, r, l, "r1")
+	held := subscribeAsync(r, "held") // the third refusal: held becomes the probe
+	token, _, _ = round(r, l, false)
+	r.serverError(l, 0, noperm)
+	r.pong(l, 0, token)
+	if err := <-held; !errors.Is(err, ErrRefused) || r.Health().OK {
+		t.Fatalf("Subscribe(held): %v, health %+v; want refused and the link down", err, r.Health())
+	}
+	l.kickPing()
+	token, sub, _ := round(r, l, false)
+	if !slices.EqualFunc(sub, [][]string{{"held"}}, slices.Equal) {
+		t.Fatalf("health round sent %v, want the held probe [held]", sub)
+	}
+	r.subscription(l, 0, "subscribe", "held")
+	r.pong(l, 0, token)
+	if h := r.Health(); !h.OK {
+		t.Fatalf("health after the held probe was confirmed: %+v", h)
+	}
+}

@@ -307,7 +307,15 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 		defer r.wg.Done()
 		_ = ps.Close()
 	}()
+	return err, r.connEnded(l, gen, err), redialed
+}
+
+// connEnded marks l down after its connection gen ended with err and its
+// channels unconfirmed (messages may be lost until they are confirmed
+// again); it reports whether that connection was up.
+func (r *Redis) connEnded(l *link, gen uint64, err error) (wasUp bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	wasUp = l.up
 	if l.gen == gen {
 		l.up, l.down, l.lastErr = false, true, err.Error()
@@ -316,8 +324,7 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 			c.unconfirmLocked()
 		}
 	}
-	r.mu.Unlock()
-	return err, wasUp, redialed
+	return wasUp
 }
 
 // kickPing asks the writer for a liveness PING.
@@ -379,10 +386,22 @@ func (r *Redis) writeConn(ctx context.Context, l *link, ps *redis.PubSub, gen ui
 // marks the channels sent; r.mu is held.
 func (r *Redis) planRoundLocked(l *link, first bool) (token string, sub [][]string, unsub []string) {
 	seq := r.seq.Add(1)
+	liveness := l.pingAsked
+	l.pingAsked = false
+	// A refused channel is sent again when a Subscribe asks, and on a
+	// connection's first round and health rounds while the link is not
+	// refusing (then the probe tells, refusal.go, and a probe that a
+	// member holds goes as a channel of its own): never on every join's
+	// round, which would resend every refused room each time.
+	retryRefused := (first || liveness) && l.refusing == ""
+	probeRound := first || liveness
 	var grouped []string
 	var confirm []*channel
 	for name, c := range l.chans {
 		if _, ok := l.sent[name]; !ok {
+			if c.refused && !retryRefused && !(probeRound && name == l.probe) {
+				continue
+			}
 			if c.solo {
 				sub = append(sub, []string{name})
 			} else {
@@ -402,8 +421,6 @@ func (r *Redis) planRoundLocked(l *link, first bool) (token string, sub [][]stri
 			}
 		}
 	}
-	liveness := l.pingAsked
-	l.pingAsked = false
 	probe := l.probeLocked(l.check, first, liveness)
 	if probe != "" {
 		sub = append(sub, []string{probe})

@@ -153,6 +153,9 @@ type channel struct {
 	lost bool
 	// solo: (S)SUBSCRIBE it in a command of its own (confirm.go).
 	solo bool
+	// refused: its last (S)SUBSCRIBE was refused; sent again when a
+	// Subscribe or a health round asks (planRoundLocked).
+	refused bool
 }
 
 // outcome is one confirmation of a channel, awaited by its Subscribes:
@@ -167,7 +170,7 @@ func newOutcome() *outcome { return &outcome{done: make(chan struct{})} }
 
 // confirmLocked marks c confirmed and releases its waiters; r.mu is held.
 func (c *channel) confirmLocked() {
-	c.confirmed, c.solo = true, false
+	c.confirmed, c.solo, c.refused = true, false, false
 	close(c.ready.done)
 }
 
@@ -183,6 +186,7 @@ func (c *channel) unconfirmLocked() {
 // refuseLocked fails c's waiters with err; later Subscribes wait for
 // another attempt. r.mu is held.
 func (c *channel) refuseLocked(err error) {
+	c.refused = true
 	c.ready.err = err
 	close(c.ready.done)
 	c.ready = newOutcome()
@@ -297,7 +301,8 @@ func (r *Redis) Subscribe(ctx context.Context, name string) error {
 	l, ready := c.link, c.ready
 	if l != nil {
 		if _, sent := l.sent[name]; !sent {
-			l.kickLocked() // refused (or not sent yet): try again
+			c.refused = false // refused (or not sent yet): try again
+			l.kickLocked()
 		}
 	}
 	r.mu.Unlock()
