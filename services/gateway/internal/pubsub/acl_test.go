@@ -242,3 +242,28 @@ func TestACLRefusedOnCluster(t *testing.T) {
 		return slices.Contains(msgs, "room:{8} hi")
 	})
 }
+
+// A user that may not PING: every reply is an error, no PONG ever comes,
+// the link never counts as up and says why; the connection is failed at
+// the first PING's deadline (and redialed with backoff), not kept open.
+func TestRefusedPingKeepsLinkDown(t *testing.T) {
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: privateRedis(t)})
+	t.Cleanup(func() { admin.Close() })
+	o := aclUser(t, admin, "*")
+	if err := admin.Do(ctx, "ACL", "SETUSER", "ellipsis-noch", "-ping").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(o)
+	t.Cleanup(func() { rdb.Close() })
+	b, _ := newBrokerWith(t, RedisOptions{Client: rdb, PingInterval: time.Minute, PingTimeout: 200 * time.Millisecond})
+	waitFor(t, "the refused PING failing the connection", 5*time.Second, func() bool {
+		why := b.Health().Down["shared"]
+		return strings.Contains(why, "no PONG") && strings.Contains(why, "NOPERM")
+	})
+	before := totalConnections(t, admin)
+	waitFor(t, "the link redialing", 5*time.Second, func() bool { return totalConnections(t, admin) > before })
+	if h := b.Health(); h.OK {
+		t.Fatalf("health %+v with PING refused", h)
+	}
+}

@@ -276,7 +276,8 @@ func (r *Redis) linkClosed(l *link) {
 //   - anything else (NOPERM: an ACL refusing a channel) is the refusal of
 //     one of the commands the next PONG settles (confirm.go); it is
 //     logged with the channels it refused. Before the connection answered
-//     any PING, it is also the link's health error.
+//     any PING, it is also the link's health error (a refused PING fails
+//     the connection at its deadline: serveConn).
 func (r *Redis) serverError(l *link, gen uint64, reply string) {
 	switch f := strings.Fields(reply); {
 	case r.cluster != nil && len(f) >= 2 && (f[0] == "MOVED" || f[0] == "ASK"):

@@ -113,6 +113,14 @@ func (l *link) kickLocked() {
 	}
 }
 
+// upState reports whether l's current connection answered a PING, and
+// l's last error.
+func (l *link) upState() (bool, string) {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	return l.up, l.lastErr
+}
+
 func (l *link) isDown() bool {
 	l.r.mu.Lock()
 	defer l.r.mu.Unlock()
@@ -282,6 +290,9 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 			if l.lastReply.Load() < asked {
 				err = fmt.Errorf("no reply to PING within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT)", r.opts.PingTimeout)
 				r.met.RedisLinkTimeouts.Inc()
+			} else if up, why := l.upState(); !up {
+				// Replies, but no PONG: the PING itself was refused.
+				err = fmt.Errorf("no PONG within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT): %s", r.opts.PingTimeout, why)
 			}
 		case <-l.stall:
 			if stallCheck == nil {
