@@ -371,3 +371,44 @@ func TestHeldProbeRetriedOnHealthRounds(t *testing.T) {
 		t.Fatalf("health after the held probe was confirmed: %+v", h)
 	}
 }
+
+// A Subscribe of the probe's channel between the probe's SUBSCRIBE and
+// its PONG is settled by the probe's outcome: accepted, the channel is
+// confirmed by its own token; refused, it is sent again and refused on
+// its own.
+func TestJoinOfTheProbeInFlight(t *testing.T) {
+	for _, accepted := range []bool{true, false} {
+		r, l, _ := offline(t, "chk")
+		token, sub, _ := round(r, l, true)
+		if !slices.EqualFunc(sub, [][]string{{"chk"}}, slices.Equal) {
+			t.Fatalf("first round sent %v, want [chk]", sub)
+		}
+		res := subscribeAsync(r, "chk")
+		token2, sub2, _ := round(r, l, false) // the join's round: chk is sent already
+		if len(sub2) != 0 || token2 == "" {
+			t.Fatalf("the join's round sent %v (token %q), want only a token", sub2, token2)
+		}
+		if accepted {
+			r.subscription(l, 0, "subscribe", "chk")
+		} else {
+			r.serverError(l, 0, noperm)
+		}
+		r.pong(l, 0, token)
+		r.pong(l, 0, token2)
+		if accepted {
+			if err := <-res; err != nil {
+				t.Fatalf("Subscribe(chk) after the probe was accepted: %v", err)
+			}
+			continue
+		}
+		token3, sub3, _ := round(r, l, false)
+		if !slices.EqualFunc(sub3, [][]string{{"chk"}}, slices.Equal) {
+			t.Fatalf("after the refused probe the round sent %v, want [chk] again", sub3)
+		}
+		r.serverError(l, 0, noperm)
+		r.pong(l, 0, token3)
+		if err := <-res; !errors.Is(err, ErrRefused) {
+			t.Fatalf("Subscribe(chk) after the refused probe: %v, want ErrRefused", err)
+		}
+	}
+}

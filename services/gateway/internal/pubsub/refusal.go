@@ -101,9 +101,7 @@ func (l *link) settleProbeLocked(probe, reason string) (accepted, refused, kick 
 	if l.acked[probe] {
 		return true, false, !wanted
 	}
-	if !wanted {
-		delete(l.sent, probe)
-	}
+	delete(l.sent, probe) // a join of it meanwhile sends it again
 	return false, reason != "", wanted
 }
 
