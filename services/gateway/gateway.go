@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,8 +169,11 @@ func New(opts Options) (*Server, error) {
 	// The client only hosts the Pub/Sub broker's connections (which redial
 	// with their own jittered backoff, internal/pubsub) and the start-up
 	// PING: no go-redis retries, so a failure is seen at once with its real
-	// cause (connection refused) instead of after retry backoffs.
-	redisOpt.Tune(redisconn.Tuning{MaxRetries: -1})
+	// cause (connection refused) instead of after retry backoffs; call
+	// contexts bound each call, dial and handshake included, so that the
+	// start-up PING of a Redis that accepts TCP and never answers ends
+	// within redisPingTimeout.
+	redisOpt.Tune(redisconn.Tuning{MaxRetries: -1, ContextTimeoutEnabled: true})
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -300,6 +304,7 @@ func (s *Server) Start(ctx context.Context) error {
 		WatchMaster:  s.watchMaster(),
 		PingInterval: s.cfg.PubSubPingInterval,
 		PingTimeout:  s.cfg.PubSubPingTimeout,
+		CheckChannel: aclCheckChannel(s.names),
 		Metrics:      s.met,
 		Logger:       s.log.Named("pubsub"),
 	})
@@ -514,4 +519,14 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// aclCheckChannel is the channel every Redis Pub/Sub connection of the
+// gateway subscribes once to learn whether Redis accepts room channels
+// (pubsub.RedisOptions.CheckChannel): "<prefix>chat:room:acl-check". It
+// matches the room channels' ACL pattern ("&<prefix>chat:room:*") and is
+// no room's channel (those end in a {hash tag}), so no client joins it
+// and no worker publishes on it.
+func aclCheckChannel(n names.Names) string {
+	return strings.TrimSuffix(n.RoomChannel(""), names.RoomTag("")) + "acl-check"
 }

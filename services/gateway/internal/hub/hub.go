@@ -59,8 +59,13 @@ import (
 // Errors of [Hub.Join] and [Hub.Sync].
 var (
 	// ErrUnavailable: the room's subscription could not be confirmed in
-	// time (Redis down or slow); clients get error unavailable.
+	// time (Redis down or slow) or was refused; clients get error
+	// unavailable.
 	ErrUnavailable = errors.New("hub: room subscription unavailable")
+	// ErrRefused is [pubsub.ErrRefused]: Redis refused the room channel's
+	// subscription (an ACL without the room channels' pattern). Errors
+	// wrapping it wrap ErrUnavailable too.
+	ErrRefused = pubsub.ErrRefused
 	// ErrSnapshot wraps the snapshot request's error (presence.Reason
 	// tells why).
 	ErrSnapshot = errors.New("hub: snapshot unavailable")

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,6 +214,38 @@ func TestSyncErrorsUndoTheJoin(t *testing.T) {
 	}
 	if len(m.frames()) != 0 || f.h.Members("r") != 0 {
 		t.Fatalf("frames %q, members %d", m.frames(), f.h.Members("r"))
+	}
+}
+
+// A join whose subscription Redis refused (an ACL without the room
+// channels' pattern) fails with ErrRefused and ErrUnavailable, sends no
+// frame, keeps neither the membership nor the subscription, and a later
+// join subscribes again.
+func TestRefusedSubscriptionFailsTheJoin(t *testing.T) {
+	f := newFixture(t, 0)
+	var refused atomic.Bool
+	refused.Store(true)
+	f.b.Hook = func(context.Context, string) error {
+		if refused.Load() {
+			return fmt.Errorf("%w: NOPERM (test)", pubsub.ErrRefused)
+		}
+		return nil
+	}
+	m := &member{user: "a"}
+	err := f.h.Sync(context.Background(), SyncJoin, "r", m, "j", nil)
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err %v, want ErrRefused and ErrUnavailable", err)
+	}
+	if len(m.frames()) != 0 || f.h.Members("r") != 0 || len(f.b.Subscribed()) != 0 {
+		t.Fatalf("refused join left frames %q, members %d, channels %v", m.frames(), f.h.Members("r"), f.b.Subscribed())
+	}
+	refused.Store(false)
+	f.join(t, "r", m)
+	if got := m.frames(); len(got) != 1 || !strings.Contains(got[0], `"joined"`) {
+		t.Fatalf("frames after the retried join %q, want one joined", got)
+	}
+	if subs := f.b.Subscribed(); len(subs) != 1 || subs[0] != f.n.RoomChannel("r") {
+		t.Fatalf("channels after the retried join %v", subs)
 	}
 }
 

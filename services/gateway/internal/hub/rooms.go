@@ -84,8 +84,9 @@ func (h *Hub) lookup(name string) *room {
 // subscriber of the room's channel and waits, bounded by ctx, until the
 // broker confirmed the subscription. existed reports whether m was a
 // member already. On error m is not added (an existing membership is kept
-// and its hold released) and the error wraps [ErrUnavailable] or is
-// [ErrClosed].
+// and its hold released), its subscriber count is dropped (a later join
+// subscribes again), and the error wraps [ErrUnavailable] (and
+// [ErrRefused] when Redis refused the subscription) or is [ErrClosed].
 func (h *Hub) Join(ctx context.Context, name string, m Member) (hd *Hold, existed bool, err error) {
 	if h.closed.Load() {
 		return nil, false, ErrClosed
@@ -114,7 +115,7 @@ func (h *Hub) Join(ctx context.Context, name string, m Member) (hd *Hold, existe
 	}
 	if err := h.broker.Subscribe(ctx, h.opts.Names.RoomChannel(name)); err != nil {
 		h.Leave(name, m)
-		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return nil, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return hd, false, nil
 }

@@ -28,9 +28,10 @@ type Metrics struct {
 	// RedisLinks is the number of Redis Pub/Sub connections of the hub: 1,
 	// or one per Cluster master with sharded Pub/Sub.
 	RedisLinks prometheus.Gauge
-	// RedisLinksDown is the number of those links that are down now: a
-	// connection was lost or failed and none answered a PING since (the
-	// links /readyz reports; 0 when all are up).
+	// RedisLinksDown is the number of those links that are not up now: no
+	// connection answered its first PING yet, or one was lost or failed
+	// and none answered since, or the link is refusing room channel
+	// subscriptions (the links /readyz reports; 0 when all are up).
 	RedisLinksDown prometheus.Gauge
 	// RedisChannelMoves counts room channels resubscribed on another
 	// Cluster master after their slot moved (resharding, failover).
@@ -38,6 +39,11 @@ type Metrics struct {
 	// RedisLinkTimeouts counts Pub/Sub connections closed because they
 	// missed a health PING (ELLIPSIS_PUBSUB_PING_TIMEOUT).
 	RedisLinkTimeouts prometheus.Counter
+	// RedisSubscribeRefused counts room channel (S)SUBSCRIBEs that Redis
+	// answered with an error reply (a NOPERM from an ACL without the room
+	// channels' pattern): one per channel and attempt; each fails the joins
+	// waiting on it with unavailable.
+	RedisSubscribeRefused prometheus.Counter
 	// RateLimited counts inbound frames rejected by the per-connection token bucket.
 	RateLimited prometheus.Counter
 	// AbuseCloses counts connections closed with 1008 for sustained inbound
@@ -78,18 +84,19 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return prometheus.Opts{Namespace: Namespace, Subsystem: Subsystem, Name: name, Help: help}
 	}
 	m := &Metrics{
-		Connections:        prometheus.NewGauge(prometheus.GaugeOpts(opts("connections", "Open WebSocket connections."))),
-		JoinedRooms:        prometheus.NewGauge(prometheus.GaugeOpts(opts("joined_rooms", "Joined (connection, room) pairs."))),
-		RedisSubscriptions: prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_subscriptions", "Room channels subscribed on Redis Pub/Sub."))),
-		RedisLinks:         prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links", "Redis Pub/Sub connections: 1, or one per Cluster master with sharded Pub/Sub."))),
-		RedisLinksDown:     prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links_down", "Redis Pub/Sub connections down now (lost or failed, no PING answered since); /readyz is 503 while it is above 0."))),
-		RedisChannelMoves:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_channel_moves_total", "Room channels resubscribed on another Redis Cluster master after their slot moved."))),
-		RedisLinkTimeouts:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_pubsub_ping_timeouts_total", "Redis Pub/Sub connections closed and redialed after missing a health PING."))),
-		RateLimited:        prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
-		AbuseCloses:        prometheus.NewCounter(prometheus.CounterOpts(opts("abuse_closes_total", "Connections closed with 1008 for sustained inbound abuse (too many rate-limited frames within 10 s)."))),
-		SlowConsumerCloses: prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because their outbound queue was full."))),
-		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Room resyncs (a snapshot pushed to the room's members) after a Redis link or NATS reconnect."))),
-		EventsDropped:      prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
+		Connections:           prometheus.NewGauge(prometheus.GaugeOpts(opts("connections", "Open WebSocket connections."))),
+		JoinedRooms:           prometheus.NewGauge(prometheus.GaugeOpts(opts("joined_rooms", "Joined (connection, room) pairs."))),
+		RedisSubscriptions:    prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_subscriptions", "Room channels subscribed on Redis Pub/Sub."))),
+		RedisLinks:            prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links", "Redis Pub/Sub connections: 1, or one per Cluster master with sharded Pub/Sub."))),
+		RedisLinksDown:        prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links_down", "Redis Pub/Sub connections not up now (never answered a PING yet, lost or failed with none answered since, or refusing room channel subscriptions); /readyz is 503 while it is above 0."))),
+		RedisChannelMoves:     prometheus.NewCounter(prometheus.CounterOpts(opts("redis_channel_moves_total", "Room channels resubscribed on another Redis Cluster master after their slot moved."))),
+		RedisLinkTimeouts:     prometheus.NewCounter(prometheus.CounterOpts(opts("redis_pubsub_ping_timeouts_total", "Redis Pub/Sub connections closed and redialed after missing a health PING."))),
+		RedisSubscribeRefused: prometheus.NewCounter(prometheus.CounterOpts(opts("redis_subscribe_refused_total", "Room channel (S)SUBSCRIBEs Redis answered with an error reply (e.g. NOPERM: the ACL lacks the room channels' pattern); the joins waiting on them get unavailable."))),
+		RateLimited:           prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
+		AbuseCloses:           prometheus.NewCounter(prometheus.CounterOpts(opts("abuse_closes_total", "Connections closed with 1008 for sustained inbound abuse (too many rate-limited frames within 10 s)."))),
+		SlowConsumerCloses:    prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because their outbound queue was full."))),
+		Resyncs:               prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Room resyncs (a snapshot pushed to the room's members) after a Redis link or NATS reconnect."))),
+		EventsDropped:         prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
 		DeliveryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Subsystem: Subsystem, Name: "delivery_delay_seconds",
 			Help:    "Delay from a room event's ts_ms (worker publish time, Redis TIME) to the frame written to a client socket, in seconds; one observation per frame.",
@@ -103,7 +110,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		snapshots: newSnapshotsVec(),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
+		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.RedisSubscribeRefused, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
 		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands, m.snapshots,
 	} {
 		if err := reg.Register(c); err != nil {

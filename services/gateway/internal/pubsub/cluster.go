@@ -58,7 +58,7 @@ func (r *Redis) placeOrphan(ctx context.Context, name string) error {
 	}
 	l := r.links[addr]
 	if l == nil {
-		l = r.newLinkLocked(addr, node)
+		l = r.newLinkLocked(addr, node, name)
 		r.links[addr] = l
 		r.startLinkLocked(l)
 		r.log.Info("redis cluster pubsub link opened", zap.String("master", addr))
@@ -71,6 +71,7 @@ func (r *Redis) placeOrphan(ctx context.Context, name string) error {
 // when a master dropped some, and every rebalanceInterval.
 func (r *Redis) rebalanceLoop() {
 	defer r.wg.Done()
+	r.probeCluster() // Health is down until the Cluster first answered
 	t := time.NewTicker(rebalanceInterval)
 	defer t.Stop()
 	var waitingSince time.Time
@@ -114,6 +115,8 @@ func (r *Redis) rebalanceLoop() {
 // probeCluster PINGs the Cluster (a node go-redis picks), bounded by
 // PingTimeout, and caches the outcome for Health: with no room joined
 // there is no link whose health would tell whether Redis is reachable.
+// It runs at Start and every rebalanceInterval; until the first answer,
+// Health is down (errNeverUp).
 func (r *Redis) probeCluster() {
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.PingTimeout)
 	err := r.cluster.Ping(ctx).Err()
@@ -180,7 +183,7 @@ func (r *Redis) rebalance(force bool) (moved, pending int) {
 		}
 		l := r.links[addr]
 		if l == nil {
-			l = r.newLinkLocked(addr, nodes[addr])
+			l = r.newLinkLocked(addr, nodes[addr], name)
 			r.links[addr] = l
 			r.startLinkLocked(l)
 			r.log.Info("redis cluster pubsub link opened", zap.String("master", addr))
@@ -263,13 +266,19 @@ func (r *Redis) linkClosed(l *link) {
 	r.askRebalance()
 }
 
-// serverError handles an error reply on a link (the connection is fine):
+// serverError handles an error reply on connection gen of l (the
+// connection is fine):
 //
 //   - MOVED / ASK (Cluster): an SSUBSCRIBE went to a master that no longer
 //     serves the slot: the link's channels of that slot become orphans.
 //   - CROSSSLOT: an SSUBSCRIBE spanned slots; the link subscribes its
 //     channels again one slot at a time.
-func (r *Redis) serverError(l *link, reply string) {
+//   - anything else (NOPERM: an ACL refusing a channel) is the refusal of
+//     one of the commands the next PONG settles (confirm.go); it is
+//     logged with the channels it refused. Before the connection answered
+//     any PING, it is also the link's health error (a refused PING fails
+//     the connection at its deadline: serveConn).
+func (r *Redis) serverError(l *link, gen uint64, reply string) {
 	switch f := strings.Fields(reply); {
 	case r.cluster != nil && len(f) >= 2 && (f[0] == "MOVED" || f[0] == "ASK"):
 		slot, err := strconv.Atoi(f[1])
@@ -295,15 +304,21 @@ func (r *Redis) serverError(l *link, reply string) {
 		r.mu.Lock()
 		clear(l.sent)
 		for _, c := range l.chans {
-			if c.confirmed {
-				c.confirmed, c.lost = false, true
-				c.ready = make(chan struct{})
-			}
+			c.unconfirmLocked()
 		}
 		l.kickLocked()
 		r.mu.Unlock()
 		r.log.Info("resubscribing a redis pubsub link one slot at a time after a CROSSSLOT reply", zap.String("link", l.name()))
 		return
 	}
-	r.log.Warn("redis pubsub error reply", zap.String("link", l.name()), zap.String("reply", reply))
+	r.mu.Lock()
+	if l.gen == gen {
+		if l.batchErr == "" {
+			l.batchErr = reply
+		}
+		if !l.up {
+			l.lastErr = "error reply: " + reply
+		}
+	}
+	r.mu.Unlock()
 }

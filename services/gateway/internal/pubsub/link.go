@@ -22,26 +22,38 @@ type link struct {
 	addr string
 	// node is the Cluster master's client (nil for the shared link).
 	node *redis.Client
+	// check is the channel this link's connections check first
+	// (refusal.go); "" for none.
+	check string
 	// kick (capacity 1) wakes the writer: the channels changed.
 	kick chan struct{}
 	// redialCh (capacity 1) makes the supervisor abandon the connection.
 	redialCh chan string
 
 	chans map[string]*channel // assigned to this link
-	// sent: channels (S)SUBSCRIBEd on the current connection.
-	sent map[string]bool
+	// sent: channels (S)SUBSCRIBEd on the current connection, with the
+	// PING token that follows their command (confirm.go).
+	sent map[string]sentSub
+	// acked: channels whose subscribe reply was read on the current
+	// connection (cleared by their unsubscribe reply).
+	acked map[string]bool
 	// unsubPending counts our own SUNSUBSCRIBEs whose confirmation has not
 	// come back, to tell them from a master's (a slot move).
 	unsubPending map[string]int
-	// tokens: PING token -> the channels it confirms (nil slice: only
-	// liveness), for the current connection.
-	tokens  map[string][]*channel
-	gen     uint64 // connection generation; replies of older ones are ignored
-	up      bool   // the current connection answered its first PING
-	down    bool   // a connection was lost or failed, none is up yet
-	everUp  bool
-	lastErr string
-	removed bool // dropped from Redis.links (Cluster): the supervisor ends
+	// tokens: PING token -> what its PONG settles, for the current
+	// connection; pingAsked: the writer owes a liveness PING.
+	tokens    map[string]*batch
+	pingAsked bool
+	// batchErr is the first error reply other than a routing one (MOVED,
+	// ASK, CROSSSLOT) read since the last PONG of the current connection:
+	// the refusal of one of the commands the next PONG settles.
+	batchErr string
+	gen      uint64 // connection generation; replies of older ones are ignored
+	up       bool   // the current connection answered its first PING
+	down     bool   // a connection was lost or failed, none is up yet
+	lastErr  string
+	removed  bool // dropped from Redis.links (Cluster): the supervisor ends
+	refusals      // refusal state, kept across connections (refusal.go)
 
 	lastReply atomic.Int64 // unix ns of the last reply read, any kind; no lock
 	// awaiting is the unix ns at which the writer sent a PING token (a
@@ -55,17 +67,30 @@ type link struct {
 	stall chan struct{}
 }
 
-func (r *Redis) newLinkLocked(addr string, node *redis.Client) *link {
+// newLinkLocked makes the link of master addr (Cluster, with its client
+// node and first channel) or the shared one (addr "", node nil); r.mu is
+// held.
+func (r *Redis) newLinkLocked(addr string, node *redis.Client, first string) *link {
+	check := r.opts.CheckChannel
+	if node != nil {
+		check = slotCheck(check, first)
+	}
 	return &link{
-		r: r, addr: addr, node: node,
+		r: r, addr: addr, node: node, check: check,
 		kick: make(chan struct{}, 1), redialCh: make(chan string, 1), stall: make(chan struct{}, 1),
-		chans: map[string]*channel{}, sent: map[string]bool{},
-		unsubPending: map[string]int{}, tokens: map[string][]*channel{},
+		chans: map[string]*channel{}, sent: map[string]sentSub{}, acked: map[string]bool{},
+		unsubPending: map[string]int{}, tokens: map[string]*batch{},
+		lastErr: errNeverUp,
 	}
 }
 
+// errNeverUp is the health error of a link none of whose connections
+// answered its first PING yet.
+const errNeverUp = "connecting: no reply to the first PING yet"
+
 func (r *Redis) startLinkLocked(l *link) {
 	r.met.RedisLinks.Set(float64(len(r.links)))
+	r.countDownLocked()
 	if !r.started || r.closed {
 		return
 	}
@@ -86,6 +111,14 @@ func (l *link) kickLocked() {
 	case l.kick <- struct{}{}:
 	default:
 	}
+}
+
+// upState reports whether l's current connection answered a PING, and
+// l's last error.
+func (l *link) upState() (bool, string) {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	return l.up, l.lastErr
 }
 
 func (l *link) isDown() bool {
@@ -219,8 +252,10 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 	gen := l.gen
 	l.awaiting.Store(0)
 	clear(l.sent)
+	clear(l.acked)
 	clear(l.unsubPending)
 	clear(l.tokens)
+	l.pingAsked, l.batchErr, l.probing = false, "", ""
 	r.mu.Unlock()
 
 	done := make(chan error, 2) // the reader's and the writer's end
@@ -229,8 +264,10 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 	go func() { defer r.wg.Done(); done <- r.writeConn(gctx, l, ps, gen) }()
 
 	ping := time.NewTicker(r.opts.PingInterval)
-	var deadline <-chan time.Time
-	var asked int64
+	// The first PING (dial and handshake included) is due within
+	// PingTimeout, like every health PING.
+	asked := time.Now().UnixNano()
+	deadline := time.After(r.opts.PingTimeout)
 	var stallCheck <-chan time.Time // armed while a request is awaited
 	for err == nil {
 		select {
@@ -253,6 +290,9 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 			if l.lastReply.Load() < asked {
 				err = fmt.Errorf("no reply to PING within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT)", r.opts.PingTimeout)
 				r.met.RedisLinkTimeouts.Inc()
+			} else if up, why := l.upState(); !up {
+				// Replies, but no PONG: the PING itself was refused.
+				err = fmt.Errorf("no PONG within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT): %s", r.opts.PingTimeout, why)
 			}
 		case <-l.stall:
 			if stallCheck == nil {
@@ -278,34 +318,40 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 		defer r.wg.Done()
 		_ = ps.Close()
 	}()
+	return err, r.connEnded(l, gen, err), redialed
+}
+
+// connEnded marks l down after its connection gen ended with err and its
+// channels unconfirmed (messages may be lost until they are confirmed
+// again); it reports whether that connection was up.
+func (r *Redis) connEnded(l *link, gen uint64, err error) (wasUp bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	wasUp = l.up
 	if l.gen == gen {
 		l.up, l.down, l.lastErr = false, true, err.Error()
 		r.countDownLocked()
 		for _, c := range l.chans {
-			if c.confirmed {
-				c.confirmed, c.lost = false, true
-				c.ready = make(chan struct{})
-			}
+			c.unconfirmLocked()
 		}
 	}
-	r.mu.Unlock()
-	return err, wasUp, redialed
+	return wasUp
 }
 
-// kickPing asks the writer for a liveness PING (the "?" entry of tokens).
+// kickPing asks the writer for a liveness PING.
 func (l *link) kickPing() {
 	l.r.mu.Lock()
-	l.tokens["?"] = nil // marker: the writer sends a liveness PING
+	l.pingAsked = true
 	l.kickLocked()
 	l.r.mu.Unlock()
 }
 
 // writeConn is the writer of one connection: on every kick it sends the
 // difference between the channels assigned to the link and those sent on
-// this connection (one command per hash slot), then a PING whose token
-// confirms them. The first round (with no channels, a bare PING) dials.
+// this connection (one command per hash slot, or per channel for those
+// marked solo, and the link's probe on a health round: refusal.go), then
+// a PING whose token settles them (confirm.go). The first round (with no
+// channels, a bare PING) dials.
 func (r *Redis) writeConn(ctx context.Context, l *link, ps *redis.PubSub, gen uint64) error {
 	first := true
 	for {
@@ -321,33 +367,7 @@ func (r *Redis) writeConn(ctx context.Context, l *link, ps *redis.PubSub, gen ui
 			r.mu.Unlock()
 			return nil
 		}
-		var sub, unsub []string
-		var confirm []*channel
-		for name, c := range l.chans {
-			if !l.sent[name] {
-				sub = append(sub, name)
-				l.sent[name] = true
-			}
-			if !c.confirmed {
-				confirm = append(confirm, c)
-			}
-		}
-		for name := range l.sent {
-			if l.chans[name] == nil {
-				unsub = append(unsub, name)
-				delete(l.sent, name)
-				if r.opts.Sharded {
-					l.unsubPending[name]++
-				}
-			}
-		}
-		_, liveness := l.tokens["?"]
-		delete(l.tokens, "?")
-		var token string
-		if first || liveness || len(sub)+len(unsub)+len(confirm) > 0 {
-			token = "ellipsis-ready:" + strconv.FormatUint(r.seq.Add(1), 10)
-			l.tokens[token] = confirm
-		}
+		token, sub, unsub := r.planRoundLocked(l, first)
 		r.mu.Unlock()
 		first = false
 		// Each write is bounded by go-redis's WriteTimeout (and a dial by
@@ -357,7 +377,7 @@ func (r *Redis) writeConn(ctx context.Context, l *link, ps *redis.PubSub, gen ui
 				return err
 			}
 		}
-		for _, g := range r.groups(sub) {
+		for _, g := range sub {
 			if err := r.subscribe(ctx, ps, g); err != nil {
 				return err
 			}
@@ -369,6 +389,65 @@ func (r *Redis) writeConn(ctx context.Context, l *link, ps *redis.PubSub, gen ui
 			}
 		}
 	}
+}
+
+// planRoundLocked is one round of the writer: the (S)SUBSCRIBE commands
+// to send (each a group of channels), the channels to UNSUBSCRIBE, and the
+// PING token that follows them ("" when there is nothing to send). It
+// marks the channels sent; r.mu is held.
+func (r *Redis) planRoundLocked(l *link, first bool) (token string, sub [][]string, unsub []string) {
+	seq := r.seq.Add(1)
+	liveness := l.pingAsked
+	l.pingAsked = false
+	// A refused channel is sent again when a Subscribe asks, and on a
+	// connection's first round and health rounds while the link is not
+	// refusing (then the probe tells, refusal.go, and a probe that a
+	// member holds goes as a channel of its own): never on every join's
+	// round, which would resend every refused room each time.
+	retryRefused := (first || liveness) && l.refusing == ""
+	probeRound := first || liveness
+	var grouped []string
+	var confirm []*channel
+	for name, c := range l.chans {
+		if _, ok := l.sent[name]; !ok {
+			if c.refused && !retryRefused && !(probeRound && name == l.probe) {
+				continue
+			}
+			if c.solo {
+				sub = append(sub, []string{name})
+			} else {
+				grouped = append(grouped, name)
+			}
+		}
+		if !c.confirmed {
+			confirm = append(confirm, c)
+		}
+	}
+	for name := range l.sent {
+		if l.chans[name] == nil && name != l.probing {
+			unsub = append(unsub, name)
+			delete(l.sent, name)
+			if r.opts.Sharded {
+				l.unsubPending[name]++
+			}
+		}
+	}
+	probe := l.probeLocked(l.check, first, liveness)
+	if probe != "" {
+		sub = append(sub, []string{probe})
+		l.probing = probe
+	}
+	sub = append(sub, r.groups(grouped)...)
+	for _, g := range sub {
+		for _, name := range g {
+			l.sent[name] = sentSub{seq: seq, grouped: len(g) > 1}
+		}
+	}
+	if first || liveness || len(sub)+len(unsub)+len(confirm) > 0 {
+		token = "ellipsis-ready:" + strconv.FormatUint(seq, 10)
+		l.tokens[token] = &batch{seq: seq, chans: confirm, probe: probe}
+	}
+	return token, sub, unsub
 }
 
 func (r *Redis) subscribe(ctx context.Context, ps *redis.PubSub, g []string) error {
@@ -398,7 +477,7 @@ func (r *Redis) readConn(ctx context.Context, l *link, ps *redis.PubSub, gen uin
 			if errors.As(err, &reply) {
 				l.lastReply.Store(time.Now().UnixNano())
 				l.awaiting.Store(0)
-				r.serverError(l, reply.Error())
+				r.serverError(l, gen, reply.Error())
 				continue
 			}
 			return err
@@ -411,40 +490,52 @@ func (r *Redis) readConn(ctx context.Context, l *link, ps *redis.PubSub, gen uin
 		case *redis.Pong:
 			r.pong(l, gen, m.Payload)
 		case *redis.Subscription:
-			if m.Kind == "sunsubscribe" {
-				r.dropped(l, m.Channel)
-			}
+			r.subscription(l, gen, m.Kind, m.Channel)
 		}
 	}
 }
 
-// pong handles the reply to a PING token: the channels it confirms are
-// confirmed (waiters released), the link is up, and channels that had been
-// lost are reported restored.
+// subscription records a (un)subscribe reply of connection gen: a
+// subscribe acknowledges the channel for its PONG (confirm.go); a
+// server-sent sunsubscribe may be a slot move (dropped).
+func (r *Redis) subscription(l *link, gen uint64, kind, name string) {
+	r.mu.Lock()
+	if l.gen == gen {
+		switch kind {
+		case "subscribe", "ssubscribe":
+			l.acked[name] = true
+		case "unsubscribe", "sunsubscribe":
+			delete(l.acked, name)
+		}
+	}
+	r.mu.Unlock()
+	if kind == "sunsubscribe" {
+		r.dropped(l, name)
+	}
+}
+
+// pong handles the reply to a PING token: the link is up, the channels the
+// token settles are confirmed (waiters released) or refused (waiters
+// failed, confirm.go), and channels that had been lost are reported
+// restored.
 func (r *Redis) pong(l *link, gen uint64, token string) {
 	r.mu.Lock()
-	cs, ok := l.tokens[token]
+	b, ok := l.tokens[token]
 	if !ok || l.gen != gen {
 		r.mu.Unlock()
 		return
 	}
 	delete(l.tokens, token)
 	wasDown := l.down
-	l.up, l.down, l.everUp, l.lastErr = true, false, true, ""
+	l.up, l.down, l.lastErr = true, false, ""
+	st := r.settleLocked(l, b)
 	r.countDownLocked()
-	var confirmed []*channel
-	for _, c := range cs {
-		if c.link == l && l.sent[c.name] && !c.confirmed {
-			c.confirmed = true
-			close(c.ready)
-			confirmed = append(confirmed, c)
-		}
-	}
-	restored := restoredLocked(confirmed)
+	restored := restoredLocked(st.confirmed)
 	r.mu.Unlock()
 	if wasDown {
 		r.log.Info("redis pubsub connection restored", zap.String("link", l.name()))
 	}
+	r.reportSettled(l, st)
 	if len(restored) > 0 {
 		r.log.Info("redis pubsub channels restored; resyncing rooms", zap.String("link", l.name()), zap.Int("channels", len(restored)))
 		r.h.HandleRestored(restored)

@@ -19,6 +19,7 @@ type Memory struct {
 	closed bool
 	// Hook, when set, runs at the start of every Subscribe (tests use it
 	// to make confirmations slow or fail); it may block until ctx ends.
+	// Subscribe's error wraps ErrUnavailable and the hook's error.
 	Hook func(ctx context.Context, channel string) error
 }
 
@@ -48,7 +49,7 @@ func (m *Memory) Subscribe(ctx context.Context, channel string) error {
 	}
 	if hook != nil {
 		if err := hook(ctx, channel); err != nil {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -21,6 +21,10 @@ var (
 	// ErrUnavailable: the subscription is not confirmed (its link is down,
 	// or the server did not confirm it before the caller's deadline).
 	ErrUnavailable = errors.New("pubsub: subscription unavailable")
+	// ErrRefused: the server answered the channel's (S)SUBSCRIBE with an
+	// error reply (an ACL without the channel's pattern: NOPERM). Errors
+	// wrapping it wrap [ErrUnavailable] too.
+	ErrRefused = errors.New("pubsub: subscription refused by the server")
 	// ErrClosed: the broker is closed.
 	ErrClosed = errors.New("pubsub: closed")
 )
@@ -53,7 +57,8 @@ type Broker interface {
 	// server confirmed the subscription (at once when it is confirmed
 	// already), bounded by ctx. It returns an error wrapping
 	// [ErrUnavailable] when ctx ends first or the channel's link is known
-	// to be down, or [ErrClosed]. It never holds a lock across the wait.
+	// to be down, wrapping [ErrRefused] too when the server refused the
+	// subscription, or [ErrClosed]. It never holds a lock across the wait.
 	Subscribe(ctx context.Context, channel string) error
 	// Unsubscribe drops one subscriber of channel; the last one's
 	// UNSUBSCRIBE is sent in the background. It never blocks on the
@@ -69,7 +74,8 @@ type Broker interface {
 
 // Health is the cached state of a broker's links.
 type Health struct {
-	// OK is false while any link is down.
+	// OK is false while any link is down: it has not answered its first
+	// PING yet, lost its connection, or is refusing subscriptions.
 	OK bool
 	// Links is how many links exist; Down lists the down ones ("shared",
 	// or a Cluster master's address) with the last error.

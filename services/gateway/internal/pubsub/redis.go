@@ -13,6 +13,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // Defaults of [RedisOptions] zero values (ELLIPSIS_PUBSUB_PING_INTERVAL and
@@ -51,10 +52,19 @@ type RedisOptions struct {
 	// long a link may stay silent after a PING before it is closed and
 	// redialed (a silent partition: no reset, no data); a subscription
 	// batch unanswered for PingTimeout counts the same. A new connection
-	// must answer its first PING within PingInterval + PingTimeout,
-	// dial and handshake included. Zero means DefaultPingInterval and
-	// DefaultPingTimeout.
+	// must answer its first PING within PingTimeout, dial and handshake
+	// included; until one did, the link counts as down. Zero means
+	// DefaultPingInterval and DefaultPingTimeout.
 	PingInterval, PingTimeout time.Duration
+	// CheckChannel, when set, is a channel the first round of every
+	// connection SUBSCRIBEs and then UNSUBSCRIBEs, so that a server
+	// refusing such channels (an ACL without their pattern) marks the link
+	// refusing, down for Health, before any Subscribe (refusal.go). The
+	// gateway passes a room channel no client can join. With sharded
+	// Pub/Sub on Cluster, a master's link checks CheckChannel + ":" + the
+	// hash tag of the first channel it was opened for, a channel of a slot
+	// that master serves (slotCheck).
+	CheckChannel string
 	// Metrics must not be nil.
 	Metrics *metrics.Metrics
 	// Logger may be nil (no logs).
@@ -77,8 +87,11 @@ type RedisOptions struct {
 // # Confirmation
 //
 // After a batch of (UN)SUBSCRIBEs the writer sends PING with a unique
-// token; Redis answers in order, so its PONG confirms the batch. Subscribe
-// waits for that on a per-channel channel, bounded by the caller's ctx.
+// token; Redis answers in order, so its PONG settles the batch: each
+// channel whose subscribe reply came before it is confirmed, one whose
+// command got an error reply is refused (confirm.go, refusal.go).
+// Subscribe waits for that on a per-channel outcome, bounded by the
+// caller's ctx.
 //
 // # Health
 //
@@ -89,8 +102,10 @@ type RedisOptions struct {
 // any kind within PingTimeout of it and the link is stalled (link.stalled)
 // — Subscribe then fails at once and the connection is redialed — so a
 // client joining many rooms of a frozen Redis does not wait for each
-// join's own deadline until the next health PING. Health() reports the
-// state cached by the links.
+// join's own deadline until the next health PING. A link counts as down
+// until its connection answered its first PING, and while it refuses
+// subscriptions (refusal.go). Health() reports the state cached by the
+// links.
 //
 // # Lock order
 //
@@ -104,6 +119,8 @@ type Redis struct {
 	cluster *redis.ClusterClient // sharded Pub/Sub on Cluster: one link per master
 	h       Handler
 	seq     atomic.Uint64 // PING tokens
+	// refusedLog limits refusal logs to one a minute per channel.
+	refusedLog *ratelog.Logger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -130,10 +147,49 @@ type channel struct {
 	from      string
 	orphan    bool
 	confirmed bool
-	ready     chan struct{} // closed when confirmed; a new one when unconfirmed
+	ready     *outcome // the pending confirmation; done once confirmed
 	// lost: it was confirmed, then messages may have been lost; reported
 	// to HandleRestored when confirmed again.
 	lost bool
+	// solo: (S)SUBSCRIBE it in a command of its own (confirm.go).
+	solo bool
+	// refused: its last (S)SUBSCRIBE was refused; sent again when a
+	// Subscribe or a health round asks (planRoundLocked).
+	refused bool
+}
+
+// outcome is one confirmation of a channel, awaited by its Subscribes:
+// done is closed once the server confirmed (err nil) or refused it; err is
+// written before.
+type outcome struct {
+	done chan struct{}
+	err  error
+}
+
+func newOutcome() *outcome { return &outcome{done: make(chan struct{})} }
+
+// confirmLocked marks c confirmed and releases its waiters; r.mu is held.
+func (c *channel) confirmLocked() {
+	c.confirmed, c.solo, c.refused = true, false, false
+	close(c.ready.done)
+}
+
+// unconfirmLocked marks a confirmed c as no longer confirmed, its messages
+// possibly lost; r.mu is held.
+func (c *channel) unconfirmLocked() {
+	if c.confirmed {
+		c.confirmed, c.lost = false, true
+		c.ready = newOutcome()
+	}
+}
+
+// refuseLocked fails c's waiters with err; later Subscribes wait for
+// another attempt. r.mu is held.
+func (c *channel) refuseLocked(err error) {
+	c.refused = true
+	c.ready.err = err
+	close(c.ready.done)
+	c.ready = newOutcome()
 }
 
 var _ Broker = (*Redis)(nil)
@@ -153,13 +209,15 @@ func NewRedis(opts RedisOptions) *Redis {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Redis{
 		opts: opts, log: log, met: opts.Metrics, ctx: ctx, cancel: cancel,
-		chans: map[string]*channel{}, links: map[string]*link{},
+		refusedLog: ratelog.New(log, time.Minute),
+		chans:      map[string]*channel{}, links: map[string]*link{},
 		rebalanceCh: make(chan struct{}, 1),
 	}
 	if cc, ok := opts.Client.(*redis.ClusterClient); ok && opts.Sharded {
 		r.cluster = cc
+		r.probeErr = errNeverUp
 	} else {
-		r.links[""] = r.newLinkLocked("", nil)
+		r.links[""] = r.newLinkLocked("", nil, "")
 	}
 	return r
 }
@@ -224,7 +282,7 @@ func (r *Redis) Subscribe(ctx context.Context, name string) error {
 	}
 	c := r.chans[name]
 	if c == nil {
-		c = &channel{name: name, ready: make(chan struct{})}
+		c = &channel{name: name, ready: newOutcome()}
 		r.chans[name] = c
 	}
 	c.refs++
@@ -241,6 +299,12 @@ func (r *Redis) Subscribe(ctx context.Context, name string) error {
 		return nil
 	}
 	l, ready := c.link, c.ready
+	if l != nil {
+		if _, sent := l.sent[name]; !sent {
+			c.refused = false // refused (or not sent yet): try again
+			l.kickLocked()
+		}
+	}
 	r.mu.Unlock()
 	if l != nil && l.isDown() {
 		return fmt.Errorf("%w: redis pubsub link %s down", ErrUnavailable, l.name())
@@ -267,8 +331,8 @@ func (r *Redis) Subscribe(ctx context.Context, name string) error {
 	}
 	for {
 		select {
-		case <-ready:
-			return nil
+		case <-ready.done:
+			return ready.err
 		case <-r.ctx.Done():
 			return ErrClosed
 		case <-ctx.Done():
@@ -311,10 +375,7 @@ func (r *Redis) Unsubscribe(name string) {
 // writer; r.mu is held.
 func (r *Redis) assignLocked(c *channel, l *link) {
 	c.link, c.orphan, c.from = l, false, ""
-	if c.confirmed {
-		c.confirmed, c.lost = false, true
-		c.ready = make(chan struct{})
-	}
+	c.unconfirmLocked()
 	l.chans[c.name] = c
 	l.kickLocked()
 }
@@ -327,10 +388,7 @@ func (r *Redis) unassignLocked(c *channel, from string) {
 		delete(c.link.sent, c.name)
 	}
 	c.link, c.orphan, c.from = nil, true, from
-	if c.confirmed {
-		c.confirmed, c.lost = false, true
-		c.ready = make(chan struct{})
-	}
+	c.unconfirmLocked()
 }
 
 // Health implements [Broker].
@@ -348,17 +406,26 @@ func (r *Redis) Health() Health {
 				h.Down = map[string]string{}
 			}
 			h.OK = false
-			h.Down[l.name()] = l.lastErr
+			h.Down[l.name()] = l.healthErrLocked()
 		}
 	}
 	return h
 }
 
 // downLocked reports whether l counts as down for [Redis.Health] and the
-// redis_pubsub_links_down gauge: a connection was lost or failed and none
-// answered a PING since. A link still dialling its first connection is
-// not down. r.mu is held.
-func (l *link) downLocked() bool { return l.down || (!l.up && l.everUp) }
+// redis_pubsub_links_down gauge: its current connection has not answered
+// a PING yet (the first one, or the first since one was lost or failed),
+// or it is refusing subscriptions (refusal.go). r.mu is held.
+func (l *link) downLocked() bool { return !l.up || l.refusing != "" }
+
+// healthErrLocked is why a down l is down, for [Redis.Health]; r.mu is
+// held.
+func (l *link) healthErrLocked() string {
+	if l.up && l.refusing != "" {
+		return "refusing room channel subscriptions: " + l.refusing
+	}
+	return l.lastErr
+}
 
 // countDownLocked sets the redis_pubsub_links_down gauge from the links'
 // state; r.mu is held.

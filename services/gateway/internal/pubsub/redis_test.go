@@ -69,11 +69,19 @@ func prefix() string {
 
 func newBroker(t *testing.T, client redis.UniversalClient, sharded bool, ping, timeout time.Duration) (*Redis, *recorder) {
 	t.Helper()
+	return newBrokerWith(t, RedisOptions{Client: client, Sharded: sharded, PingInterval: ping, PingTimeout: timeout})
+}
+
+// newBrokerWith starts a broker on opts with metrics of its own, closed
+// at cleanup.
+func newBrokerWith(t *testing.T, opts RedisOptions) (*Redis, *recorder) {
+	t.Helper()
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := NewRedis(RedisOptions{Client: client, Sharded: sharded, PingInterval: ping, PingTimeout: timeout, Metrics: met})
+	opts.Metrics = met
+	b := NewRedis(opts)
 	rec := &recorder{}
 	b.Start(rec)
 	t.Cleanup(b.Close)

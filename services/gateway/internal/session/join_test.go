@@ -91,6 +91,7 @@ func TestJoinAnswersEveryHubOutcome(t *testing.T) {
 	}{
 		{nil, `"type":"joined"`, true},
 		{fmt.Errorf("%w: link down", hub.ErrUnavailable), "room subscription unavailable (Redis)", false},
+		{fmt.Errorf("%w: %w: NOPERM", hub.ErrUnavailable, hub.ErrRefused), `"code":"unavailable","message":"room subscription refused by Redis; retry"`, false},
 		{fmt.Errorf("%w: %w", hub.ErrSnapshot, errors.New("x")), "typing snapshot unavailable", false},
 		{hub.ErrAborted, "gateway shutting down", false},
 		{hub.ErrClosed, "gateway shutting down", false},

@@ -774,6 +774,8 @@ func (c *Conn) answerSync(f protocol.ClientFrame, err error) {
 		c.unavailable(f, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
 	case errors.Is(err, hub.ErrAborted), errors.Is(err, hub.ErrClosed):
 		c.unavailable(f, "gateway shutting down; reconnect")
+	case errors.Is(err, hub.ErrRefused):
+		c.unavailable(f, "room subscription refused by Redis; retry")
 	default:
 		c.unavailable(f, "room subscription unavailable (Redis); retry")
 	}
