@@ -17,6 +17,8 @@ import (
 //	typing:users:{R}           sorted set: enc(user) -> latest expiry (unix ms)
 //	typing:pending:{R}         sorted set: enc(user) -> when the sweeper settles
 //	                           a coalesced transition (unix ms)
+//	typing:gone:{R}            sorted set: conn -> when its tombstone ends
+//	                           (unix ms): connections that disconnected
 
 // userKeyPrefix is typing:user:{R}: , to which enc(user) is appended.
 func userKeyPrefix(n names.Names, room string) string {
@@ -33,6 +35,12 @@ func PendingKey(n names.Names, room string) string {
 	return n.KeyPrefix() + "typing:pending:" + names.RoomTag(room)
 }
 
+// GoneKey is typing:gone:{R}, the room's tombstones of disconnected
+// connections (scripts/lib.lua, bury).
+func GoneKey(n names.Names, room string) string {
+	return n.KeyPrefix() + "typing:gone:" + names.RoomTag(room)
+}
+
 // cmdArgs are the inputs of one start or stop script call (one room of a
 // disconnect): the one place where the scripts' KEYS and ARGV are built
 // (scripts/start.lua documents them).
@@ -47,6 +55,10 @@ type cmdArgs struct {
 	TsMs int64
 	// Event is the room event to publish, JSON up to "ts_ms":.
 	Event []byte
+	// Disconnect marks a stop as one room of Conn's disconnect: the
+	// connection's records leave the user hash and its tombstone is left
+	// (ARGV[12], scripts/stop.lua).
+	Disconnect bool
 }
 
 // startArgs are the start script's inputs for cmd.
@@ -55,11 +67,13 @@ func (st *redisStore) startArgs(cmd protocol.Command) cmdArgs {
 		Event: protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: cmd.Room, User: cmd.User, Name: cmd.Name, TTLMs: st.ttlMs})}
 }
 
-// stopArgs are the stop script's inputs for cmd in room with reason.
+// stopArgs are the stop script's inputs for cmd in room with reason;
+// reason protocol.ReasonDisconnected makes it one room of a disconnect.
 // Without Conn the stop ends every connection of the user and its Seq is
 // ignored.
 func stopArgs(cmd protocol.Command, room, reason string) cmdArgs {
-	a := cmdArgs{Room: room, User: cmd.User, Conn: cmd.Conn, Seq: cmd.Seq, TsMs: cmd.TsMs, Event: stopEvent(room, cmd.User, reason)}
+	a := cmdArgs{Room: room, User: cmd.User, Conn: cmd.Conn, Seq: cmd.Seq, TsMs: cmd.TsMs, Event: stopEvent(room, cmd.User, reason),
+		Disconnect: reason == protocol.ReasonDisconnected}
 	if a.Conn == "" {
 		a.Seq = 0
 	}
@@ -74,16 +88,24 @@ const argEvent = 10
 func (st *redisStore) commandCall(script *redis.Script, a cmdArgs) scriptCall {
 	n := st.names
 	user := userKeyPrefix(n, a.Room) + names.Enc(a.User)
-	keys := []string{user, st.lay.typistKey(n, a.Room, a.User, user), UsersKey(n, a.Room), PendingKey(n, a.Room), n.RoomChannel(a.Room)}
+	keys := []string{user, st.lay.typistKey(n, a.Room, a.User, user), UsersKey(n, a.Room), PendingKey(n, a.Room), n.RoomChannel(a.Room), GoneKey(n, a.Room)}
 	if !st.indexAfter {
 		keys = append(keys, n.SweepKey(names.SweepBucket(a.Room)))
 	}
 	args := []any{a.Conn, names.Enc(a.User), a.Name, strconv.FormatUint(a.Seq, 10), a.TsMs,
-		st.ttlMs, st.throttleMs, st.keyPxMs, st.guardMs, names.Enc(a.Room), a.Event}
+		st.ttlMs, st.throttleMs, st.keyPxMs, st.guardMs, names.Enc(a.Room), a.Event, flag(a.Disconnect)}
 	return scriptCall{script, keys, args}
 }
 
 // stopEvent is the typing_stop event of user in room, up to "ts_ms":.
 func stopEvent(room, user, reason string) []byte {
 	return protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: user, Reason: reason})
+}
+
+// flag is a boolean script argument: "1" or "0".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

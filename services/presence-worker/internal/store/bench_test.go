@@ -82,8 +82,8 @@ type privateRedis struct {
 
 // startPrivateRedis starts a redis-server on a free loopback port, without
 // persistence, with DEBUG allowed from loopback, and stops it (by its pid)
-// when the benchmark ends. A missing binary fails the benchmark.
-func startPrivateRedis(b *testing.B) *privateRedis {
+// when the benchmark (or test) ends. A missing binary fails it.
+func startPrivateRedis(b testing.TB) *privateRedis {
 	b.Helper()
 	bin := envOr("ELLIPSIS_BENCH_REDIS_SERVER", "/usr/bin/redis-server")
 	if _, err := os.Stat(bin); err != nil {
@@ -166,7 +166,7 @@ func (p *privateRedis) dropPrefix(b *testing.B, prefix string) {
 // cmdStat is one line of INFO commandstats.
 type cmdStat struct{ calls, usec int64 }
 
-func (p *privateRedis) cmdStats(b *testing.B) map[string]cmdStat {
+func (p *privateRedis) cmdStats(b testing.TB) map[string]cmdStat {
 	b.Helper()
 	s, err := p.rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
