@@ -270,6 +270,7 @@ func benchChurnedStop(b *testing.B, st Store, evals func() int64) {
 		}
 	}
 	var s samples
+	b.ResetTimer()
 	for i := range b.N {
 		c := churnCmds("churn", user, "gw:m"+id+"-"+strconv.Itoa(i), true)
 		ok(st.Start(ctx, c[0]))
