@@ -71,6 +71,9 @@ func TestContractDisconnectRemovesConnRecords(t *testing.T) {
 			if err != nil || int64(sc) <= se.redisNowMs() {
 				t.Fatalf("%s: tombstone %v, %v; want one ending after now", room, sc, err)
 			}
+			if seq, err := se.rdb.HGet(ctx, GoneSeqKey(se.names, room), "c").Result(); err != nil || seq != "4" {
+				t.Fatalf("%s: tombstone seq %q, %v; want the disconnect's 4", room, seq, err)
+			}
 		}
 		// Delayed commands of the gone connection, each alone and batched.
 		se.startNamed("r", "u", "", "c", 3, OutcomeStale)
@@ -92,6 +95,32 @@ func TestContractDisconnectRemovesConnRecords(t *testing.T) {
 		s.expectNone(100 * time.Millisecond)
 		// Another connection of the user is unaffected.
 		se.startNamed("r", "u", "", "d", 1, OutcomeStarted)
+	})
+}
+
+// A leave takes the connection's records out of the room's user hash and
+// leaves its tombstone with the leave's seq: a delayed command from before
+// the leave is stale, and the connection's commands after a rejoin (higher
+// seq) apply.
+func TestContractLeaveRemovesConnRecords(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		se.startNamed("r", "u", "", "c", 1, OutcomeStarted)
+		se.stopReason("r", "u", "c", 2, protocol.ReasonLeft, OutcomeStopped)
+		if f := connFields(se.userHash("r", "u"), "c"); len(f) != 0 {
+			t.Fatalf("after the leave: conn fields %v left", f)
+		}
+		se.startNamed("r", "u", "", "c", 1, OutcomeStale)
+		se.stopReason("r", "u", "c", 2, protocol.ReasonStopped, OutcomeStale)
+		if f := connFields(se.userHash("r", "u"), "c"); len(f) != 0 {
+			t.Fatalf("after delayed commands: conn fields %v written back", f)
+		}
+		// Rejoined: its next commands apply and are ordered again.
+		se.advance(se.throttle)
+		se.startNamed("r", "u", "", "c", 3, OutcomeStarted)
+		se.startNamed("r", "u", "", "c", 3, OutcomeStale)
+		if got := se.snapshotOf("r"); len(got) != 1 {
+			t.Fatalf("after the rejoin's start: %v, want u", got)
+		}
 	})
 }
 
@@ -168,7 +197,7 @@ func TestContractVanishedConnRecordsPruned(t *testing.T) {
 const churnBound = 10
 
 // A user whose connections come and go (each starts and/or stops, then
-// disconnects) keeps a bounded user hash, and a stop of theirs costs the
+// disconnects or leaves) keeps a bounded user hash, and a stop of theirs costs the
 // same Redis time after 2,000 such connections as after 100: the stop
 // script's usec per call from INFO commandstats on a private redis-server
 // (nothing else calls it), late against early in the churn. On miniredis
@@ -199,7 +228,8 @@ func TestContractChurnedUserBounded(t *testing.T) {
 }
 
 // churn runs 2,000 connections of user u through room r of st (even ones
-// start and stop, odd ones only stop, then each disconnects), checking
+// start and stop, odd ones only stop, then each disconnects, or every
+// third leaves the room and closes without a disconnect), checking
 // the user hash (key, read through rdb) stays within churnBound fields.
 // With p (whose client rdb then is), it returns
 // the mean Redis time (µs) of the stop script over the stops of
@@ -210,6 +240,9 @@ func churn(t *testing.T, st Store, rdb *redis.Client, p *privateRedis, key strin
 	var usec, calls [2]int64
 	for i := range 2000 {
 		c := churnCmds("r", "u", "gw:"+strconv.Itoa(i), i%2 == 0)
+		if i%3 == 2 { // leaves the room instead, then closes: no disconnect
+			c[len(c)-1] = stop("r", "u", "gw:"+strconv.Itoa(i), 3)
+		}
 		for _, cmd := range c[:len(c)-2] {
 			if _, err := st.Start(ctx, cmd); err != nil {
 				t.Fatal(err)
@@ -234,7 +267,13 @@ func churn(t *testing.T, st Store, rdb *redis.Client, p *privateRedis, key strin
 			usec[window] += after["evalsha"].usec - before["evalsha"].usec
 			calls[window] += after["evalsha"].calls - before["evalsha"].calls
 		}
-		if _, err := st.Disconnect(ctx, c[len(c)-1]); err != nil {
+		var err error
+		if last := c[len(c)-1]; last.Op == protocol.OpDisconnect {
+			_, err = st.Disconnect(ctx, last)
+		} else {
+			_, err = st.Stop(ctx, last, protocol.ReasonLeft)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		n, err := rdb.HLen(ctx, key).Result()
@@ -255,4 +294,57 @@ func churn(t *testing.T, st Store, rdb *redis.Client, p *privateRedis, key strin
 		}
 	}
 	return out
+}
+
+// A room's tombstones are bounded: each leave or disconnect drops ended
+// ones (from both keys), and past 10,000 (GONE_MAX in scripts/lib.lua)
+// those that end first. The cap on Redis 7 only (10,000 calls).
+func TestContractTombstonesBounded(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		ends, seqs := GoneKey(se.names, "r"), GoneSeqKey(se.names, "r")
+		if err := se.rdb.ZAdd(ctx, ends, redis.Z{Score: float64(se.redisNowMs() - 1), Member: "ended"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := se.rdb.HSet(ctx, seqs, "ended", "5").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := se.st.Disconnect(ctx, disconnect("u", "first", 2, "r")); err != nil {
+			t.Fatal(err)
+		}
+		tomb := func(conn string) bool {
+			t.Helper()
+			_, zerr := se.rdb.ZScore(ctx, ends, conn).Result()
+			_, herr := se.rdb.HGet(ctx, seqs, conn).Result()
+			if (zerr == nil) != (herr == nil) {
+				t.Fatalf("tombstone %s half kept: end %v, seq %v", conn, zerr, herr)
+			}
+			return zerr == nil
+		}
+		if tomb("ended") || !tomb("first") {
+			t.Fatalf("after a disconnect: ended tombstone kept %v, new one kept %v; want false, true", tomb("ended"), tomb("first"))
+		}
+		if se.mr != nil || se.kind != storeKinds[0] || se.pubsub != testPubSub {
+			return
+		}
+		var cmds []protocol.Command
+		for i := range 10000 {
+			cmds = append(cmds, disconnect("u", "k"+strconv.Itoa(i), 1, "r"))
+			if len(cmds) == 256 || i == 9999 {
+				for _, err := range second(se.st.Apply(ctx, cmds)) {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				cmds = cmds[:0]
+			}
+		}
+		n, err := se.rdb.ZCard(ctx, ends).Result()
+		if err != nil || n != 10000 {
+			t.Fatalf("tombstones after 10,001 disconnects: %d, %v; want 10,000", n, err)
+		}
+		if tomb("first") || !tomb("k0") || !tomb("k9999") {
+			t.Fatalf("the cap dropped the wrong tombstone: first %v, k0 %v, k9999 %v", tomb("first"), tomb("k0"), tomb("k9999"))
+		}
+	})
 }

@@ -18,7 +18,7 @@
 --          written by these scripts, '0' after they removed the user
 --   q:<conn> conn's seq record, "<seq> <ms>": its last applied seq and the
 --            Redis TIME (unix ms) it was written; deleted by the
---            connection's disconnect, and, keypx ms after its last write,
+--            connection's leave or disconnect, and, keypx ms after its last write,
 --            by whichever script next reads the hash whole (spent)
 --   s:<conn> a seq record of workers before q:<conn> (just "<seq>"): read
 --            for ordering, deleted with the connection or once its entry
@@ -26,12 +26,14 @@
 --   c:<conn> expiry (unix ms) of conn's entry
 --
 -- The hash therefore holds O(the user's live connections) fields, plus
--- one per connection of the user that left the room or vanished without
--- a disconnect (a killed gateway) in the last keypx ms.
+-- one per connection of the user that vanished without a disconnect (a
+-- killed gateway) in the last keypx ms.
 --
--- A disconnect also leaves a tombstone of the connection in the room's
--- gone zset typing:gone:{R} (gone, bury), so that a command of it delayed
--- past the disconnect is stale, not a ghost entry.
+-- A leave or disconnect of a connection deletes its fields and leaves
+-- its tombstone in the room (typing:gone:{R} and typing:goneseq:{R};
+-- gone, bury), so that a command of it delayed past the leave or
+-- disconnect is stale, not a ghost entry, while one after a rejoin (a
+-- higher seq) applies.
 --
 -- Store keys also keeps the typist key typing:{R}:enc(user), which
 -- expires at the user's true expiry (mark).
@@ -108,29 +110,44 @@ local function last_seq(q, s)
   return q or s or nil
 end
 
--- GONE_MAX bounds a room's tombstones (typing:gone:{R}); past it the ones
--- that expire first are dropped, and a delayed command of such a
--- connection is applied as its first one in the room (docs/protocol.md).
+-- GONE_MAX bounds a room's tombstones; past it the ones that end first
+-- are dropped, and a delayed command of such a connection is applied as
+-- its first one in the room (docs/protocol.md, "Bounds").
 local GONE_MAX = 10000
+-- GONE_PRUNE is how many ended tombstones one bury drops at most: more
+-- than the one it adds, so they never pile up, and a bounded step.
+local GONE_PRUNE = 16
 
--- gone reports whether conn has a live tombstone (score above now) in
--- the room's gone zset key: it disconnected less than keypx ms ago, so a
--- command of it without a seq record is one delayed past its disconnect.
--- O(1) (ZSCORE).
-local function gone(key, conn, now)
-  local s = redis.call('ZSCORE', key, conn)
-  return s and tonumber(s) > now
+-- gone reports whether seq is not above the seq of conn's tombstone in
+-- the room (conn left the room or disconnected with that seq): a command
+-- of it delayed past its leave or disconnect. The tombstone's seq lives
+-- in the hash seqs (conn -> seq), its end in the zset ends (conn -> unix
+-- ms; bury). One ended but not yet dropped still orders truly older
+-- commands, so only the hash is read. O(1) (HGET).
+local function gone(seqs, conn, seq)
+  local s = redis.call('HGET', seqs, conn)
+  return s and seq_le(seq, s)
 end
 
--- bury leaves conn's tombstone in the gone zset key until now + keypx,
--- drops the ones expired and those beyond GONE_MAX (earliest expiry
--- first), and keeps the set as long as its latest tombstone. O(log T) in
--- the T tombstones, plus those dropped (each dropped once).
-local function bury(key, conn, now, keypx)
-  redis.call('ZADD', key, itoa(now + keypx), conn)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', itoa(now))
-  redis.call('ZREMRANGEBYRANK', key, 0, -(GONE_MAX + 1))
-  redis.call('PEXPIRE', key, keypx)
+-- bury leaves conn's tombstone, seq, in the room until now + keypx (seqs
+-- and ends as gone), drops up to GONE_PRUNE ended ones and those beyond
+-- GONE_MAX (earliest end first), and keeps both keys as long as the
+-- latest tombstone. O(log T) in the T tombstones, plus those dropped
+-- (each dropped once).
+local function bury(seqs, ends, conn, seq, now, keypx)
+  redis.call('ZADD', ends, itoa(now + keypx), conn)
+  redis.call('HSET', seqs, conn, seq)
+  local drop = redis.call('ZRANGEBYSCORE', ends, '-inf', itoa(now), 'LIMIT', 0, GONE_PRUNE)
+  local over = redis.call('ZCARD', ends) - #drop - GONE_MAX
+  if over > 0 then
+    for _, c in ipairs(redis.call('ZRANGE', ends, #drop, #drop + math.min(over, GONE_PRUNE) - 1)) do drop[#drop + 1] = c end
+  end
+  if #drop > 0 then
+    redis.call('ZREM', ends, unpack(drop))
+    redis.call('HDEL', seqs, unpack(drop))
+  end
+  redis.call('PEXPIRE', ends, keypx)
+  redis.call('PEXPIRE', seqs, keypx)
 end
 
 -- spent lists the seq records of the user hash read whole (all, from

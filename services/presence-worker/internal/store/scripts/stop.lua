@@ -1,21 +1,22 @@
 -- stop.lua: end one connection's entry (or all of a user's entries) in a
 -- room, atomically: typing_stop, leave, and each room of a disconnect. Cost
 -- O(log N) of the room's typists plus the user hash's fields (lib.lua's
--- header bounds them: the user's live connections and those that left or
--- vanished in the last keypx ms), plus O(log T) of the room's tombstones
--- for a disconnect or a connection's first command in the room.
+-- header bounds them: the user's live connections and those that
+-- vanished in the last keypx ms), plus O(log T) of the room's T
+-- tombstones for a leave or disconnect (lib.lua, bury).
 --
 -- KEYS and ARGV as start.lua, with ARGV[1] conn '' = every connection of
 -- the user (seq then ignored, and the stop time recorded in field x so
 -- that starts sent before it are superseded), ARGV[3] unused, ARGV[11]
--- the typing_stop event JSON up to "ts_ms": and ARGV[12] '1' when this is
--- one room of the connection's disconnect: its entry and seq records
--- leave the user hash, and its tombstone goes in the gone zset (lib.lua,
--- bury), so that its commands delayed past the disconnect are stale.
+-- the typing_stop event JSON up to "ts_ms": and ARGV[12] '1' when the
+-- connection leaves the room (a leave, or one room of its disconnect): its
+-- entry and seq records leave the user hash, and its tombstone (its seq)
+-- is left in the room (lib.lua, bury), so that its commands delayed past
+-- it are stale.
 --
 -- Returns {outcome, now_ms, due_ms} (due_ms as start.lua); outcome is
---   stale      seq not above the connection's last applied seq, or the
---              connection disconnected: nothing changed
+--   stale      seq not above the connection's last applied seq, or than
+--              its leave or disconnect: nothing changed
 --   stopped    the user was shown and has no live entry left: typing_stop published
 --   coalesced  the same, but the event rate limit is spent: the sweeper
 --              publishes typing_stop when an event is allowed again
@@ -24,7 +25,7 @@
 local conn, euser, seq = ARGV[1], ARGV[2], ARGV[4]
 local throttle, keypx = tonumber(ARGV[7]), ARGV[8]
 local user, typist, users = KEYS[1], KEYS[2], KEYS[3]
-local disconnect = conn ~= '' and ARGV[12] == '1'
+local leaves = conn ~= '' and ARGV[12] == '1'
 
 local now = now_ms()
 local seqf = 'q:' .. conn
@@ -34,21 +35,21 @@ if ordered then
   local last = last_seq(f[1], f[5])
   if last then
     if seq_le(seq, last) then return {'stale', now, 0} end
-  elseif gone(KEYS[6], conn, now) then
+  elseif gone(KEYS[7], conn, seq) then
     return {'stale', now, 0}
   end
 end
 
 -- The user hash read whole: its fields are bounded (lib.lua's header),
 -- and the seq records spent are deleted here (with the connection's own
--- on a disconnect).
+-- when it leaves the room).
 local all = redis.call('HGETALL', user)
 local me = 'c:' .. conn
 local dead = spent(all, now, tonumber(keypx), seqf)
-if disconnect then
+if leaves then
   dead[#dead + 1] = seqf
   dead[#dead + 1] = 's:' .. conn
-  bury(KEYS[6], conn, now, tonumber(keypx))
+  if ordered then bury(KEYS[7], KEYS[6], conn, seq, now, tonumber(keypx)) end
 end
 local latest, before, cfields = 0, 0, {}
 for i = 1, #all, 2 do
@@ -66,7 +67,7 @@ for i = 1, #all, 2 do
 end
 
 local kv = {}
-if ordered and not disconnect then kv[#kv + 1] = seqf; kv[#kv + 1] = seq .. ' ' .. itoa(now) end
+if ordered and not leaves then kv[#kv + 1] = seqf; kv[#kv + 1] = seq .. ' ' .. itoa(now) end
 local due = 0
 if conn ~= '' and latest > now then
   -- Another device of the user is still typing: drop this entry (and
@@ -80,7 +81,7 @@ if conn ~= '' and latest > now then
     due = latest
   end
   hset(user, kv)
-  index(KEYS[7], due, ARGV[10])
+  index(KEYS[8], due, ARGV[10])
   return {'noop', now, due}
 end
 
@@ -111,5 +112,5 @@ if #kv > 0 then
   hset(user, kv)
   redis.call('PEXPIRE', user, keypx)
 end
-index(KEYS[7], due, ARGV[10])
+index(KEYS[8], due, ARGV[10])
 return {outcome, now, due}
