@@ -17,6 +17,11 @@ import (
 //	typing:users:{R}           sorted set: enc(user) -> latest expiry (unix ms)
 //	typing:pending:{R}         sorted set: enc(user) -> when the sweeper settles
 //	                           a coalesced transition (unix ms)
+//	typing:gone:{R}            sorted set: conn -> when its tombstone ends
+//	                           (unix ms): connections that left the room or
+//	                           disconnected
+//	typing:goneseq:{R}         hash: conn -> its seq when it left or
+//	                           disconnected (the tombstone)
 
 // userKeyPrefix is typing:user:{R}: , to which enc(user) is appended.
 func userKeyPrefix(n names.Names, room string) string {
@@ -33,6 +38,18 @@ func PendingKey(n names.Names, room string) string {
 	return n.KeyPrefix() + "typing:pending:" + names.RoomTag(room)
 }
 
+// GoneKey is typing:gone:{R}, when the room's tombstones of connections
+// that left it or disconnected end (scripts/lib.lua, bury).
+func GoneKey(n names.Names, room string) string {
+	return n.KeyPrefix() + "typing:gone:" + names.RoomTag(room)
+}
+
+// GoneSeqKey is typing:goneseq:{R}, the seq of each of the room's
+// tombstones (scripts/lib.lua, gone).
+func GoneSeqKey(n names.Names, room string) string {
+	return n.KeyPrefix() + "typing:goneseq:" + names.RoomTag(room)
+}
+
 // cmdArgs are the inputs of one start or stop script call (one room of a
 // disconnect): the one place where the scripts' KEYS and ARGV are built
 // (scripts/start.lua documents them).
@@ -47,6 +64,10 @@ type cmdArgs struct {
 	TsMs int64
 	// Event is the room event to publish, JSON up to "ts_ms":.
 	Event []byte
+	// Leaves marks a stop as Conn leaving the room (a leave, or one room
+	// of its disconnect): the connection's records leave the user hash and
+	// its tombstone is left (ARGV[12], scripts/stop.lua).
+	Leaves bool
 }
 
 // startArgs are the start script's inputs for cmd.
@@ -55,11 +76,14 @@ func (st *redisStore) startArgs(cmd protocol.Command) cmdArgs {
 		Event: protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: cmd.Room, User: cmd.User, Name: cmd.Name, TTLMs: st.ttlMs})}
 }
 
-// stopArgs are the stop script's inputs for cmd in room with reason.
+// stopArgs are the stop script's inputs for cmd in room with reason;
+// reasons protocol.ReasonLeft and protocol.ReasonDisconnected make the
+// connection leave the room (cmdArgs.Leaves).
 // Without Conn the stop ends every connection of the user and its Seq is
 // ignored.
 func stopArgs(cmd protocol.Command, room, reason string) cmdArgs {
-	a := cmdArgs{Room: room, User: cmd.User, Conn: cmd.Conn, Seq: cmd.Seq, TsMs: cmd.TsMs, Event: stopEvent(room, cmd.User, reason)}
+	a := cmdArgs{Room: room, User: cmd.User, Conn: cmd.Conn, Seq: cmd.Seq, TsMs: cmd.TsMs, Event: stopEvent(room, cmd.User, reason),
+		Leaves: reason == protocol.ReasonLeft || reason == protocol.ReasonDisconnected}
 	if a.Conn == "" {
 		a.Seq = 0
 	}
@@ -74,16 +98,24 @@ const argEvent = 10
 func (st *redisStore) commandCall(script *redis.Script, a cmdArgs) scriptCall {
 	n := st.names
 	user := userKeyPrefix(n, a.Room) + names.Enc(a.User)
-	keys := []string{user, st.lay.typistKey(n, a.Room, a.User, user), UsersKey(n, a.Room), PendingKey(n, a.Room), n.RoomChannel(a.Room)}
+	keys := []string{user, st.lay.typistKey(n, a.Room, a.User, user), UsersKey(n, a.Room), PendingKey(n, a.Room), n.RoomChannel(a.Room), GoneKey(n, a.Room), GoneSeqKey(n, a.Room)}
 	if !st.indexAfter {
 		keys = append(keys, n.SweepKey(names.SweepBucket(a.Room)))
 	}
 	args := []any{a.Conn, names.Enc(a.User), a.Name, strconv.FormatUint(a.Seq, 10), a.TsMs,
-		st.ttlMs, st.throttleMs, st.keyPxMs, st.guardMs, names.Enc(a.Room), a.Event}
+		st.ttlMs, st.throttleMs, st.keyPxMs, st.guardMs, names.Enc(a.Room), a.Event, flag(a.Leaves)}
 	return scriptCall{script, keys, args}
 }
 
 // stopEvent is the typing_stop event of user in room, up to "ts_ms":.
 func stopEvent(room, user, reason string) []byte {
 	return protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: user, Reason: reason})
+}
+
+// flag is a boolean script argument: "1" or "0".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

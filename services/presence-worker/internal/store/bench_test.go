@@ -82,8 +82,8 @@ type privateRedis struct {
 
 // startPrivateRedis starts a redis-server on a free loopback port, without
 // persistence, with DEBUG allowed from loopback, and stops it (by its pid)
-// when the benchmark ends. A missing binary fails the benchmark.
-func startPrivateRedis(b *testing.B) *privateRedis {
+// when the benchmark (or test) ends. A missing binary fails it.
+func startPrivateRedis(b testing.TB) *privateRedis {
 	b.Helper()
 	bin := envOr("ELLIPSIS_BENCH_REDIS_SERVER", "/usr/bin/redis-server")
 	if _, err := os.Stat(bin); err != nil {
@@ -166,7 +166,7 @@ func (p *privateRedis) dropPrefix(b *testing.B, prefix string) {
 // cmdStat is one line of INFO commandstats.
 type cmdStat struct{ calls, usec int64 }
 
-func (p *privateRedis) cmdStats(b *testing.B) map[string]cmdStat {
+func (p *privateRedis) cmdStats(b testing.TB) map[string]cmdStat {
 	b.Helper()
 	s, err := p.rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
@@ -298,7 +298,9 @@ func mustOutcome(b *testing.B, want Outcome) func(Outcome, error) {
 
 // BenchmarkStores measures each store's commands and "who is typing"
 // against keyspace size (unrelated keys) and typists per room, on a
-// private redis-server, and what KEYS would cost instead of SCAN.
+// private redis-server, and what KEYS would cost instead of SCAN;
+// op=stop_churned is a stop of a user after benchChurn connections of
+// theirs came and went (benchChurnedStop).
 //
 // Metrics besides ns/op (the client's round trip): srv-µs/op, the server's
 // own time per op (INFO commandstats); calls/op, round trips per op;
@@ -355,6 +357,12 @@ func BenchmarkStores(b *testing.B) {
 						ok(st.Stop(ctx, c, protocol.ReasonStopped))
 					}
 				})
+			})
+			// A stop of a user after benchChurn connections of theirs
+			// started, stopped and disconnected (benchChurnedStop).
+			b.Run(pfx+"/op=stop_churned", func(b *testing.B) {
+				defer p.dropPrefix(b, n.KeyPrefix())
+				benchChurnedStop(b, st, func() int64 { return evalsUsec(b, p) })
 			})
 			for _, typists := range []int{1, 10, 100} {
 				b.Run(fmt.Sprintf("%s/op=snapshot/typists=%d", pfx, typists), func(b *testing.B) {

@@ -11,13 +11,15 @@ import (
 
 // The contract suite, continued: store keys's typist key.
 
-// Store keys's typist key lives while the user is in the room's users set
-// (scripts/lib.lua, mark): created by the start that adds the user,
-// renewed with the user hash by every start outside the refresh window
-// (same expiry), left alone by throttled refreshes, recreated by the next
-// renewal when something removed it (an eviction), deleted with the user
-// by a stop and by the sweep. Store zset keeps no such key.
-func TestContractTypistKeyLivesWithTheUser(t *testing.T) {
+// Store keys's typist key expires at the user's true expiry, their latest
+// live entry (scripts/lib.lua, mark), as seen from outside: right after a
+// start its PTTL is in (0, ttl]; a throttled refresh moves it later; a
+// stop of one of two devices sets it to the other device's entry; a start
+// with a shorter ttl lowers it but not below another device's live entry;
+// it is recreated after an eviction, gone on the last stop, and gone
+// within ttl of the last start with no worker running (no sweep). Store
+// zset keeps no such key.
+func TestContractTypistKeyExpiresWithTheUser(t *testing.T) {
 	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
 		key := se.names.TypistKey("r", "u")
@@ -30,16 +32,25 @@ func TestContractTypistKeyLivesWithTheUser(t *testing.T) {
 			}
 			return n == 1
 		}
-		at := func(k string) time.Duration {
+		at := func() int64 {
 			t.Helper()
-			d, err := se.rdb.PExpireTime(ctx, k).Result()
+			d, err := se.rdb.PExpireTime(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			return d
+			return d.Milliseconds()
 		}
-		// renewed checks the key right after a renewal of the user hash.
-		renewed := func(what string) {
+		entry := func(conn string) int64 {
+			t.Helper()
+			v, err := se.rdb.HGet(ctx, userKey, "c:"+conn).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		// honest checks the key after a start of ttl: PTTL in (0, ttl], at
+		// the latest of the entries of conns.
+		honest := func(what string, ttl time.Duration, conns ...string) {
 			t.Helper()
 			if se.kind == config.StoreZSet {
 				if exists() {
@@ -47,50 +58,63 @@ func TestContractTypistKeyLivesWithTheUser(t *testing.T) {
 				}
 				return
 			}
-			// The same PEXPIRE, a few µs after the user hash's: Redis 7.0's
-			// clock moves inside a script, so it may land 1 ms later.
-			if got, want := at(key), at(userKey); want <= 0 || got < want || got > want+2*time.Millisecond {
-				t.Fatalf("%s: typist key expires at %v, want the user hash's %v (+ up to 2 ms)", what, got, want)
+			pttl, err := se.rdb.PTTL(ctx, key).Result()
+			if err != nil || pttl <= 0 || pttl > ttl {
+				t.Fatalf("%s: typist key PTTL %v, %v; want in (0, %v]", what, pttl, err, ttl)
+			}
+			var latest int64
+			for _, c := range conns {
+				latest = max(latest, entry(c))
+			}
+			// Redis 7.0's clock moves inside a script, so the key's
+			// PEXPIREAT may land 1 ms from the entry's.
+			if got := at(); got < latest || got > latest+1 {
+				t.Fatalf("%s: typist key expires at %d, want the latest entry's %d", what, got, latest)
 			}
 			if u, err := se.rdb.HGet(ctx, key, "u").Result(); err != nil || u != names.Enc("u") {
 				t.Fatalf("%s: typist key field u = %q, %v; want enc(user)", what, u, err)
 			}
 		}
-		unchanged := func(what string, before time.Duration) {
-			t.Helper()
-			if se.kind == config.StoreKeys && at(key) != before {
-				t.Fatalf("%s rewrote the typist key", what)
-			}
-		}
 		se.start("r", "u", "phone", 1, OutcomeStarted)
-		renewed("after the start")
-		before := at(key)
+		honest("after the start", lagTTL, "phone")
 		se.advance(300 * time.Millisecond)
-		se.start("r", "u", "phone", 2, OutcomeThrottled) // the score lags
-		unchanged("a throttled refresh that left the score", before)
-		se.advance(800 * time.Millisecond)
-		se.start("r", "u", "laptop", 1, OutcomeThrottled) // past the lag bound: the score moves
-		unchanged("a throttled refresh that moved the score", before)
-		se.stop("r", "u", "laptop", 2, OutcomeNoop) // the score drops to the phone's entry
-		unchanged("one device's stop", before)
+		se.start("r", "u", "phone", 2, OutcomeThrottled)
+		honest("after a throttled refresh", lagTTL, "phone")
+		se.advance(300 * time.Millisecond)
+		se.start("r", "u", "laptop", 1, OutcomeThrottled)
+		honest("after the laptop's start", lagTTL, "phone", "laptop")
+		se.stop("r", "u", "laptop", 2, OutcomeNoop)
+		honest("after the laptop's stop", lagTTL, "phone")
 		if err := se.rdb.Del(ctx, key).Err(); err != nil { // as an eviction would
 			t.Fatal(err)
 		}
-		se.advance(lagThrottle) // past the refresh window
-		se.start("r", "u", "phone", 3, OutcomeRefreshed)
-		renewed("after the refresh that renewed the user hash")
-		se.stop("r", "u", "phone", 4, OutcomeStopped)
+		se.start("r", "u", "phone", 3, OutcomeThrottled)
+		honest("after a throttled refresh of an evicted key", lagTTL, "phone")
+		// A worker with a shorter ttl: the key drops to the phone's new
+		// entry, but stays at the laptop's while that one is later.
+		short := se.shortTTL()
+		se.startWith(short, "r", "u", "phone", 4, OutcomeThrottled)
+		honest("after a shorter ttl's start", lagTTL/2, "phone")
+		se.start("r", "u", "laptop", 3, OutcomeThrottled)
+		se.startWith(short, "r", "u", "phone", 5, OutcomeThrottled)
+		honest("after a shorter ttl's start with the laptop typing", lagTTL, "phone", "laptop")
+		se.stop("r", "u", "laptop", 4, OutcomeNoop)
+		se.stop("r", "u", "phone", 6, OutcomeStopped)
 		if exists() {
 			t.Fatalf("typist key left after the user's last stop")
 		}
-		se.start("r", "u", "phone", 5, OutcomeStarted)
-		renewed("after a new start")
-		se.advance(lagTTL + 100*time.Millisecond)
+		// No worker runs: the key is gone within ttl of the last start.
+		se.start("r", "u", "phone", 7, OutcomeStarted)
+		honest("after a new start", lagTTL, "phone")
+		se.advance(lagTTL + 50*time.Millisecond)
+		if exists() {
+			t.Fatalf("typist key left %v after the last start, no sweep", lagTTL+50*time.Millisecond)
+		}
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("snapshot lists a typist whose entries ran out: %v", got)
+		}
 		if r := se.sweep(); r.Stops != 1 {
 			t.Fatalf("sweep after the ttl: %+v, want one stop", r)
-		}
-		if exists() {
-			t.Fatalf("typist key left after the sweep removed the user")
 		}
 		// A typist key whose user is not in the users set (one an earlier
 		// version left behind) is neither listed nor counted, even with a

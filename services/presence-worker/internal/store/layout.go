@@ -78,8 +78,8 @@ func (l zsetLayout) snapshot(ctx context.Context, st *redisStore, room string, l
 }
 
 // keysLayout ("keys") is the seed's pattern 1: one key per typist,
-// typing:{enc(room)}:enc(user) (names.TypistKey), which lives while the
-// typist is in the room's users set (scripts/lib.lua, mark), and "who is
+// typing:{enc(room)}:enc(user) (names.TypistKey), which expires at the
+// typist's latest live entry (scripts/lib.lua, mark), and "who is
 // typing" is SCAN MATCH typing:{enc(room)}:* (names.TypistPattern), never
 // KEYS. See README.md ("Store keys") for where it is weaker.
 type keysLayout struct {
@@ -95,8 +95,8 @@ func (keysLayout) typistPrefix(n names.Names, room string) string { return n.Typ
 
 // snapshot lists room the seed's way: SCAN MATCH names.TypistPattern(room)
 // over the whole keyspace, COUNT scanCount per round trip, until the cursor
-// returns to 0. Every visible typist has a key, but a key outlives its
-// typist's entries until a stop or the sweep removes the typist
+// returns to 0. Every visible typist has a key, but a key may be found
+// just as it expires, or be one an older worker left to live longer
 // (scripts/lib.lua, mark), so two pipelines follow: Redis TIME and the
 // keys' users-set scores (ZMSCORE); then the user hashes of those whose
 // score is not above now (a throttled refresh lags it: live while an entry

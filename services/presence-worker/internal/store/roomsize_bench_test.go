@@ -32,6 +32,10 @@ import (
 //	op=toggle_run   start and stop of a new user, back to back
 //	op=refresh_batch  the refreshes of refresh_run as the worker sends
 //	                  them: with a seq, pipelined 64 to a round trip (Apply)
+//	churned=10000/op=stop  a stop of a user after 10,000
+//	                  connections of theirs each started, stopped and
+//	                  disconnected in the room (a client that reconnects
+//	                  in a loop): constant, as at entries=10/op=stop
 //
 // The *_run and *_batch operations report run-srv-µs/op: the server's
 // time over the whole run divided by the calls, with Redis kept busy by
@@ -113,7 +117,7 @@ func BenchmarkRoomSize(b *testing.B) {
 			// pipeline per round trip, as a busy worker's shards send what
 			// they took off NATS (an idle worker sends each command alone,
 			// as refresh_run does). The seq adds a field to the call's
-			// writes: the s:<conn> field of the user hash.
+			// writes: the q:<conn> field of the user hash.
 			b.Run(pfx+"/op=refresh_batch", func(b *testing.B) {
 				const batch = 64
 				cmds := make([]protocol.Command, 0, batch)
@@ -211,7 +215,77 @@ func BenchmarkRoomSize(b *testing.B) {
 			p.dropPrefix(b, n.KeyPrefix())
 		}
 	}
+	for _, kind := range storeKinds {
+		b.Run("churned="+strconv.Itoa(benchChurn)+"/store="+kind+"/op=stop", func(b *testing.B) {
+			st, n := benchStore(b, kind, p.rdb)
+			defer p.dropPrefix(b, n.KeyPrefix())
+			benchChurnedStop(b, st, func() int64 { return evalsUsec(b, p) })
+		})
+	}
 }
+
+// benchChurn is how many connections of one user op=stop/churned ran
+// through the room before it measures.
+const benchChurn = 10000
+
+// churnCmds are one connection's life in room: a start (when typed), a
+// stop, then its disconnect, seq 1, 2, 3 (as a gateway numbers them).
+func churnCmds(room, user, conn string, typed bool) []protocol.Command {
+	cmds := []protocol.Command{
+		{V: 1, Op: "stop", Room: room, User: user, Conn: conn, Seq: 2},
+		{V: 1, Op: "disconnect", Rooms: []string{room}, User: user, Conn: conn, Seq: 3},
+	}
+	if typed {
+		cmds = append([]protocol.Command{{V: 1, Op: "start", Room: room, User: user, Name: "Churn", Conn: conn, Seq: 1}}, cmds...)
+	}
+	return cmds
+}
+
+// benchChurnedStop measures the Redis time of a typing_stop of a user
+// after benchChurn connections of theirs started, stopped and
+// disconnected in the room (64 connections per Apply), each iteration
+// another such connection, its stop measured with evals.
+func benchChurnedStop(b *testing.B, st Store, evals func() int64) {
+	ctx := context.Background()
+	id := strconv.FormatInt(runID.Add(1), 10)
+	user := "churned-" + id
+	var cmds []protocol.Command
+	for i := range benchChurn {
+		cmds = append(cmds, churnCmds("churn", user, "gw:c"+id+"-"+strconv.Itoa(i), true)...)
+		if len(cmds) >= 3*64 || i == benchChurn-1 {
+			for _, err := range second(st.Apply(ctx, cmds)) {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			cmds = cmds[:0]
+		}
+	}
+	// The user toggles faster than the event rate limit allows, so the
+	// outcomes vary (started or coalesced, stopped, coalesced or noop):
+	// only errors fail.
+	ok := func(_ Outcome, err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	var s samples
+	b.ResetTimer()
+	for i := range b.N {
+		c := churnCmds("churn", user, "gw:m"+id+"-"+strconv.Itoa(i), true)
+		ok(st.Start(ctx, c[0]))
+		before := evals()
+		ok(st.Stop(ctx, c[1], protocol.ReasonStopped))
+		s.add(evals() - before)
+		if _, err := st.Disconnect(ctx, c[2]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.report(b)
+}
+
+// second returns the second of two values (the errors of Apply).
+func second[A, B any](_ A, v B) B { return v }
 
 // fillRoom adds size typists (one connection each) to room, 256 starts per
 // pipeline.

@@ -16,11 +16,27 @@
 --          leaves for the sweeper (the trailing edge)
 --   i      the user's score in the room's users zset (unix ms) as last
 --          written by these scripts, '0' after they removed the user
---   s:<conn> last applied seq of conn
+--   q:<conn> conn's seq record, "<seq> <ms>": its last applied seq and the
+--            Redis TIME (unix ms) it was written; deleted by the
+--            connection's leave or disconnect, and, keypx ms after its last write,
+--            by whichever script next reads the hash whole (spent)
+--   s:<conn> a seq record of workers before q:<conn> (just "<seq>"): read
+--            for ordering, deleted with the connection or once its entry
+--            is gone (spent)
 --   c:<conn> expiry (unix ms) of conn's entry
 --
--- Store keys also keeps the typist key typing:{R}:enc(user) while the user
--- is in the room's users zset (mark).
+-- The hash therefore holds O(the user's live connections) fields, plus
+-- one per connection of the user that vanished without a disconnect (a
+-- killed gateway) in the last keypx ms.
+--
+-- A leave or disconnect of a connection deletes its fields and leaves
+-- its tombstone in the room (typing:gone:{R} and typing:goneseq:{R};
+-- gone, bury), so that a command of it delayed past the leave or
+-- disconnect is stale, not a ghost entry, while one after a rejoin (a
+-- higher seq) applies.
+--
+-- Store keys also keeps the typist key typing:{R}:enc(user), which
+-- expires at the user's true expiry (mark).
 --
 -- The users zset's score of a user may lag the user's true expiry (the
 -- latest c:<conn>) by up to INDEX_LAG_MS: a throttled refresh leaves the
@@ -77,20 +93,109 @@ local function hset(key, kv)
   if #kv > 0 then redis.call('HSET', key, unpack(kv)) end
 end
 
--- mark creates or renews the typist key of store keys (typist ~= user;
--- store zset passes the user hash as typist, and mark does nothing): a
--- hash with field u = enc(user), expiring keypx ms from now like the user
--- hash. start.lua calls it when it adds the user to the users zset and
--- wherever it renews the user hash, at least once per refresh window, so
--- the key lives while the user is in the zset; stop.lua and sweep.lua
--- delete it when they remove the user. A SCAN of the room's typist keys
--- therefore finds every visible typist; the snapshot keeps those the
--- users zset holds with a live entry (layout.go). One call when the key
--- exists (PEXPIRE), three when it does not (an eviction, a new user).
-local function mark(typist, user, euser, keypx)
-  if typist ~= user and redis.call('PEXPIRE', typist, keypx) == 0 then
+-- hdel deletes the fields of list fs from key, 1,000 per call (Lua's
+-- unpack is bounded; a hash written by older workers may hold more).
+local function hdel(key, fs)
+  for i = 1, #fs, 1000 do
+    redis.call('HDEL', key, unpack(fs, i, math.min(#fs, i + 999)))
+  end
+end
+
+-- last_seq is the last applied seq of a connection from its seq record q
+-- ("<seq> <ms>") and its older-format record s ("<seq>"), either nil: the
+-- higher of the two, nil when there is none.
+local function last_seq(q, s)
+  q = q and string.match(q, '^%d+')
+  if q and s and seq_le(q, s) then return s end
+  return q or s or nil
+end
+
+-- GONE_MAX bounds a room's tombstones; past it the ones that end first
+-- are dropped, and a delayed command of such a connection is applied as
+-- its first one in the room (docs/protocol.md, "Bounds").
+local GONE_MAX = 10000
+-- GONE_PRUNE is how many ended tombstones one bury drops at most: more
+-- than the one it adds, so they never pile up, and a bounded step.
+local GONE_PRUNE = 16
+
+-- gone reports whether seq is not above the seq of conn's tombstone in
+-- the room (conn left the room or disconnected with that seq): a command
+-- of it delayed past its leave or disconnect. The tombstone's seq lives
+-- in the hash seqs (conn -> seq), its end in the zset ends (conn -> unix
+-- ms; bury). One ended but not yet dropped still orders truly older
+-- commands, so only the hash is read. O(1) (HGET).
+local function gone(seqs, conn, seq)
+  local s = redis.call('HGET', seqs, conn)
+  return s and seq_le(seq, s)
+end
+
+-- bury leaves conn's tombstone, seq, in the room until now + keypx (seqs
+-- and ends as gone), drops up to GONE_PRUNE ended ones and those beyond
+-- GONE_MAX (earliest end first), and keeps both keys as long as the
+-- latest tombstone. O(log T) in the T tombstones, plus those dropped
+-- (each dropped once).
+local function bury(seqs, ends, conn, seq, now, keypx)
+  redis.call('ZADD', ends, itoa(now + keypx), conn)
+  redis.call('HSET', seqs, conn, seq)
+  local drop = redis.call('ZRANGEBYSCORE', ends, '-inf', itoa(now), 'LIMIT', 0, GONE_PRUNE)
+  local over = redis.call('ZCARD', ends) - #drop - GONE_MAX
+  if over > 0 then
+    for _, c in ipairs(redis.call('ZRANGE', ends, #drop, #drop + math.min(over, GONE_PRUNE) - 1)) do drop[#drop + 1] = c end
+  end
+  if #drop > 0 then
+    redis.call('ZREM', ends, unpack(drop))
+    redis.call('HDEL', seqs, unpack(drop))
+  end
+  redis.call('PEXPIRE', ends, keypx)
+  redis.call('PEXPIRE', seqs, keypx)
+end
+
+-- spent lists the seq records of the user hash read whole (all, from
+-- HGETALL) that may go: q:<conn> written keypx ms or more before now (a
+-- later command of that connection is late, or ordered only while its
+-- record lives: docs/protocol.md), and s:<conn> whose connection has no
+-- live entry. Field keep is never listed (nil: none).
+local function spent(all, now, keypx, keep)
+  local live, out = {}, {}
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'c:' and (tonumber(all[i + 1]) or 0) > now then
+      live[string.sub(all[i], 3)] = true
+    end
+  end
+  for i = 1, #all, 2 do
+    local k, kind = all[i], string.sub(all[i], 1, 2)
+    if k ~= keep then
+      if kind == 'q:' then
+        if (tonumber(string.match(all[i + 1], ' (%d+)$') or '') or 0) + keypx <= now then out[#out + 1] = k end
+      elseif kind == 's:' and not live[string.sub(k, 3)] then
+        out[#out + 1] = k
+      end
+    end
+  end
+  return out
+end
+
+-- mark makes the typist key of store keys (typist ~= user; store zset
+-- passes the user hash as typist, and mark does nothing) expire at unix
+-- ms at, the user's true expiry (their latest live c:<conn>): a hash with
+-- field u = enc(user). exact: at is that expiry read from the entries, so
+-- the key may move earlier (a stop of one device, a start with a shorter
+-- ttl); otherwise at is the expiry of the entry just written and the key
+-- only moves later (GT), never below another device's live entry. A key
+-- that is missing (an eviction, a new user) is created. One call when the
+-- key exists and moves (PEXPIREAT), two when it exists and stays
+-- (EXISTS), three when it is created.
+local function mark(typist, user, euser, at, exact)
+  if typist == user then return end
+  local moved
+  if exact then
+    moved = redis.call('PEXPIREAT', typist, itoa(at)) == 1
+  else
+    moved = redis.call('PEXPIREAT', typist, itoa(at), 'GT') == 1 or redis.call('EXISTS', typist) == 1
+  end
+  if not moved then
     redis.call('HSET', typist, 'u', euser)
-    redis.call('PEXPIRE', typist, keypx)
+    redis.call('PEXPIREAT', typist, itoa(at))
   end
 end
 
@@ -125,12 +230,10 @@ local function pct_dec(s)
   return out
 end
 
--- live_until returns the latest expiry (unix ms) of the entries (fields
--- c:<conn>) in the user hash user, leaving out field skip (nil: none), 0
--- when there is none: the user's true expiry, which the users zset's score
--- may lag (INDEX_LAG_MS). O(the user's connections and seq fields).
-local function live_until(user, skip)
-  local all = redis.call('HGETALL', user)
+-- latest_entry returns the latest expiry (unix ms) of the entries
+-- (fields c:<conn>) of a user hash read whole (all, from HGETALL),
+-- leaving out field skip (nil: none), 0 when there is none.
+local function latest_entry(all, skip)
   local latest = 0
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 2) == 'c:' and all[i] ~= skip then
@@ -139,4 +242,25 @@ local function live_until(user, skip)
     end
   end
   return latest
+end
+
+-- live_until returns the latest expiry (unix ms) of the entries (fields
+-- c:<conn>) in the user hash user, leaving out field skip (nil: none), 0
+-- when there is none: the user's true expiry, which the users zset's score
+-- may lag (INDEX_LAG_MS). O(the hash's fields: lib.lua's header bounds
+-- them).
+local function live_until(user, skip)
+  return latest_entry(redis.call('HGETALL', user), skip)
+end
+
+-- tidy is live_until(user) that also deletes the hash's expired entries
+-- and spent seq records (the sweep's read of a user whose score ran out).
+local function tidy(user, now, keypx)
+  local all = redis.call('HGETALL', user)
+  local fs = spent(all, now, keypx, nil)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'c:' and (tonumber(all[i + 1]) or 0) <= now then fs[#fs + 1] = all[i] end
+  end
+  hdel(user, fs)
+  return latest_entry(all, nil)
 end

@@ -1,5 +1,8 @@
 -- start.lua: apply one typing "start" of a connection in a room, atomically,
--- in O(log N) of the room's typists (N) and O(1) otherwise.
+-- in O(log N) of the room's typists (N) and O(1) otherwise (a tombstone
+-- read on the connection's first command in the room), plus the user
+-- hash's fields (bounded: lib.lua's header) on a start
+-- whose ttl is shorter than the user's score.
 --
 -- KEYS[1] user hash       typing:user:{R}:enc(user)   (fields: lib.lua)
 -- KEYS[2] typist key      typing:{R}:enc(user) (store keys: lib.lua, mark)
@@ -7,15 +10,19 @@
 -- KEYS[3] users zset      typing:users:{R}     enc(user) -> latest expiry (unix ms)
 -- KEYS[4] pending zset    typing:pending:{R}   enc(user) -> when the sweeper settles it
 -- KEYS[5] room channel    chat:room:{R}        (a key for cluster routing)
--- KEYS[6] sweep bucket    typing:sweep:{s<k>}  (standalone and Sentinel only)
+-- KEYS[6] tombstone ends  typing:gone:{R}      conn -> when its tombstone ends (unix ms; lib.lua, bury)
+-- KEYS[7] tombstone seqs  typing:goneseq:{R}   conn -> its seq when it left or disconnected
+-- KEYS[8] sweep bucket    typing:sweep:{s<k>}  (standalone and Sentinel only)
 -- ARGV (args.go): 1 conn  2 enc(user)  3 name ('' = none)
 --   4 seq (decimal, '0' = unordered)  5 ts_ms (gateway send time, '0' = none)
 --   6 ttl ms  7 throttle ms  8 key px ms  9 stop guard ms  10 enc(room)
 --   11 typing_start event JSON up to "ts_ms":
+--   12 '1': the connection leaves the room (stop.lua: leave, disconnect)
 --
 -- Returns {outcome, now_ms, due_ms}; due_ms > 0: the room must be due in its
--- sweep bucket by then (done here with KEYS[6], by the worker otherwise).
---   stale       seq not above the connection's last applied seq
+-- sweep bucket by then (done here with KEYS[8], by the worker otherwise).
+--   stale       seq not above the connection's last applied seq, or than
+--               its leave or disconnect (a tombstone, lib.lua gone)
 --   late        sent more than ttl ago (ts_ms): never shown
 --   superseded  sent before (or within the stop guard after) the user's last
 --               stop without conn: never shown
@@ -30,10 +37,17 @@ local keypx, guard = ARGV[8], tonumber(ARGV[9])
 local user, typist, users = KEYS[1], KEYS[2], KEYS[3]
 
 local now = now_ms()
-local seqf = 's:' .. conn
-local f = redis.call('HMGET', user, seqf, 'p', 'w', 'x', 'n', 'g', 'i')
-if seq ~= '0' and f[1] and seq_le(seq, f[1]) then
-  return {'stale', now, 0}
+local seqf = 'q:' .. conn
+local f = redis.call('HMGET', user, seqf, 'p', 'w', 'x', 'n', 'g', 'i', 's:' .. conn)
+if seq ~= '0' then
+  -- Only a connection's first command in the room (no seq record) reads
+  -- the tombstones.
+  local last = last_seq(f[1], f[8])
+  if last then
+    if seq_le(seq, last) then return {'stale', now, 0} end
+  elseif gone(KEYS[7], conn, seq) then
+    return {'stale', now, 0}
+  end
 end
 if ts > 0 then
   if now - ts > ttl then return {'late', now, 0} end
@@ -42,7 +56,7 @@ end
 
 local expiry = now + ttl
 local kv = {}
-if seq ~= '0' then kv[#kv + 1] = seqf; kv[#kv + 1] = seq end
+if seq ~= '0' then kv[#kv + 1] = seqf; kv[#kv + 1] = seq .. ' ' .. itoa(now) end
 -- A start without a name (a platform service's) keeps the name another
 -- connection of the user gave.
 if name ~= '' and name ~= f[5] then kv[#kv + 1] = 'n'; kv[#kv + 1] = name end
@@ -57,24 +71,28 @@ local shown = f[2] == '1'
 local throttled = shown and (tonumber(f[3] or '') or 0) > now
 local due = 0
 local indexed = tonumber(f[7] or '') or 0
+-- The user's true expiry, where store keys's typist key expires (mark):
+-- this entry's, unless the users zset says another entry may be later.
+local until_ms, exact = expiry, false
 if not (throttled and indexed <= expiry and indexed > expiry - math.min(INDEX_LAG_MS, math.floor(ttl / 4))) then
   -- A score above expiry (a worker with a longer ttl wrote it) is lowered,
   -- but never below another connection's live entry, and the room is then
   -- due by the new score.
   local score = expiry
-  if indexed > expiry then score = math.max(expiry, live_until(user, 'c:' .. conn)) end
-  local added = redis.call('ZADD', users, itoa(score), euser) == 1
-  if added then
-    redis.call('PEXPIRE', users, keypx)
-    if throttled then mark(typist, user, euser, keypx) end
+  if indexed > expiry then
+    score = math.max(expiry, live_until(user, 'c:' .. conn))
+    until_ms, exact = score, true
   end
+  local added = redis.call('ZADD', users, itoa(score), euser) == 1
+  if added then redis.call('PEXPIRE', users, keypx) end
   if added or score < indexed then due = score end
   kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(score)
 end
 
 if throttled then
   hset(user, kv)
-  index(KEYS[6], due, ARGV[10])
+  mark(typist, user, euser, until_ms, exact)
+  index(KEYS[8], due, ARGV[10])
   return {'throttled', now, due}
 end
 
@@ -98,11 +116,11 @@ else
   outcome = 'coalesced'
 end
 hset(user, kv)
--- The hash, the room's set and the typist key outlive every entry: they
--- are renewed at least once per refresh window, and live ttl + grace +
--- throttle.
+-- The hash and the room's set outlive every entry: they are renewed at
+-- least once per refresh window, and live ttl + grace + throttle. The
+-- typist key lives exactly as long as the user's entries.
 redis.call('PEXPIRE', user, keypx)
 redis.call('PEXPIRE', users, keypx)
-mark(typist, user, euser, keypx)
-index(KEYS[6], due, ARGV[10])
+mark(typist, user, euser, until_ms, exact)
+index(KEYS[8], due, ARGV[10])
 return {outcome, now, due}

@@ -1,14 +1,22 @@
 -- stop.lua: end one connection's entry (or all of a user's entries) in a
 -- room, atomically: typing_stop, leave, and each room of a disconnect. Cost
--- O(log N) of the room's typists plus the user's own connections.
+-- O(log N) of the room's typists plus the user hash's fields (lib.lua's
+-- header bounds them: the user's live connections and those that
+-- vanished in the last keypx ms), plus O(log T) of the room's T
+-- tombstones for a leave or disconnect (lib.lua, bury).
 --
 -- KEYS and ARGV as start.lua, with ARGV[1] conn '' = every connection of
 -- the user (seq then ignored, and the stop time recorded in field x so
--- that starts sent before it are superseded), ARGV[3] unused and ARGV[11]
--- the typing_stop event JSON up to "ts_ms":.
+-- that starts sent before it are superseded), ARGV[3] unused, ARGV[11]
+-- the typing_stop event JSON up to "ts_ms": and ARGV[12] '1' when the
+-- connection leaves the room (a leave, or one room of its disconnect): its
+-- entry and seq records leave the user hash, and its tombstone (its seq)
+-- is left in the room (lib.lua, bury), so that its commands delayed past
+-- it are stale.
 --
 -- Returns {outcome, now_ms, due_ms} (due_ms as start.lua); outcome is
---   stale      seq not above the connection's last applied seq: nothing changed
+--   stale      seq not above the connection's last applied seq, or than
+--              its leave or disconnect: nothing changed
 --   stopped    the user was shown and has no live entry left: typing_stop published
 --   coalesced  the same, but the event rate limit is spent: the sweeper
 --              publishes typing_stop when an event is allowed again
@@ -17,19 +25,33 @@
 local conn, euser, seq = ARGV[1], ARGV[2], ARGV[4]
 local throttle, keypx = tonumber(ARGV[7]), ARGV[8]
 local user, typist, users = KEYS[1], KEYS[2], KEYS[3]
+local leaves = conn ~= '' and ARGV[12] == '1'
 
 local now = now_ms()
-local seqf = 's:' .. conn
-local f = redis.call('HMGET', user, seqf, 'p', 'g', 'i')
+local seqf = 'q:' .. conn
+local f = redis.call('HMGET', user, seqf, 'p', 'g', 'i', 's:' .. conn)
 local ordered = conn ~= '' and seq ~= '0'
-if ordered and f[1] and seq_le(seq, f[1]) then
-  return {'stale', now, 0}
+if ordered then
+  local last = last_seq(f[1], f[5])
+  if last then
+    if seq_le(seq, last) then return {'stale', now, 0} end
+  elseif gone(KEYS[7], conn, seq) then
+    return {'stale', now, 0}
+  end
 end
 
--- The user's connections: one field each, a handful at most.
+-- The user hash read whole: its fields are bounded (lib.lua's header),
+-- and the seq records spent are deleted here (with the connection's own
+-- when it leaves the room).
 local all = redis.call('HGETALL', user)
 local me = 'c:' .. conn
-local latest, before, cfields, dead = 0, 0, {}, {}
+local dead = spent(all, now, tonumber(keypx), seqf)
+if leaves then
+  dead[#dead + 1] = seqf
+  dead[#dead + 1] = 's:' .. conn
+  if ordered then bury(KEYS[7], KEYS[6], conn, seq, now, tonumber(keypx)) end
+end
+local latest, before, cfields = 0, 0, {}
 for i = 1, #all, 2 do
   local k = all[i]
   if string.sub(k, 1, 2) == 'c:' then
@@ -45,24 +67,27 @@ for i = 1, #all, 2 do
 end
 
 local kv = {}
-if ordered then kv[#kv + 1] = seqf; kv[#kv + 1] = seq end
+if ordered and not leaves then kv[#kv + 1] = seqf; kv[#kv + 1] = seq .. ' ' .. itoa(now) end
 local due = 0
 if conn ~= '' and latest > now then
   -- Another device of the user is still typing: drop this entry (and
-  -- expired ones) only; the user's expiry becomes the latest left.
-  if #dead > 0 then redis.call('HDEL', user, unpack(dead)) end
+  -- expired ones) only; the user's expiry, and the typist key's, becomes
+  -- the latest left.
+  hdel(user, dead)
   if latest < before then
     redis.call('ZADD', users, 'XX', itoa(latest), euser)
     kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(latest)
+    mark(typist, user, euser, latest, true)
     due = latest
   end
   hset(user, kv)
-  index(KEYS[6], due, ARGV[10])
+  index(KEYS[8], due, ARGV[10])
   return {'noop', now, due}
 end
 
 -- No live entry remains.
-if #cfields > 0 then redis.call('HDEL', user, unpack(cfields)) end
+for _, k in ipairs(cfields) do dead[#dead + 1] = k end
+hdel(user, dead)
 if typist ~= user then redis.call('DEL', typist) end
 redis.call('ZREM', users, euser)
 if f[4] and f[4] ~= '0' then kv[#kv + 1] = 'i'; kv[#kv + 1] = '0' end
@@ -87,5 +112,5 @@ if #kv > 0 then
   hset(user, kv)
   redis.call('PEXPIRE', user, keypx)
 end
-index(KEYS[6], due, ARGV[10])
+index(KEYS[8], due, ARGV[10])
 return {outcome, now, due}

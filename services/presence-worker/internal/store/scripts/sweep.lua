@@ -14,8 +14,9 @@
 -- ARGV[8] '1': also return the events published (ELLIPSIS_NATS_EVENTS)
 --
 -- Cost O((E + P) log N): E expired (or lagging) and P pending users read,
--- at most ARGV[7] each; when either hit the limit the room is due again at
--- once.
+-- at most ARGV[7] each, plus the user hash of each of the E (its fields
+-- are bounded: lib.lua's header); when either hit the limit the room is
+-- due again at once.
 --
 -- Returns {stops_published, entries_removed, now_ms, next_due_ms,
 -- starts_published[, events]}; next_due_ms is -1 when the room holds
@@ -65,17 +66,20 @@ local function settle(u, visible, expired_stop)
 end
 
 -- Users whose score ran out. A score that lagged a throttled refresh
--- (lib.lua, INDEX_LAG_MS) moves to the user's true expiry; the others'
--- latest entry ran out: every entry of theirs has.
+-- (lib.lua, INDEX_LAG_MS) moves to the user's true expiry, and so does
+-- the typist key; the others' latest entry ran out: every entry of
+-- theirs has. Either way the user hash loses its expired entries and
+-- spent seq records (lib.lua, tidy).
 local expired = redis.call('ZRANGEBYSCORE', users, '-inf', itoa(now), 'LIMIT', 0, limit)
 local removed = 0
 for _, u in ipairs(expired) do
-  local latest = live_until(ARGV[1] .. u)
+  local latest = tidy(ARGV[1] .. u, now, tonumber(keypx))
   if latest > now then
     redis.call('ZADD', users, itoa(latest), u)
     -- PEXPIRE too: the hash lives on past the score it now holds.
     redis.call('HSET', ARGV[1] .. u, 'i', itoa(latest))
     redis.call('PEXPIRE', ARGV[1] .. u, keypx)
+    if ARGV[2] ~= '' then mark(ARGV[2] .. u, ARGV[1] .. u, u, latest, true) end
   else
     redis.call('ZREM', users, u)
     removed = removed + 1
