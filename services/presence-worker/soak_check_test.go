@@ -241,9 +241,13 @@ func (r *soakRun) snapshotRoom(room string, at int64) map[string]bool {
 		r.t.Fatalf("soak store %s seed %d step %d: snapshot of %s lists %d users, total %d", r.kind, r.seed, r.step, room, len(rep.Users), rep.Total)
 	}
 	for k, ty := range r.m.typists {
-		if k.room == room && !listed[k.user] && ty.liveUntil(r.ttlMin) > at+soakHiddenMargin.Milliseconds() {
+		if k.room != room || ty.liveUntil(r.ttlMin) <= at+soakHiddenMargin.Milliseconds() {
+			continue
+		}
+		if !listed[k.user] {
 			r.fail(k, "hidden typist: a live entry until at least t=%d, not in the snapshot asked at t=%d", ty.liveUntil(r.ttlMin), at)
 		}
+		r.required++
 	}
 	return listed
 }
@@ -332,6 +336,9 @@ func (r *soakRun) checkCoverage() {
 	expired := r.e.metric("ellipsis_worker_expired_stops_total", nil)
 	if expired == 0 {
 		r.t.Errorf("soak store %s seed %d: no expired stop was pushed", r.kind, r.seed)
+	}
+	if r.required == 0 {
+		r.t.Errorf("soak store %s seed %d: no checkpoint had a typist that must be shown", r.kind, r.seed)
 	}
 	r.t.Logf("soak: store %s: outcomes %s, expired stops %v", r.kind, strings.Join(counts, " "), expired)
 }

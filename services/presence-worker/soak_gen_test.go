@@ -93,10 +93,10 @@ func (m *soakModel) stop(c *soakConn, room, op string, ts int64) protocol.Comman
 }
 
 // toggle is a user typing and stopping faster than the event rate limit:
-// 4 to 7 commands, start first, alternating.
+// 5 to 9 commands, start first, alternating.
 func (m *soakModel) toggle(c *soakConn, room string, ts int64) []protocol.Command {
 	var out []protocol.Command
-	for i := range 4 + m.rnd.IntN(4) {
+	for i := range 5 + m.rnd.IntN(5) {
 		if i%2 == 0 {
 			out = append(out, m.start(c, room, ts))
 		} else {

@@ -106,6 +106,7 @@ type soakRun struct {
 	thr    int64 // throttle, ms
 
 	sent     int     // commands generated
+	required int     // typists the hidden-typist check required and found
 	base     float64 // commands processed before the first
 	inflight sync.WaitGroup
 	pubErr   chan error // the first failed publish
@@ -137,7 +138,7 @@ func runSoak(t *testing.T, kind string, seed int64, d time.Duration) {
 		rounds++
 	}
 	r.finish()
-	t.Logf("soak: store %s: %d rounds, %d steps, %d commands in %s", kind, rounds, r.step, r.sent, time.Since(began).Round(time.Millisecond))
+	t.Logf("soak: store %s: %d rounds, %d steps, %d commands, %d live typists checked in snapshots, in %s", kind, rounds, r.step, r.sent, r.required, time.Since(began).Round(time.Millisecond))
 	r.checkCoverage()
 }
 
@@ -148,9 +149,16 @@ func (r *soakRun) burst() {
 	for range soakStepsPerBurst {
 		r.step++
 		now := time.Now().UnixMilli()
-		for _, c := range r.m.next(now) {
+		cmds := r.m.next(now)
+		for i, c := range cmds {
 			r.m.record(r.step, c, now)
-			r.publish(c, time.Duration(r.m.rnd.Int64N(int64(soakDelayMax)+1)))
+			delay := time.Duration(r.m.rnd.Int64N(int64(soakDelayMax) + 1))
+			if len(cmds) > 1 {
+				// A toggle's commands leave in order, 3 ms apart, so that
+				// most reach Redis in order and spend the rate limit.
+				delay = time.Duration(i) * 3 * time.Millisecond
+			}
+			r.publish(c, delay)
 		}
 		r.pump()
 		time.Sleep(time.Duration(r.m.rnd.IntN(25)) * time.Millisecond)
