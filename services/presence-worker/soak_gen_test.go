@@ -17,32 +17,44 @@ const (
 	soakConnsPerUser = 3  // devices of one user at once
 )
 
-// next returns the commands of one step, stamped ts (unix ms).
-func (m *soakModel) next(ts int64) []protocol.Command {
+// next returns the commands of one step, stamped ts (unix ms), and
+// whether they must leave in order (a toggle); otherwise each gets its
+// own delay, and a step's commands of one connection (a pair, a start
+// right before a disconnect) reach the workers in either order.
+func (m *soakModel) next(ts int64) (cmds []protocol.Command, ordered bool) {
 	w := m.rnd.IntN(100)
 	if w < 8 || len(m.conns) == 0 {
 		m.connect()
-		return nil
+		return nil, false
 	}
 	c := m.conns[m.rnd.IntN(len(m.conns))]
 	switch {
+	case w < 40:
+		return []protocol.Command{m.start(c, m.join(c), ts)}, false
 	case w < 48:
-		return []protocol.Command{m.start(c, m.join(c), ts)}
-	case w < 63:
+		return m.pair(c, m.join(c), ts), false
+	case w < 53:
+		return m.toggle(c, m.join(c), ts), true
+	}
+	return m.other(c, w, ts), false
+}
+
+// other is one of the rarer actions of connection c (w as in next).
+func (m *soakModel) other(c *soakConn, w int, ts int64) []protocol.Command {
+	switch {
+	case w < 66:
 		if len(c.rooms) == 0 {
 			return nil
 		}
 		return []protocol.Command{m.stop(c, c.rooms[m.rnd.IntN(len(c.rooms))], protocol.OpStop, ts)}
-	case w < 68:
-		return m.toggle(c, m.join(c), ts)
-	case w < 73:
+	case w < 71:
 		if len(c.rooms) == 0 {
 			return nil
 		}
 		r := c.rooms[m.rnd.IntN(len(c.rooms))]
 		c.rooms = slices.DeleteFunc(c.rooms, func(x string) bool { return x == r })
 		return []protocol.Command{m.stop(c, r, protocol.OpLeave, ts)}
-	case w < 78:
+	case w < 77:
 		// The platform's stop (a message posted): no conn, no seq, no ts_ms.
 		u := m.users[m.rnd.IntN(len(m.users))]
 		return []protocol.Command{{V: 1, Op: protocol.OpStop, Room: m.rooms[m.rnd.IntN(len(m.rooms))], User: u}}
@@ -106,15 +118,31 @@ func (m *soakModel) toggle(c *soakConn, room string, ts int64) []protocol.Comman
 	return out
 }
 
+// pair is a start and a stop of c in room, in either order, sent at once
+// (a keystroke and the message sent).
+func (m *soakModel) pair(c *soakConn, room string, ts int64) []protocol.Command {
+	if m.rnd.IntN(2) == 0 {
+		a := m.start(c, room, ts)
+		return []protocol.Command{a, m.stop(c, room, protocol.OpStop, ts)}
+	}
+	a := m.stop(c, room, protocol.OpStop, ts)
+	return []protocol.Command{a, m.start(c, room, ts)}
+}
+
 // disconnect closes c as its gateway does: one disconnect of every room it
-// joined (none when it joined none).
+// joined (none when it joined none), half the time right after a start
+// (typing while the connection closes).
 func (m *soakModel) disconnect(c *soakConn, ts int64) []protocol.Command {
 	m.close(c)
 	if len(c.rooms) == 0 {
 		return nil
 	}
+	var out []protocol.Command
+	if m.rnd.IntN(2) == 0 {
+		out = append(out, m.start(c, c.rooms[m.rnd.IntN(len(c.rooms))], ts))
+	}
 	c.seq++
-	return []protocol.Command{{V: 1, Op: protocol.OpDisconnect, Rooms: slices.Clone(c.rooms), User: c.user, Conn: c.id, Seq: c.seq, TsMs: ts}}
+	return append(out, protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: slices.Clone(c.rooms), User: c.user, Conn: c.id, Seq: c.seq, TsMs: ts})
 }
 
 func (m *soakModel) close(c *soakConn) {

@@ -149,11 +149,11 @@ func (r *soakRun) burst() {
 	for range soakStepsPerBurst {
 		r.step++
 		now := time.Now().UnixMilli()
-		cmds := r.m.next(now)
+		cmds, ordered := r.m.next(now)
 		for i, c := range cmds {
 			r.m.record(r.step, c, now)
 			delay := time.Duration(r.m.rnd.Int64N(int64(soakDelayMax) + 1))
-			if len(cmds) > 1 {
+			if ordered {
 				// A toggle's commands leave in order, 3 ms apart, so that
 				// most reach Redis in order and spend the rate limit.
 				delay = time.Duration(i) * 3 * time.Millisecond
