@@ -200,6 +200,9 @@ func (r *soakRun) compare() string {
 		snaps[room] = r.snapshotRoom(room, at)
 	}
 	r.idle(150 * time.Millisecond)
+	// An entry live now has had no expired stop yet: its typist's last
+	// event is the start.
+	now := time.Now().UnixMilli()
 	var diffs []string
 	for _, room := range r.m.rooms {
 		shown := map[string]bool{}
@@ -212,8 +215,8 @@ func (r *soakRun) compare() string {
 			}
 			if ty.shown {
 				shown[k.user] = true
-			} else if ty.liveUntil(r.ttlMin) > at+soakHiddenMargin.Milliseconds() {
-				r.fail(k, "hidden typist: a live entry until at least t=%d, the last event about it was typing_stop (at t=%d; late starts: %v)", ty.liveUntil(r.ttlMin), at, r.e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "late"}))
+			} else if ty.liveUntil(r.ttlMin) > now+soakHiddenMargin.Milliseconds() {
+				r.fail(k, "hidden typist: a live entry until at least t=%d, the last event about it was typing_stop (at t=%d; late starts: %v)", ty.liveUntil(r.ttlMin), now, r.e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "late"}))
 			}
 		}
 		if !maps.Equal(shown, snaps[room]) {
@@ -253,12 +256,15 @@ func (r *soakRun) snapshotRoom(room string, at int64) map[string]bool {
 	if rep.Total != len(rep.Users) {
 		r.t.Fatalf("soak store %s seed %d step %d: snapshot of %s lists %d users, total %d", r.kind, r.seed, r.step, room, len(rep.Users), rep.Total)
 	}
+	// An entry live when the reply came was live when Redis ran the
+	// snapshot: its typist is listed.
+	done := time.Now().UnixMilli()
 	for k, ty := range r.m.typists {
-		if k.room != room || ty.liveUntil(r.ttlMin) <= at+soakHiddenMargin.Milliseconds() {
+		if k.room != room || ty.liveUntil(r.ttlMin) <= done+soakHiddenMargin.Milliseconds() {
 			continue
 		}
 		if !listed[k.user] {
-			r.fail(k, "hidden typist: a live entry until at least t=%d, not in the snapshot asked at t=%d", ty.liveUntil(r.ttlMin), at)
+			r.fail(k, "hidden typist: a live entry until at least t=%d, not in the snapshot answered at t=%d", ty.liveUntil(r.ttlMin), done)
 		}
 		r.required++
 	}
