@@ -1,0 +1,57 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// Found by the soak (TestSoak, seed 1, both stores, step 84: "duplicate
+// typing_start: 185 ms after the previous one, no typing_stop between").
+//
+// A start that the event rate limit held back is published by the sweeper
+// (the trailing edge, scripts/sweep.lua, settle), which sets the user's
+// "told" flag and rate limit but not the refresh window: a refresh right
+// after it finds the window of the last start.lua publish long over and
+// fans out a second typing_start within the throttle. docs/protocol.md
+// ("Throttle") says refreshes fan out "only when the user's refresh window
+// has ended: a burst of refreshes fans out once per throttle", and a
+// start.lua publish of the same transition opens the window (w = now +
+// throttle), so the sweeper's should too.
+func TestFoundBySoakRefreshRightAfterTrailingStart(t *testing.T) {
+	for _, kind := range []string{config.StoreZSet, config.StoreKeys} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, func(c *config.Config) { c.Store = kind })
+			e.startWorker()
+			s := e.subscribe("r")
+			at := func(c protocol.Command) protocol.Command { c.TsMs = time.Now().UnixMilli(); return c }
+			// Four transitions spend the bucket's burst of 4 ("Throttle").
+			e.send(at(start("r", "u", "U", "c", 1)))
+			s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+			e.send(at(stop("r", "u", "c", 2)))
+			s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+			e.send(at(start("r", "u", "U", "c", 3)))
+			third := s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+			e.send(at(stop("r", "u", "c", 4)))
+			s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+			// The fifth is held back; the sweeper publishes it.
+			e.send(at(start("r", "u", "U", "c", 5)))
+			trailing := s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+			// A refresh once the third start's window is over, well inside
+			// the throttle after the trailing start.
+			time.Sleep(time.Until(time.UnixMilli(max(trailing.ev.TsMs, third.ev.TsMs+testThrottle.Milliseconds()) + 10)))
+			refresh := at(start("r", "u", "U", "c", 6))
+			if d := refresh.TsMs - trailing.ev.TsMs; d >= testThrottle.Milliseconds()-50 {
+				t.Fatalf("could not place the refresh inside the throttle: %d ms after the trailing start (a stalled machine, not the bug)", d)
+			}
+			e.send(refresh)
+			if r, ok := s.next(testThrottle); ok {
+				t.Fatalf("a refresh %d ms after the sweeper's typing_start fanned out %s; want nothing within the throttle (%s)",
+					refresh.TsMs-trailing.ev.TsMs, r.raw, testThrottle)
+			}
+		})
+	}
+}
