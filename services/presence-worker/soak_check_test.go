@@ -81,15 +81,11 @@ func (r *soakRun) onEvent(ev protocol.RoomEvent) {
 	case protocol.TypeTypingStart:
 		// A typing_start of a shown user is a refresh, which "fans out
 		// only when the user's refresh window has ended" ("Throttle"):
-		// two starts with no stop between are a throttle apart.
-		// The sweeper's trailing-edge start opens no refresh window
-		// (TestFoundBySoakRefreshRightAfterTrailingStart): until that is
-		// fixed, one refresh may follow it early, never two in a row.
-		early := ty.shown && ev.TsMs-ty.shownTs < r.thr
-		if early && (soakStrictRefreshWindow || ty.early) {
+		// two starts with no stop between are a throttle apart, the
+		// sweeper's trailing-edge start included.
+		if ty.shown && ev.TsMs-ty.shownTs < r.thr {
 			r.fail(k, "duplicate typing_start: %d ms after the previous one, no typing_stop between (refresh window %d ms)", ev.TsMs-ty.shownTs, r.thr)
 		}
-		ty.early = early
 		if ev.Name != "N"+ev.User || (ev.TTLMs != r.ttlMin && ev.TTLMs != r.ttlMax) {
 			r.fail(k, "typing_start name %q ttl_ms %d, want name %q and one of the workers' ttls", ev.Name, ev.TTLMs, "N"+ev.User)
 		}

@@ -50,7 +50,6 @@ type soakTypist struct {
 
 	shown   bool    // the last event was typing_start
 	shownTs int64   // ts_ms of the last typing_start published while shown
-	early   bool    // that typing_start came within the throttle of the one before
 	events  []int64 // ts_ms of the latest events (the rate bound)
 }
 

@@ -73,12 +73,7 @@ const (
 	// steps are counted, not timed, so a seed replays the same bursts.
 	soakStepsPerBurst = 150
 	soakUsers         = 8
-	// soakStrictRefreshWindow: two typing_start of a shown user with no
-	// stop between always lie a throttle apart. False while the sweeper's
-	// trailing-edge start opens no refresh window
-	// (TestFoundBySoakRefreshRightAfterTrailingStart); set it once fixed.
-	soakStrictRefreshWindow = false
-	soakRooms               = 3
+	soakRooms         = 3
 )
 
 func TestSoak(t *testing.T) {
