@@ -13,7 +13,7 @@ import (
 // refresh window like start.lua's: docs/protocol.md ("Throttle") says
 // refreshes fan out "only when the user's refresh window has ended", so a
 // refresh right after the trailing start fans out nothing within the
-// throttle. TestSoak found the case (seed 1).
+// throttle.
 func TestRefreshRightAfterTrailingStartFansOutNothing(t *testing.T) {
 	for _, kind := range []string{config.StoreZSet, config.StoreKeys} {
 		t.Run(kind, func(t *testing.T) {

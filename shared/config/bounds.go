@@ -65,5 +65,8 @@ const (
 // promises that any room id of 1..256 bytes works end to end, and the
 // longest client frame with the room and request id at their limits
 // (protocol.MaxIDBytes, protocol.MaxRequestIDBytes), every byte one JSON
-// escapes to 2 (`"`, `\`), is 809 bytes.
+// escapes to 2 (`"`, `\`), is 809 bytes as JSON.stringify writes it. An
+// encoder that escapes non-ASCII or HTML characters as \uXXXX can need up
+// to 2345 bytes; the default (4096) takes that, and docs/protocol.md says
+// so.
 const minFrameBytes = 1024

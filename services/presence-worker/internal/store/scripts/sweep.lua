@@ -45,6 +45,7 @@ local function settle(u, visible, expired_stop)
   if not ok then
     if expired_stop then redis.call('HSET', key, 'z', expired_stop) end
     redis.call('ZADD', pending, itoa(next_ms), u)
+    redis.call('PEXPIRE', pending, keypx)
     return
   end
   if visible then
