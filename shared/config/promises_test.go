@@ -223,6 +223,10 @@ var unbounded = map[string]struct {
 		reason: "a slow reader holds only its own connection: a full outbound queue closes it (1013) whatever the wait, and a close cuts the write deadline"},
 	"ELLIPSIS_INBOUND_RATE": {below: true, above: true, probes: []string{"0.001", "1e9"},
 		reason: "any finite rate above 0 is a token bucket (0, NaN and ±Inf are refused); the refresh rule keeps refresh ≥ 1/rate"},
+	"ELLIPSIS_SNAPSHOT_RATE": {below: true, above: true, probes: []string{"0.001", "1e9"},
+		reason: "any finite rate above 0 is a token bucket (0, NaN and ±Inf are refused); how many snapshots a connection may ask is the operator's trade against the workers' load, and no promise of docs/protocol.md depends on it"},
+	"ELLIPSIS_HTTP_SNAPSHOT_RATE": {below: true, above: true, probes: []string{"0.001", "1e9"},
+		reason: "any finite rate above 0 is a token bucket (0, NaN and ±Inf are refused); the operator's trade, as ELLIPSIS_SNAPSHOT_RATE"},
 }
 
 func TestPromiseQuotesInProtocol(t *testing.T) {
