@@ -289,7 +289,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.rdb = s.redisOpt.NewClient()
 	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
+	redisUp := true
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		redisUp = false
 		s.log.Warn("redis not reachable at start; serving anyway, joins answer unavailable until it is", zap.Error(err))
 	}
 	cancel()
@@ -318,6 +320,9 @@ func (s *Server) Start(ctx context.Context) error {
 		Logger:       s.log.Named("hub"),
 	})
 	s.hub.Start()
+	if redisUp {
+		s.awaitBackplane(ctx, s.cfg.PubSubPingTimeout)
+	}
 	pres.OnReconnect(s.hub.Resync)
 	s.authz = s.sec.authorizer(s.cfg, pres, s.names.AuthzJoinSubject())
 
@@ -334,6 +339,27 @@ func (s *Server) Start(ctx context.Context) error {
 	s.log.Info("gateway serving", zap.String("http_addr", s.HTTPAddr()), zap.String("admin_addr", s.AdminAddr()),
 		zap.String("auth", s.cfg.Auth), zap.String("authz", s.cfg.Authz))
 	return nil
+}
+
+// awaitBackplane waits up to d (ELLIPSIS_PUBSUB_PING_TIMEOUT, the first
+// PING's deadline) for the Pub/Sub links' first round trip, so that a
+// gateway whose Redis answered the start-up PING is ready (/readyz 200)
+// when Start returns. A link still down by then keeps /readyz 503 until
+// it answers; Start does not fail for it.
+func (s *Server) awaitBackplane(ctx context.Context, d time.Duration) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for !s.hub.Health().OK {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-poll.C:
+		}
+	}
 }
 
 // watchMaster is the hub's master watch on Redis Sentinel (a poll every
