@@ -220,3 +220,21 @@ func TestAskerCancelLeavesTheFlightToOthers(t *testing.T) {
 		t.Fatalf("workers asked %d times, want 2", c)
 	}
 }
+
+// Askers of a flight that the hub's Close cancels, in flight or queued,
+// get ErrClosed (the HTTP answer "gateway shutting down"), not a snapshot
+// failure.
+func TestFlightsCancelledByCloseAnswerClosed(t *testing.T) {
+	f := newFixture(t, 0)
+	f.blockSnapshots()
+	inFlight := f.httpAsk("r")
+	waitFor(t, "the first flight in flight", func() bool { return f.snap.count("r") == 1 })
+	queued := f.httpAsk("r")
+	waitFor(t, "the second asker queued", func() bool { return f.queued("r") })
+	f.h.Close()
+	for what, ch := range map[string]<-chan error{"in flight": inFlight, "queued": queued} {
+		if err := <-ch; !errors.Is(err, ErrClosed) || IsUnavailable(err) {
+			t.Fatalf("asker of the flight %s when the hub closed: %v, want ErrClosed", what, err)
+		}
+	}
+}
