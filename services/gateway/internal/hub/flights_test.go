@@ -126,9 +126,10 @@ func TestAskerDoesNotShareAFlightStartedBeforeItsHold(t *testing.T) {
 	}
 }
 
-// An HTTP asker (no hold) shares the flight in flight when it started
-// after the request: a Snapshot made while a flight that began later than
-// it is in flight shares it.
+// HTTP askers (no hold) arriving while a flight is in flight, which
+// started before their requests, do not share it: the first of them
+// queues a flight and the others share that queued one. Six askers, two
+// requests to the workers.
 func TestHTTPAskersShareTheQueuedFlight(t *testing.T) {
 	f := newFixture(t, 0)
 	unblock := f.blockSnapshots()
