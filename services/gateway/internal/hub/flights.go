@@ -121,6 +121,10 @@ func (f *flights) run(room string, fl *flight) {
 		ctx, cancel := context.WithTimeout(f.ctx, f.timeout)
 		fl.snap, fl.err = f.fetch(ctx, room)
 		cancel()
+		if fl.err != nil && f.ctx.Err() != nil {
+			// close cancelled it: its askers get the hub's shutdown answer.
+			fl.snap, fl.err = protocol.Snapshot{}, ErrClosed
+		}
 		close(fl.done)
 		f.mu.Lock()
 		rf := f.rooms[room]
@@ -134,8 +138,9 @@ func (f *flights) run(room string, fl *flight) {
 	}
 }
 
-// close cancels the flights in flight (their askers get the Snapshotter's
-// context error), refuses new ones and waits for their goroutines.
+// close cancels the flights in flight and queued (their askers get
+// [ErrClosed] unless the snapshot was read first), refuses new ones and
+// waits for their goroutines.
 func (f *flights) close() {
 	f.mu.Lock()
 	f.closed = true

@@ -126,9 +126,10 @@ func TestAskerDoesNotShareAFlightStartedBeforeItsHold(t *testing.T) {
 	}
 }
 
-// An HTTP asker (no hold) shares the flight in flight when it started
-// after the request: a Snapshot made while a flight that began later than
-// it is in flight shares it.
+// HTTP askers (no hold) arriving while a flight is in flight, which
+// started before their requests, do not share it: the first of them
+// queues a flight and the others share that queued one. Six askers, two
+// requests to the workers.
 func TestHTTPAskersShareTheQueuedFlight(t *testing.T) {
 	f := newFixture(t, 0)
 	unblock := f.blockSnapshots()
@@ -218,5 +219,23 @@ func TestAskerCancelLeavesTheFlightToOthers(t *testing.T) {
 	}
 	if c := f.snap.count("r"); c != 2 {
 		t.Fatalf("workers asked %d times, want 2", c)
+	}
+}
+
+// Askers of a flight that the hub's Close cancels, in flight or queued,
+// get ErrClosed (the HTTP answer "gateway shutting down"), not a snapshot
+// failure.
+func TestFlightsCancelledByCloseAnswerClosed(t *testing.T) {
+	f := newFixture(t, 0)
+	f.blockSnapshots()
+	inFlight := f.httpAsk("r")
+	waitFor(t, "the first flight in flight", func() bool { return f.snap.count("r") == 1 })
+	queued := f.httpAsk("r")
+	waitFor(t, "the second asker queued", func() bool { return f.queued("r") })
+	f.h.Close()
+	for what, ch := range map[string]<-chan error{"in flight": inFlight, "queued": queued} {
+		if err := <-ch; !errors.Is(err, ErrClosed) || IsUnavailable(err) {
+			t.Fatalf("asker of the flight %s when the hub closed: %v, want ErrClosed", what, err)
+		}
 	}
 }

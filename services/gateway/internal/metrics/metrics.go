@@ -41,9 +41,13 @@ type Metrics struct {
 	RedisLinkTimeouts prometheus.Counter
 	// RedisSubscribeRefused counts room channel (S)SUBSCRIBEs that Redis
 	// answered with an error reply (a NOPERM from an ACL without the room
-	// channels' pattern): one per channel and attempt; each fails the joins
-	// waiting on it with unavailable.
-	RedisSubscribeRefused prometheus.Counter
+	// channels' pattern), one per channel and attempt, in
+	// redis_subscribe_refused_total by label kind: Room ("room") a joined
+	// room's channel (the joins waiting on it get unavailable), Probe
+	// ("probe") a link's probe (its check channel, or a refused room no
+	// join wants any more: on each connection's first round and each
+	// health round while the link refuses; no join waits).
+	RedisSubscribeRefused struct{ Room, Probe prometheus.Counter }
 	// RateLimited counts inbound frames rejected by the per-connection token bucket.
 	RateLimited prometheus.Counter
 	// AbuseCloses counts connections closed with 1008 for sustained inbound
@@ -67,14 +71,15 @@ type Metrics struct {
 	// during a join or resync are included.
 	DeliveryDelay prometheus.Histogram
 
-	framesIn       *prometheus.CounterVec // label type
-	framesOut      *prometheus.CounterVec // label type
-	errors         *prometheus.CounterVec // label code
-	closes         *prometheus.CounterVec // label code
-	commands       *prometheus.CounterVec // label op
-	snapshots      *prometheus.CounterVec // label result (snapshots.go)
-	framesInCache  sync.Map               // type -> prometheus.Counter
-	framesOutCache sync.Map               // type -> prometheus.Counter
+	subscribeRefused *prometheus.CounterVec // label kind
+	framesIn         *prometheus.CounterVec // label type
+	framesOut        *prometheus.CounterVec // label type
+	errors           *prometheus.CounterVec // label code
+	closes           *prometheus.CounterVec // label code
+	commands         *prometheus.CounterVec // label op
+	snapshots        *prometheus.CounterVec // label result (snapshots.go)
+	framesInCache    sync.Map               // type -> prometheus.Counter
+	framesOutCache   sync.Map               // type -> prometheus.Counter
 }
 
 // New creates the metrics and registers them on reg. It fails when one of
@@ -84,19 +89,19 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return prometheus.Opts{Namespace: Namespace, Subsystem: Subsystem, Name: name, Help: help}
 	}
 	m := &Metrics{
-		Connections:           prometheus.NewGauge(prometheus.GaugeOpts(opts("connections", "Open WebSocket connections."))),
-		JoinedRooms:           prometheus.NewGauge(prometheus.GaugeOpts(opts("joined_rooms", "Joined (connection, room) pairs."))),
-		RedisSubscriptions:    prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_subscriptions", "Room channels subscribed on Redis Pub/Sub."))),
-		RedisLinks:            prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links", "Redis Pub/Sub connections: 1, or one per Cluster master with sharded Pub/Sub."))),
-		RedisLinksDown:        prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links_down", "Redis Pub/Sub connections not up now (never answered a PING yet, lost or failed with none answered since, or refusing room channel subscriptions); /readyz is 503 while it is above 0."))),
-		RedisChannelMoves:     prometheus.NewCounter(prometheus.CounterOpts(opts("redis_channel_moves_total", "Room channels resubscribed on another Redis Cluster master after their slot moved."))),
-		RedisLinkTimeouts:     prometheus.NewCounter(prometheus.CounterOpts(opts("redis_pubsub_ping_timeouts_total", "Redis Pub/Sub connections closed and redialed after missing a health PING."))),
-		RedisSubscribeRefused: prometheus.NewCounter(prometheus.CounterOpts(opts("redis_subscribe_refused_total", "Room channel (S)SUBSCRIBEs Redis answered with an error reply (e.g. NOPERM: the ACL lacks the room channels' pattern); the joins waiting on them get unavailable."))),
-		RateLimited:           prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
-		AbuseCloses:           prometheus.NewCounter(prometheus.CounterOpts(opts("abuse_closes_total", "Connections closed with 1008 for sustained inbound abuse (too many rate-limited frames within 10 s)."))),
-		SlowConsumerCloses:    prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because their outbound queue was full."))),
-		Resyncs:               prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Room resyncs (a snapshot pushed to the room's members) after a Redis link or NATS reconnect."))),
-		EventsDropped:         prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
+		Connections:        prometheus.NewGauge(prometheus.GaugeOpts(opts("connections", "Open WebSocket connections."))),
+		JoinedRooms:        prometheus.NewGauge(prometheus.GaugeOpts(opts("joined_rooms", "Joined (connection, room) pairs."))),
+		RedisSubscriptions: prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_subscriptions", "Room channels subscribed on Redis Pub/Sub."))),
+		RedisLinks:         prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links", "Redis Pub/Sub connections: 1, or one per Cluster master with sharded Pub/Sub."))),
+		RedisLinksDown:     prometheus.NewGauge(prometheus.GaugeOpts(opts("redis_pubsub_links_down", "Redis Pub/Sub connections not up now (never answered a PING yet, lost or failed with none answered since, or refusing room channel subscriptions); /readyz is 503 while it is above 0."))),
+		RedisChannelMoves:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_channel_moves_total", "Room channels resubscribed on another Redis Cluster master after their slot moved."))),
+		RedisLinkTimeouts:  prometheus.NewCounter(prometheus.CounterOpts(opts("redis_pubsub_ping_timeouts_total", "Redis Pub/Sub connections closed and redialed after missing a health PING."))),
+		subscribeRefused:   prometheus.NewCounterVec(prometheus.CounterOpts(opts("redis_subscribe_refused_total", "Room channel (S)SUBSCRIBEs Redis answered with an error reply (e.g. NOPERM: the ACL lacks the room channels' pattern), by kind: room (a joined room's channel; the joins waiting on it get unavailable) or probe (a link's check channel or last refused room, on each connection's first round and each health round while refusing; no join waits).")), []string{"kind"}),
+		RateLimited:        prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
+		AbuseCloses:        prometheus.NewCounter(prometheus.CounterOpts(opts("abuse_closes_total", "Connections closed with 1008 for sustained inbound abuse (too many rate-limited frames within 10 s)."))),
+		SlowConsumerCloses: prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because their outbound queue was full."))),
+		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Room resyncs (a snapshot pushed to the room's members) after a Redis link or NATS reconnect."))),
+		EventsDropped:      prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
 		DeliveryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Subsystem: Subsystem, Name: "delivery_delay_seconds",
 			Help:    "Delay from a room event's ts_ms (worker publish time, Redis TIME) to the frame written to a client socket, in seconds; one observation per frame.",
@@ -110,7 +115,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		snapshots: newSnapshotsVec(),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.RedisSubscribeRefused, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
+		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.subscribeRefused, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
 		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands, m.snapshots,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -123,6 +128,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for code := range errorCodes {
 		m.errors.WithLabelValues(code)
 	}
+	m.RedisSubscribeRefused.Room = m.subscribeRefused.WithLabelValues("room")
+	m.RedisSubscribeRefused.Probe = m.subscribeRefused.WithLabelValues("probe")
 	for _, r := range []string{SnapshotRequested, SnapshotShared, SnapshotRateLimited} {
 		m.snapshots.WithLabelValues(r)
 	}

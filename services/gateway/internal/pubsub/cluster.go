@@ -276,8 +276,9 @@ func (r *Redis) linkClosed(l *link) {
 //   - anything else (NOPERM: an ACL refusing a channel) is the refusal of
 //     one of the commands the next PONG settles (confirm.go); it is
 //     logged with the channels it refused. Before the connection answered
-//     any PING, it is also the link's health error (a refused PING fails
-//     the connection at its deadline: serveConn).
+//     any PING, it is also the link's health error, and read last it
+//     fails the connection at its deadline as a refused PING
+//     (pingDeadline).
 func (r *Redis) serverError(l *link, gen uint64, reply string) {
 	switch f := strings.Fields(reply); {
 	case r.cluster != nil && len(f) >= 2 && (f[0] == "MOVED" || f[0] == "ASK"):
@@ -313,6 +314,7 @@ func (r *Redis) serverError(l *link, gen uint64, reply string) {
 	}
 	r.mu.Lock()
 	if l.gen == gen {
+		l.refusedLast.Store(true)
 		if l.batchErr == "" {
 			l.batchErr = reply
 		}

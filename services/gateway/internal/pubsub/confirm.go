@@ -95,6 +95,7 @@ func (r *Redis) settleLocked(l *link, b *batch) settled {
 			delete(l.sent, c.name)
 			c.refuseLocked(fmt.Errorf("%w: %w: redis pubsub link %s: %s", ErrUnavailable, ErrRefused, l.name(), st.reason))
 			st.refused = append(st.refused, c.name)
+			r.met.RedisSubscribeRefused.Room.Inc()
 		case verdictRetry:
 			delete(l.sent, c.name)
 		}
@@ -106,6 +107,7 @@ func (r *Redis) settleLocked(l *link, b *batch) settled {
 		kick = kick || k
 		if probeRefused {
 			st.refused = append(st.refused, b.probe)
+			r.met.RedisSubscribeRefused.Probe.Inc()
 		}
 	}
 	l.noteLocked(l.check, &st, accepted, probeRefused)
@@ -115,7 +117,6 @@ func (r *Redis) settleLocked(l *link, b *batch) settled {
 		}
 		kick = true
 	}
-	r.met.RedisSubscribeRefused.Add(float64(len(st.refused)))
 	if kick {
 		l.kickLocked()
 	}

@@ -129,8 +129,8 @@ func TestGroupRefusedThenSettledAlone(t *testing.T) {
 	if !errors.Is(err, ErrRefused) || !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("Subscribe(b) refused: %v, want ErrRefused and ErrUnavailable with the reply", err)
 	}
-	if got := testutil.ToFloat64(r.met.RedisSubscribeRefused); got != 1 {
-		t.Fatalf("redis_subscribe_refused_total = %v, want 1", got)
+	if room, probe := testutil.ToFloat64(r.met.RedisSubscribeRefused.Room), testutil.ToFloat64(r.met.RedisSubscribeRefused.Probe); room != 1 || probe != 0 {
+		t.Fatalf("redis_subscribe_refused_total room %v probe %v, want 1 and 0 (the group's refusal is retried, not counted)", room, probe)
 	}
 	if h := r.Health(); !h.OK {
 		t.Fatalf("one refusal made the link down: %+v", h)
@@ -221,8 +221,8 @@ func TestPersistentRefusalsDownUntilProbeAccepted(t *testing.T) {
 	if _, sub, unsub := round(r, l, false); len(sub) != 0 || !slices.Equal(unsub, []string{"r2"}) {
 		t.Fatalf("round after the accepted probe: sub %v unsub %v, want unsub [r2]", sub, unsub)
 	}
-	if got := testutil.ToFloat64(r.met.RedisSubscribeRefused); got != 4 {
-		t.Fatalf("redis_subscribe_refused_total = %v, want 4 (three joins, one probe)", got)
+	if room, probe := testutil.ToFloat64(r.met.RedisSubscribeRefused.Room), testutil.ToFloat64(r.met.RedisSubscribeRefused.Probe); room != 3 || probe != 1 {
+		t.Fatalf("redis_subscribe_refused_total room %v probe %v, want 3 (the joins) and 1 (the probe)", room, probe)
 	}
 }
 

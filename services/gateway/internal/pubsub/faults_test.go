@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -230,5 +231,55 @@ func TestCloseBoundedWhenRedisHangs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A reconnect's first round resubscribes every channel of the link, and
+// its PONG comes after all their replies. Here 600 channels of 2 KB
+// (sharded: one SSUBSCRIBE per slot) through a path that then delays every
+// 32 KB chunk by 20 ms take about 0.8 s to answer, over three times the
+// 250 ms PING timeout, with a reply every ~20 ms: the deadline re-arms
+// while replies keep coming, and the link comes up on that one connection
+// (Redis counts a single new connection), instead of redialing at each
+// deadline and resending everything for ever.
+func TestSlowResubscribeRoundComesUp(t *testing.T) {
+	addr := privateRedis(t)
+	px, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
+	t.Cleanup(func() { direct.Close() })
+	b, _ := newBroker(t, rdb, true, time.Minute, 250*time.Millisecond)
+	pad, p := strings.Repeat("x", 2000), prefix()
+	errs := make(chan error, 600)
+	for i := 0; i < cap(errs); i++ {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			errs <- b.Subscribe(ctx, p+strconv.Itoa(i)+":"+pad)
+		}()
+	}
+	for i := 0; i < cap(errs); i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("Subscribe on the fast path: %v", err)
+		}
+	}
+	before := totalConnections(t, direct)
+	px.Slow(20 * time.Millisecond)
+	b.mu.Lock()
+	l := b.links[""]
+	b.mu.Unlock()
+	l.redial("test: a fresh connection") // go-redis redials on its own after a Cut
+	waitFor(t, "the redialed link reported down", 3*time.Second, func() bool { return !b.Health().OK })
+	waitFor(t, "the link up again after its slow resubscribing round", 10*time.Second, func() bool { return b.Health().OK })
+	if after := totalConnections(t, direct); after != before+1 {
+		t.Fatalf("total_connections_received %d -> %d: want one reconnect, the slow first round was redialed", before, after)
+	}
+	if n := len(channels(context.Background(), direct, true, p+"*")); n != cap(errs) {
+		t.Fatalf("%d channels subscribed after the reconnect, want %d", n, cap(errs))
 	}
 }

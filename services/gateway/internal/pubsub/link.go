@@ -56,6 +56,12 @@ type link struct {
 	refusals      // refusal state, kept across connections (refusal.go)
 
 	lastReply atomic.Int64 // unix ns of the last reply read, any kind; no lock
+	// refusedLast: the last reply to a command read (published messages
+	// are no replies) was an error reply other than a routing one
+	// (serverError). A round's PING is its last command, so before the
+	// first PONG it tells a refused PING from a round whose replies are
+	// still coming in (pingDeadline); no lock.
+	refusedLast atomic.Bool
 	// awaiting is the unix ns at which the writer sent a PING token (a
 	// liveness PING, or the confirmation of a batch of subscriptions) with
 	// no reply of any kind read since; 0 when every request was followed
@@ -287,12 +293,10 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 			}
 		case <-deadline:
 			deadline = nil
-			if l.lastReply.Load() < asked {
-				err = fmt.Errorf("no reply to PING within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT)", r.opts.PingTimeout)
-				r.met.RedisLinkTimeouts.Inc()
-			} else if up, why := l.upState(); !up {
-				// Replies, but no PONG: the PING itself was refused.
-				err = fmt.Errorf("no PONG within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT): %s", r.opts.PingTimeout, why)
+			var rearm bool
+			if err, rearm = r.pingDeadline(l, asked); rearm {
+				asked = time.Now().UnixNano()
+				deadline = time.After(r.opts.PingTimeout)
 			}
 		case <-l.stall:
 			if stallCheck == nil {
@@ -319,6 +323,31 @@ func (r *Redis) serveConn(l *link) (err error, wasUp, redialed bool) {
 		_ = ps.Close()
 	}()
 	return err, r.connEnded(l, gen, err), redialed
+}
+
+// pingDeadline judges l's connection PingTimeout after asked (unix ns):
+// a PING was sent then, or, before the first PONG, the previous deadline
+// passed then. No reply of any kind since asked fails the connection
+// (a stall). Before the first PONG, an error reply read last fails it
+// too: the PING itself was refused (it is the last command of its round,
+// and a refused channel is followed by the rest of its round's replies).
+// Other replies but no PONG yet are a first round still being answered
+// (a reconnect resubscribes every channel of the link, and the PONG comes
+// after all their replies): rearm asks for another PingTimeout, the link
+// staying down until the PONG.
+func (r *Redis) pingDeadline(l *link, asked int64) (err error, rearm bool) {
+	up, why := l.upState()
+	switch {
+	case !up && l.refusedLast.Load():
+		return fmt.Errorf("no PONG within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT): %s", r.opts.PingTimeout, why), false
+	case l.lastReply.Load() < asked:
+		r.met.RedisLinkTimeouts.Inc()
+		return fmt.Errorf("no reply to PING within %v (ELLIPSIS_PUBSUB_PING_TIMEOUT)", r.opts.PingTimeout), false
+	case up:
+		return nil, false
+	default:
+		return nil, true
+	}
 }
 
 // connEnded marks l down after its connection gen ended with err and its
@@ -477,6 +506,7 @@ func (r *Redis) readConn(ctx context.Context, l *link, ps *redis.PubSub, gen uin
 			if errors.As(err, &reply) {
 				l.lastReply.Store(time.Now().UnixNano())
 				l.awaiting.Store(0)
+				l.refusedLast.Store(false) // serverError sets it for a refusal
 				r.serverError(l, gen, reply.Error())
 				continue
 			}
@@ -488,8 +518,10 @@ func (r *Redis) readConn(ctx context.Context, l *link, ps *redis.PubSub, gen uin
 		case *redis.Message:
 			r.h.HandleMessage(m.Channel, m.Payload)
 		case *redis.Pong:
+			l.refusedLast.Store(false)
 			r.pong(l, gen, m.Payload)
 		case *redis.Subscription:
+			l.refusedLast.Store(false)
 			r.subscription(l, gen, m.Kind, m.Channel)
 		}
 	}
