@@ -8,10 +8,10 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// A join that failed joined nothing, so it does not spend one of the
-// connection's free joins (docs/protocol.md, "Snapshots: budget and
-// sharing": the first ELLIPSIS_MAX_ROOMS_PER_CONN joins are free "so a
-// client joins all its rooms at once"). A client whose joins were
+// A join that failed joined nothing, so it gives back the user's free
+// join it held (docs/protocol.md, "Snapshots: budget and sharing": the
+// user's ELLIPSIS_MAX_ROOMS_PER_CONN free joins let "a client joins all
+// its rooms at once"). A client whose joins were
 // answered unavailable while the workers were away (here: nobody answers
 // the snapshot request) and that retries them, as docs/protocol.md tells
 // it to, must get its rooms at once when the workers are back, within
