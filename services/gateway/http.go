@@ -184,8 +184,6 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		PongWait:          s.cfg.PongWait,
 		WriteWait:         s.cfg.WriteWait,
 		MaxRejectedWindow: s.cfg.InboundMaxRejected,
-		SnapshotRate:      s.cfg.SnapshotRate,
-		SnapshotBurst:     s.cfg.SnapshotBurst,
 	}, session.Deps{
 		Hub:        s.hub,
 		Backend:    s.pres,
@@ -193,6 +191,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		Metrics:    s.met,
 		Logger:     s.connLog,
 		Warn:       s.warn,
+		Budgets:    s.sec.budgets,
 	})
 	// The session runs in its own goroutine and the handler returns: the
 	// connection is hijacked, so net/http drops its per-request state (its

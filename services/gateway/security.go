@@ -14,19 +14,24 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
 
 // security holds the gateway-wide defences against hostile clients that
 // are not per connection (README, "Security"): the authenticator, the
-// connection limits, the per-user HTTP snapshot budget and their metrics. The per-connection limits live in
-// internal/session.
+// connection limits, the per-user snapshot budgets (HTTP, and the
+// WebSocket one shared by a user's connections) and their metrics. The
+// per-connection limits live in internal/session.
 type security struct {
 	authn auth.Authenticator
 	jwks  *auth.JWKS // nil without ELLIPSIS_JWKS_FILE / ELLIPSIS_JWKS_URL
 	conns *connLimiter
 	snaps *userBudgets // per-user budget of GET /v1/rooms/{room}/typing (snapshot_budget.go)
-	met   *metrics.Security
+	// budgets: per-user snapshot budgets of the WebSocket connections
+	// (internal/session/budgets.go).
+	budgets *session.Budgets
+	met     *metrics.Security
 }
 
 // newSecurity builds the authenticator from cfg (reading the JWKS file or
@@ -42,6 +47,11 @@ func newSecurity(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) 
 		conns: &connLimiter{max: cfg.MaxConns, perUser: cfg.MaxConnsPerUser, users: map[string]int{}},
 		snaps: newUserBudgets(cfg.HTTPSnapshotRate, cfg.HTTPSnapshotBurst, cfg.HTTPSnapshotUsers),
 		met:   met,
+	}
+	if s.budgets, err = session.NewBudgets(session.BudgetConfig{
+		FreeJoins: cfg.MaxRoomsPerConn, SnapshotRate: cfg.SnapshotRate, SnapshotBurst: cfg.SnapshotBurst, Users: cfg.SnapshotUsers,
+	}); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	switch cfg.Auth {
 	case config.AuthNone:

@@ -201,11 +201,12 @@ type Config struct {
 	InboundMaxRejected int           // ELLIPSIS_INBOUND_MAX_REJECTED
 	MaxConns           int           // ELLIPSIS_MAX_CONNS
 	MaxConnsPerUser    int           // ELLIPSIS_MAX_CONNS_PER_USER
-	SnapshotRate       float64       // ELLIPSIS_SNAPSHOT_RATE, snapshots/s per connection
+	SnapshotRate       float64       // ELLIPSIS_SNAPSHOT_RATE, snapshots/s per user (its connections on a gateway)
 	SnapshotBurst      int           // ELLIPSIS_SNAPSHOT_BURST, snapshots
 	HTTPSnapshotRate   float64       // ELLIPSIS_HTTP_SNAPSHOT_RATE, snapshots/s per user
 	HTTPSnapshotBurst  int           // ELLIPSIS_HTTP_SNAPSHOT_BURST, snapshots
 	HTTPSnapshotUsers  int           // ELLIPSIS_HTTP_SNAPSHOT_USERS, users tracked
+	SnapshotUsers      int           // ELLIPSIS_SNAPSHOT_USERS, idle users whose WebSocket snapshot budget is kept
 	PongWait           time.Duration // ELLIPSIS_PONG_WAIT
 	WriteWait          time.Duration // ELLIPSIS_WRITE_WAIT
 

@@ -13,8 +13,8 @@ const (
 	// started or queued (docs/protocol.md, "Snapshots").
 	SnapshotShared = "shared"
 	// SnapshotRateLimited: the asker was over its snapshot budget
-	// (ELLIPSIS_SNAPSHOT_RATE per connection, ELLIPSIS_HTTP_SNAPSHOT_RATE
-	// per user); no request was sent.
+	// (ELLIPSIS_SNAPSHOT_RATE per user on WebSocket, ELLIPSIS_HTTP_SNAPSHOT_RATE
+	// per user on HTTP); no request was sent.
 	SnapshotRateLimited = "rate_limited"
 )
 

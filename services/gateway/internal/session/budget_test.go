@@ -10,13 +10,18 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// budgetConn is a test Conn (MaxRooms 2) with a snapshot bucket of burst
-// tokens refilled at a rate too slow to matter within a test.
+// slowBudgets is a registry whose users have 2 free joins and a snapshot
+// bucket of burst tokens, refilled too slowly to matter within a test (the
+// free joins refill 2 a minute: a test takes less than 30 s).
+func slowBudgets(t *testing.T, burst int) *Budgets {
+	t.Helper()
+	return testBudgets(t, BudgetConfig{FreeJoins: 2, SnapshotRate: 1e-6, SnapshotBurst: burst, Users: 10})
+}
+
+// budgetConn is a test Conn (MaxRooms 2) of its own slowBudgets.
 func budgetConn(t *testing.T, rooms Rooms, burst int) *Conn {
 	t.Helper()
-	c := newTestConn(t, rooms)
-	c.cfg.SnapshotRate, c.cfg.SnapshotBurst = 1e-6, burst
-	return c
+	return newBudgetedConn(t, rooms, fakeBackend{}, slowBudgets(t, burst))
 }
 
 // wantRateLimited checks that c answered exactly one rate_limited error

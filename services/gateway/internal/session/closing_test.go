@@ -34,6 +34,7 @@ func servedConn(t *testing.T, writeWait time.Duration) (*Conn, <-chan struct{}) 
 		done chan struct{}
 	}
 	ch := make(chan served, 1)
+	budgets := testBudgets(t, BudgetConfig{FreeJoins: 1, SnapshotRate: 1, SnapshotBurst: 1, Users: 1})
 	up := websocket.Upgrader{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := up.Upgrade(w, r, nil)
@@ -46,7 +47,8 @@ func servedConn(t *testing.T, writeWait time.Duration) (*Conn, <-chan struct{}) 
 		c := New(ws, "gw:1", auth.Identity{User: "alice"},
 			Config{MaxFrameBytes: 4096, MaxRooms: 2, InboundRate: 100, InboundBurst: 100, OutboundQueue: 1000,
 				SnapshotTimeout: time.Second, PongWait: time.Minute, WriteWait: writeWait, MaxRejectedWindow: 10},
-			Deps{Hub: &fakeRooms{}, Backend: fakeBackend{}, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop()})
+			Deps{Hub: &fakeRooms{}, Backend: fakeBackend{}, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop(),
+				Budgets: budgets})
 		done := make(chan struct{})
 		ch <- served{c, done}
 		c.Serve()

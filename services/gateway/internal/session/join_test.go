@@ -15,6 +15,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -58,8 +59,27 @@ func newTestConn(t *testing.T, rooms Rooms) *Conn {
 	return newTestConnWith(t, rooms, fakeBackend{})
 }
 
-// newTestConnWith is newTestConn with the presence backend be.
+// newTestConnWith is newTestConn with the presence backend be, and a
+// snapshot budget of its own with the gateway's default rate and burst.
 func newTestConnWith(t *testing.T, rooms Rooms, be Backend) *Conn {
+	t.Helper()
+	def := config.Default()
+	return newBudgetedConn(t, rooms, be, testBudgets(t, BudgetConfig{FreeJoins: 2, SnapshotRate: def.SnapshotRate, SnapshotBurst: def.SnapshotBurst, Users: 10}))
+}
+
+// testBudgets is NewBudgets(cfg) or the test's end.
+func testBudgets(t *testing.T, cfg BudgetConfig) *Budgets {
+	t.Helper()
+	b, err := NewBudgets(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// newBudgetedConn is a Conn of user alice (MaxRooms 2) without a socket
+// whose snapshot budget is alice's in budgets.
+func newBudgetedConn(t *testing.T, rooms Rooms, be Backend, budgets *Budgets) *Conn {
 	t.Helper()
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
@@ -67,7 +87,7 @@ func newTestConnWith(t *testing.T, rooms Rooms, be Backend) *Conn {
 	}
 	return New(nil, "gw:1", auth.Identity{User: "alice", ShareTyping: true},
 		Config{MaxRooms: 2, InboundRate: 100, InboundBurst: 100, SnapshotTimeout: time.Second},
-		Deps{Hub: rooms, Backend: be, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop()})
+		Deps{Hub: rooms, Backend: be, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop(), Budgets: budgets})
 }
 
 func (c *Conn) drainQueued() []string {

@@ -135,7 +135,8 @@ func newLaneConn(t *testing.T, rooms Rooms, be Backend, maxRooms int) *Conn {
 	}
 	return New(nil, "gw:1", auth.Identity{User: "alice", ShareTyping: true},
 		Config{MaxRooms: maxRooms, InboundRate: 1000, InboundBurst: 1000, SnapshotTimeout: time.Second},
-		Deps{Hub: rooms, Backend: be, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop()})
+		Deps{Hub: rooms, Backend: be, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop(),
+			Budgets: testBudgets(t, BudgetConfig{FreeJoins: maxRooms, SnapshotRate: 1000, SnapshotBurst: 1000, Users: 10})})
 }
 
 // in hands a client frame to the connection as its reader would.

@@ -75,8 +75,8 @@ const closeGrace = time.Second
 
 // Config holds the per-connection limits; zero values take config.Default()'s
 // (ELLIPSIS_PONG_WAIT, ELLIPSIS_WRITE_WAIT, ELLIPSIS_INBOUND_MAX_REJECTED,
-// ELLIPSIS_OUTBOUND_QUEUE, ELLIPSIS_SNAPSHOT_RATE, ELLIPSIS_SNAPSHOT_BURST;
-// config.Config's are validated upstream).
+// ELLIPSIS_OUTBOUND_QUEUE; config.Config's are validated upstream). The
+// snapshot budget is the user's, in Deps.Budgets.
 // MaxRejectedWindow is how many rate-limited frames are tolerated within
 // the abuse window (inbound.go); one more closes the connection with 1008.
 type Config struct {
@@ -89,8 +89,6 @@ type Config struct {
 	PongWait          time.Duration
 	WriteWait         time.Duration
 	MaxRejectedWindow int
-	SnapshotRate      float64 // snapshots/s of the snapshot bucket (budget.go)
-	SnapshotBurst     int     // burst of the snapshot bucket
 }
 
 // Backend is the presence workers' side, over NATS.
@@ -122,6 +120,9 @@ type Deps struct {
 	// Warn rate-limits warnings that every connection could log at once
 	// (slow consumers); shared by all connections.
 	Warn *ratelog.Logger
+	// Budgets holds the users' snapshot budgets (budgets.go), shared by
+	// all connections; required.
+	Budgets *Budgets
 }
 
 // Conn is one client connection.
@@ -170,7 +171,7 @@ type Conn struct {
 	mu           sync.Mutex
 	rooms        map[string]struct{} // joined rooms (joined frame queued)
 	joining      int                 // joins in flight of rooms not in rooms (count against MaxRooms)
-	budget       snapshotBudget      // snapshot bucket and joins counted (budget.go)
+	budget       *userBudget         // the user's snapshot budget (budget.go), held until Serve ends; its own lock
 	seq          uint64              // last seq published
 	disconnected bool                // disconnect published: publish nothing more
 }
@@ -178,12 +179,14 @@ type Conn struct {
 var _ hub.Member = (*Conn)(nil)
 
 // New wraps an upgraded WebSocket. id is the connection id
-// ("<gateway>:<n>"); ident comes from authentication. Serve runs it.
+// ("<gateway>:<n>"); ident comes from authentication. Serve runs it. New
+// takes a reference to the user's snapshot budget in deps.Budgets (which
+// must not be nil) and Serve gives it back when the connection ends, so
+// every Conn made must be served: the budget of a user with a Conn is
+// never forgotten.
 func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps Deps) *Conn {
-	if cfg.PongWait <= 0 || cfg.WriteWait <= 0 || cfg.MaxRejectedWindow <= 0 || cfg.OutboundQueue <= 0 || cfg.SnapshotRate <= 0 || cfg.SnapshotBurst <= 0 {
+	if cfg.PongWait <= 0 || cfg.WriteWait <= 0 || cfg.MaxRejectedWindow <= 0 || cfg.OutboundQueue <= 0 {
 		def := config.Default()
-		cfg.SnapshotRate = cmp.Or(max(cfg.SnapshotRate, 0), def.SnapshotRate)
-		cfg.SnapshotBurst = cmp.Or(max(cfg.SnapshotBurst, 0), def.SnapshotBurst)
 		cfg.PongWait = cmp.Or(max(cfg.PongWait, 0), def.PongWait)
 		cfg.WriteWait = cmp.Or(max(cfg.WriteWait, 0), def.WriteWait)
 		cfg.MaxRejectedWindow = cmp.Or(max(cfg.MaxRejectedWindow, 0), def.InboundMaxRejected)
@@ -201,6 +204,7 @@ func New(ws *websocket.Conn, id string, ident auth.Identity, cfg Config, deps De
 		writerDone: make(chan struct{}),
 		inbound:    newInboundGuard(time.Now(), cfg.InboundRate, cfg.InboundBurst, cfg.MaxRejectedWindow),
 		rooms:      map[string]struct{}{},
+		budget:     deps.Budgets.acquire(ident.User),
 	}
 	c.ctx = connCtx{c}
 	return c
@@ -270,6 +274,7 @@ func (c *Conn) Serve() {
 	c.logAt(zapcore.DebugLevel, "connection open")
 	c.readLoop()
 	rooms := c.leaveAll()
+	c.deps.Budgets.release(c.budget) // no join is in flight any more
 	<-c.writerDone
 	c.met.Close(c.finalCode)
 	c.logAt(zapcore.DebugLevel, "connection closed", zap.Int("code", c.finalCode), zap.Int("rooms", len(rooms)))
@@ -694,19 +699,18 @@ func (c *Conn) isJoined(room string) bool {
 }
 
 // join serves a join in the room's lane. A join of a room not yet joined
-// reserves a place among MaxRooms (c.joining) until it commits or fails,
-// so joins in flight count against the limit. A re-join, and a join past
-// the connection's first MaxRooms, takes a token of the snapshot budget
-// (budget.go).
+// reserves a place among MaxRooms (c.joining) and holds one of the user's
+// free joins if one is left, until it commits or fails: joins in flight
+// count against the limit, and a join that fails gives both back. A
+// re-join, and a join that found no free join, takes a token of the
+// user's snapshot budget (budget.go).
 func (c *Conn) join(f protocol.ClientFrame) {
 	c.mu.Lock()
 	_, already := c.rooms[f.Room]
 	n, gone := len(c.rooms)+c.joining, c.disconnected
 	reserved := !gone && !already && n < c.cfg.MaxRooms
-	free := false
 	if reserved {
 		c.joining++
-		free = c.freeJoinLocked()
 	}
 	c.mu.Unlock()
 	switch {
@@ -717,13 +721,19 @@ func (c *Conn) join(f protocol.ClientFrame) {
 		c.sendError(protocol.CodeRoomLimit, fmt.Sprintf("at most %d rooms per connection; leave one first", c.cfg.MaxRooms), f.Room, f.ID)
 		return
 	}
+	free := reserved && c.holdFreeJoin()
 	if reserved {
+		// Runs on this goroutine after the hub's Sync returned (commit is
+		// called within it), so reserved and free are this join's alone.
 		defer func() {
 			c.mu.Lock()
 			if reserved {
 				c.joining--
 			}
 			c.mu.Unlock()
+			if free {
+				c.budget.returnFree()
+			}
 		}()
 	}
 	if !free && !c.takeSnapshot(f) {
@@ -733,17 +743,8 @@ func (c *Conn) join(f protocol.ClientFrame) {
 		c.unavailable(f, "presence backend unavailable (NATS); retry")
 		return
 	}
-	if !already {
-		actx, cancel := context.WithTimeout(c.ctx, c.cfg.SnapshotTimeout)
-		err := c.deps.Authorizer.Authorize(actx, c.ident, f.Room)
-		cancel()
-		if errors.Is(err, authz.ErrForbidden) {
-			c.sendError(protocol.CodeForbidden, "not allowed to join room "+strconv.Quote(f.Room), f.Room, f.ID)
-			return
-		} else if err != nil {
-			c.unavailable(f, "authorisation unavailable; retry")
-			return
-		}
+	if !already && !c.authorize(f) {
+		return
 	}
 	// The room is added to c.rooms only once the snapshot is in, and not
 	// after the disconnect command went out (shutdown) or a close began
@@ -758,10 +759,32 @@ func (c *Conn) join(f protocol.ClientFrame) {
 			reserved = false
 			c.joining--
 		}
+		if free {
+			free = false
+			c.budget.spendFree(time.Now())
+		}
 		c.rooms[f.Room] = struct{}{}
 		return true
 	}
 	c.answerSync(f, c.deps.Hub.Sync(c.ctx, hub.SyncJoin, f.Room, c, f.ID, commit))
+}
+
+// authorize asks the authoriser whether the user may join f's room, within
+// SnapshotTimeout. When not, it answers f forbidden (or unavailable when
+// the authoriser could not tell) and returns false.
+func (c *Conn) authorize(f protocol.ClientFrame) bool {
+	actx, cancel := context.WithTimeout(c.ctx, c.cfg.SnapshotTimeout)
+	err := c.deps.Authorizer.Authorize(actx, c.ident, f.Room)
+	cancel()
+	switch {
+	case errors.Is(err, authz.ErrForbidden):
+		c.sendError(protocol.CodeForbidden, "not allowed to join room "+strconv.Quote(f.Room), f.Room, f.ID)
+		return false
+	case err != nil:
+		c.unavailable(f, "authorisation unavailable; retry")
+		return false
+	}
+	return true
 }
 
 // answerSync answers a join or sync that the hub could not serve.

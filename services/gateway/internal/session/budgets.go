@@ -1,0 +1,170 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"golang.org/x/time/rate"
+)
+
+// FreeJoinRefill is the period in which a user's free joins refill
+// completely: BudgetConfig.FreeJoins tokens per minute (docs/protocol.md,
+// "Snapshots: budget and sharing"), so a client that reconnects a minute
+// later rejoins all its rooms for free.
+const FreeJoinRefill = time.Minute
+
+// BudgetConfig sizes the snapshot budgets of a gateway's WebSocket users.
+type BudgetConfig struct {
+	FreeJoins     int     // burst of a user's free joins, refilled FreeJoins per FreeJoinRefill (ELLIPSIS_MAX_ROOMS_PER_CONN)
+	SnapshotRate  float64 // snapshots/s of a user's snapshot bucket (ELLIPSIS_SNAPSHOT_RATE)
+	SnapshotBurst int     // burst of a user's snapshot bucket, snapshots (ELLIPSIS_SNAPSHOT_BURST)
+	Users         int     // users with no open connection whose budget is kept (ELLIPSIS_SNAPSHOT_USERS)
+}
+
+// Budgets holds the snapshot budget of every user of a gateway's
+// WebSocket connections (docs/protocol.md, "Snapshots: budget and
+// sharing"): all the connections of a user on this gateway share one
+// state, so a client that reconnects starts from what its last connection
+// left, not from a fresh budget. The rule of memory: a user with an open
+// connection is always kept (its connections hold a reference; at most
+// ELLIPSIS_MAX_CONNS such users); a user whose last connection closed
+// moves to an LRU of at most BudgetConfig.Users users, and past that the
+// one idle longest is forgotten (its next connection starts from full
+// buckets). A user whose buckets are full when its last connection closes
+// is forgotten at once: a new state would be the same. Safe for
+// concurrent use.
+type Budgets struct {
+	cfg BudgetConfig
+
+	mu   sync.Mutex
+	open map[string]*userBudget              // users with an open connection
+	idle *simplelru.LRU[string, *userBudget] // users with none, least recently closed first out
+}
+
+// NewBudgets makes an empty registry. Every field of cfg must be positive
+// (the error names the field); config.Config's are validated upstream.
+func NewBudgets(cfg BudgetConfig) (*Budgets, error) {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{
+		{"FreeJoins", cfg.FreeJoins < 1},
+		{"SnapshotRate", !(cfg.SnapshotRate > 0)},
+		{"SnapshotBurst", cfg.SnapshotBurst < 1},
+		{"Users", cfg.Users < 1},
+	} {
+		if f.bad {
+			errs = append(errs, fmt.Errorf("session: budgets: %s must be positive", f.name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	idle, err := simplelru.NewLRU[string, *userBudget](cfg.Users, nil)
+	if err != nil {
+		return nil, fmt.Errorf("session: budgets: %w", err)
+	}
+	return &Budgets{cfg: cfg, open: map[string]*userBudget{}, idle: idle}, nil
+}
+
+// acquire returns user's budget for a new connection, counting the
+// reference; the connection gives it back with release when it ends.
+func (b *Budgets) acquire(user string) *userBudget {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	u, ok := b.open[user]
+	if !ok {
+		if u, ok = b.idle.Peek(user); ok {
+			b.idle.Remove(user)
+		} else {
+			u = newUserBudget(user, b.cfg)
+		}
+		b.open[user] = u
+	}
+	u.refs++
+	return u
+}
+
+// release drops one connection's reference to u. With none left, u moves
+// to the idle LRU (evicting the user idle longest when full), or is
+// forgotten when its buckets are full.
+func (b *Budgets) release(u *userBudget) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if u.refs--; u.refs > 0 {
+		return
+	}
+	delete(b.open, u.user)
+	if !u.full(time.Now()) {
+		b.idle.Add(u.user, u)
+	}
+}
+
+// users is how many users are kept: with an open connection, and idle.
+func (b *Budgets) users() (open, idle int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.open), b.idle.Len()
+}
+
+// userBudget is one user's state: its free joins and its snapshot bucket.
+type userBudget struct {
+	user string
+	refs int // open connections holding it; under Budgets.mu
+
+	snaps *rate.Limiter // snapshot bucket (safe for concurrent use)
+
+	mu      sync.Mutex    // guards free and pending; taken after Conn.mu, never before
+	free    *rate.Limiter // free joins: burst FreeJoins, FreeJoins per FreeJoinRefill
+	pending int           // free joins held by joins in flight, taken from free when they commit
+}
+
+func newUserBudget(user string, cfg BudgetConfig) *userBudget {
+	return &userBudget{
+		user:  user,
+		snaps: rate.NewLimiter(rate.Limit(cfg.SnapshotRate), cfg.SnapshotBurst),
+		free:  rate.NewLimiter(rate.Limit(float64(cfg.FreeJoins)/FreeJoinRefill.Seconds()), cfg.FreeJoins),
+	}
+}
+
+// holdFree holds one free join for a join in flight if the user has one
+// not held by another; the join then calls spendFree if it commits and
+// returnFree if not. The bucket's tokens never fall below the joins held
+// (a hold needs a token beyond them, and only a spend takes one), so a
+// spend always finds its token.
+func (u *userBudget) holdFree(now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.free.TokensAt(now)-float64(u.pending) < 1 {
+		return false
+	}
+	u.pending++
+	return true
+}
+
+// spendFree takes the free join a committed join held.
+func (u *userBudget) spendFree(now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.pending--
+	u.free.AllowN(now, 1)
+}
+
+// returnFree gives back the free join held by a join that did not commit.
+func (u *userBudget) returnFree() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.pending--
+}
+
+// full reports whether both buckets are full at now and no join holds a
+// free one: the state a new user starts from.
+func (u *userBudget) full(now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.pending == 0 && u.free.TokensAt(now) >= float64(u.free.Burst()) && u.snaps.TokensAt(now) >= float64(u.snaps.Burst())
+}
