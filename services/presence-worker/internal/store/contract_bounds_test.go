@@ -67,12 +67,17 @@ func TestContractDisconnectRemovesConnRecords(t *testing.T) {
 			if f := connFields(se.userHash(room, "u"), "c"); len(f) != 0 {
 				t.Fatalf("%s after the disconnect: conn fields %v left", room, f)
 			}
-			sc, err := se.rdb.ZScore(ctx, GoneKey(se.names, room), "c").Result()
+			// c had a record in both rooms (a seq record in r, an entry
+			// in r2): a typist's tombstone, none among the readers'.
+			sc, err := se.rdb.ZScore(ctx, GoneTypedKey(se.names, room), "c").Result()
 			if err != nil || int64(sc) <= se.redisNowMs() {
-				t.Fatalf("%s: tombstone %v, %v; want one ending after now", room, sc, err)
+				t.Fatalf("%s: typist's tombstone %v, %v; want one ending after now", room, sc, err)
 			}
-			if seq, err := se.rdb.HGet(ctx, GoneSeqKey(se.names, room), "c").Result(); err != nil || seq != "4" {
+			if seq, err := se.rdb.HGet(ctx, GoneTypedSeqKey(se.names, room), "c").Result(); err != nil || seq != "4" {
 				t.Fatalf("%s: tombstone seq %q, %v; want the disconnect's 4", room, seq, err)
+			}
+			if n, err := se.rdb.Exists(ctx, GoneKey(se.names, room), GoneSeqKey(se.names, room)).Result(); err != nil || n != 0 {
+				t.Fatalf("%s: %d readers' tombstone keys, %v; want none", room, n, err)
 			}
 		}
 		// Delayed commands of the gone connection, each alone and batched.
@@ -297,8 +302,11 @@ func churn(t *testing.T, st Store, rdb *redis.Client, p *privateRedis, key strin
 }
 
 // A room's tombstones are bounded: each leave or disconnect drops ended
-// ones (from both keys), and past 10,000 (GONE_MAX in scripts/lib.lua)
-// those that end first. The cap on Redis 7 only (10,000 calls).
+// ones of its class (from both keys), and past 10,000 (GONE_MAX in
+// scripts/lib.lua) those of its class that end first. Here the readers'
+// class (disconnects of connections that never commanded in the room);
+// TestContractTypistTombstoneOutlivesReaders has the typists'. The cap on
+// Redis 7 only (10,000 calls).
 func TestContractTombstonesBounded(t *testing.T) {
 	forEachKind(t, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
@@ -346,5 +354,152 @@ func TestContractTombstonesBounded(t *testing.T) {
 		if tomb("first") || !tomb("k0") || !tomb("k9999") {
 			t.Fatalf("the cap dropped the wrong tombstone: first %v, k0 %v, k9999 %v", tomb("first"), tomb("k0"), tomb("k9999"))
 		}
+	})
+}
+
+// tombClass is one class of a room's tombstones: its ends zset and its
+// seq hash (scripts/lib.lua's header).
+type tombClass struct {
+	se         *storeEnv
+	ends, seqs string
+}
+
+// has reports whether conn has a tombstone in the class, failing the
+// test when only one of the two keys holds it.
+func (c tombClass) has(conn string) bool {
+	c.se.t.Helper()
+	ctx := context.Background()
+	_, zerr := c.se.rdb.ZScore(ctx, c.ends, conn).Result()
+	_, herr := c.se.rdb.HGet(ctx, c.seqs, conn).Result()
+	if (zerr == nil) != (herr == nil) {
+		c.se.t.Fatalf("tombstone %s half kept in %s: end %v, seq %v", conn, c.ends, zerr, herr)
+	}
+	return zerr == nil
+}
+
+// count is how many tombstones the class holds, failing the test when
+// its two keys disagree.
+func (c tombClass) count() int64 {
+	c.se.t.Helper()
+	ctx := context.Background()
+	z, zerr := c.se.rdb.ZCard(ctx, c.ends).Result()
+	h, herr := c.se.rdb.HLen(ctx, c.seqs).Result()
+	if zerr != nil || herr != nil || z != h {
+		c.se.t.Fatalf("%s: %d ends (%v), %d seqs (%v)", c.ends, z, zerr, h, herr)
+	}
+	return z
+}
+
+// applyEach applies n commands, those cmdsOf(i) returns for i in [0, n), in
+// batches of 256 (the worker's path), failing the test on any error.
+func (se *storeEnv) applyEach(n int, cmdsOf func(i int) []protocol.Command) {
+	se.t.Helper()
+	var cmds []protocol.Command
+	for i := range n {
+		cmds = append(cmds, cmdsOf(i)...)
+		if len(cmds) >= 256 || i == n-1 {
+			for _, err := range se.applyAll(cmds) {
+				if err != nil {
+					se.t.Fatal(err)
+				}
+			}
+			cmds = cmds[:0]
+		}
+	}
+}
+
+// A typist's tombstone (its connection had a record in the room at its
+// leave or disconnect) is never pushed out by readers' (connections with
+// none): 10,000 readers leaving fill their own class only, and the
+// typist's start delayed past its disconnect stays stale. A reader's
+// tombstone still makes its start delayed behind its leave stale (the
+// leave arrived first). Each class is capped on its own: 10,000 typists
+// leaving push out the earliest typist's tombstone and no reader's. The
+// floods on Redis 7 only (10,000 and 20,000 calls).
+func TestContractTypistTombstoneOutlivesReaders(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		typed := tombClass{se, GoneTypedKey(se.names, "r"), GoneTypedSeqKey(se.names, "r")}
+		read := tombClass{se, GoneKey(se.names, "r"), GoneSeqKey(se.names, "r")}
+		se.startNamed("r", "u", "", "t", 1, OutcomeStarted)
+		if _, err := se.st.Disconnect(ctx, disconnect("u", "t", 2, "r")); err != nil {
+			t.Fatal(err)
+		}
+		if out := se.apply(leave("r", "v", "early", 2)); out != OutcomeNoop {
+			t.Fatalf("leave of a connection that never commanded: %q, want noop", out)
+		}
+		se.startNamed("r", "v", "", "early", 1, OutcomeStale)
+		if !typed.has("t") || read.has("t") || !read.has("early") || typed.has("early") {
+			t.Fatalf("classes: typist t typed %v read %v, reader early typed %v read %v; want t typed only, early read only",
+				typed.has("t"), read.has("t"), typed.has("early"), read.has("early"))
+		}
+		if se.mr != nil || se.kind != storeKinds[0] || se.pubsub != testPubSub {
+			se.startNamed("r", "u", "", "t", 1, OutcomeStale)
+			return
+		}
+		se.applyEach(10000, func(i int) []protocol.Command {
+			return []protocol.Command{leave("r", "v", "k"+strconv.Itoa(i), 1)}
+		})
+		if n := read.count(); n != 10000 || read.has("early") || !read.has("k9999") {
+			t.Fatalf("readers' tombstones after 10,001 reader leaves: %d, early kept %v, k9999 kept %v; want 10,000, false, true", n, read.has("early"), read.has("k9999"))
+		}
+		if n := typed.count(); n != 1 || !typed.has("t") {
+			t.Fatalf("typists' tombstones after the reader leaves: %d, t kept %v; want 1, true", n, typed.has("t"))
+		}
+		se.startNamed("r", "u", "", "t", 1, OutcomeStale)
+		if got := se.snapshotOf("r"); len(got) != 0 {
+			t.Fatalf("after the typist's delayed start: %v, want nobody (a ghost)", got)
+		}
+		// 10,000 typists: each starts, then leaves.
+		se.applyEach(10000, func(i int) []protocol.Command {
+			c := "w" + strconv.Itoa(i)
+			return []protocol.Command{start("r", "x", "", c, 1), leave("r", "x", c, 2)}
+		})
+		if n := typed.count(); n != 10000 || typed.has("t") || !typed.has("w0") || !typed.has("w9999") {
+			t.Fatalf("typists' tombstones after 10,001 typists left: %d, t kept %v, w0 %v, w9999 %v; want 10,000, false, true, true",
+				n, typed.has("t"), typed.has("w0"), typed.has("w9999"))
+		}
+		if n := read.count(); n != 10000 || !read.has("k0") {
+			t.Fatalf("readers' tombstones after the typists left: %d, k0 kept %v; want 10,000, true", n, read.has("k0"))
+		}
+	})
+}
+
+// A worker with a shorter ttl (a rollout of ELLIPSIS_TYPING_TTL) never
+// shortens the life of a room's tombstone keys below what a longer-ttl
+// worker's tombstones need: each bury only moves the keys' expiry later
+// (scripts/lib.lua, outlive), and gives keys it creates one.
+func TestContractTombstoneKeysNeverShortened(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		ctx := context.Background()
+		const longTTL = 30 * time.Second
+		long, err := New(Options{Kind: se.kind, PubSub: se.pubsub, Redis: se.rdb, Names: se.names, TTL: longTTL, Throttle: stThrottle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shortPx := (stTTL + DefaultKeyGrace + stThrottle).Milliseconds()
+		longPx := (longTTL + DefaultKeyGrace + stThrottle).Milliseconds()
+		keys := []string{GoneKey(se.names, "r"), GoneSeqKey(se.names, "r"), GoneTypedKey(se.names, "r"), GoneTypedSeqKey(se.names, "r")}
+		// Leaves of a reader and of a typist through st; px bounds the
+		// keys' PTTL after them.
+		buried := func(st Store, n int, px func(ms int64) bool, what string) {
+			t.Helper()
+			rc, tc := "reader"+strconv.Itoa(n), "typist"+strconv.Itoa(n)
+			if out, err := st.Stop(ctx, leave("r", "v", rc, 1), protocol.ReasonLeft); err != nil || out != OutcomeNoop {
+				t.Fatalf("%s: reader's leave %q, %v", what, out, err)
+			}
+			se.startWith(st, "r", "u"+strconv.Itoa(n), tc, 1, OutcomeStarted)
+			if out, err := st.Stop(ctx, leave("r", "u"+strconv.Itoa(n), tc, 2), protocol.ReasonLeft); err != nil || out != OutcomeStopped {
+				t.Fatalf("%s: typist's leave %q, %v", what, out, err)
+			}
+			for _, k := range keys {
+				if ms, err := se.rdb.PTTL(ctx, k).Result(); err != nil || !px(ms.Milliseconds()) {
+					t.Fatalf("%s: %s PTTL %v, %v", what, k, ms, err)
+				}
+			}
+		}
+		buried(se.st, 0, func(ms int64) bool { return ms > 0 && ms <= shortPx }, "short-ttl worker, new keys")
+		buried(long, 1, func(ms int64) bool { return ms > shortPx && ms <= longPx }, "long-ttl worker")
+		buried(se.st, 2, func(ms int64) bool { return ms > (shortPx+longPx)/2 }, "short-ttl worker after the long one")
 	})
 }

@@ -30,10 +30,16 @@
 -- killed gateway) in the last keypx ms.
 --
 -- A leave or disconnect of a connection deletes its fields and leaves
--- its tombstone in the room (typing:gone:{R} and typing:goneseq:{R};
--- gone, bury), so that a command of it delayed past the leave or
--- disconnect is stale, not a ghost entry, while one after a rejoin (a
--- higher seq) applies.
+-- its tombstone in the room (gone, bury), so that a command of it delayed
+-- past the leave or disconnect is stale, not a ghost entry, while one
+-- after a rejoin (a higher seq) applies. Tombstones come in two classes,
+-- each in its own pair of keys and capped on its own (GONE_MAX): a
+-- typist's, of a connection that had a record in the user hash at the
+-- leave (q:, s: or c:, it commanded in the room), in
+-- typing:gonetyped:{R} and typing:gonetypedseq:{R}; and a reader's, of
+-- one that had none (it only read the room, or its commands are still
+-- on their way), in typing:gone:{R} and typing:goneseq:{R}. Readers
+-- leaving in any number so never push out a typist's tombstone.
 --
 -- Store keys also keeps the typist key typing:{R}:enc(user), which
 -- expires at the user's true expiry (mark).
@@ -110,29 +116,45 @@ local function last_seq(q, s)
   return q or s or nil
 end
 
--- GONE_MAX bounds a room's tombstones; past it the ones that end first
--- are dropped, and a delayed command of such a connection is applied as
--- its first one in the room (docs/protocol.md, "Bounds").
+-- GONE_MAX bounds each class of a room's tombstones (lib.lua's header):
+-- past it the ones of that class that end first are dropped, never those
+-- of the other class, and a delayed command of such a connection is
+-- applied as its first one in the room (docs/protocol.md, "Bounds").
 local GONE_MAX = 10000
 -- GONE_PRUNE is how many ended tombstones one bury drops at most: more
 -- than the one it adds, so they never pile up, and a bounded step.
 local GONE_PRUNE = 16
 
--- gone reports whether seq is not above the seq of conn's tombstone in
--- the room (conn left the room or disconnected with that seq): a command
--- of it delayed past its leave or disconnect. The tombstone's seq lives
--- in the hash seqs (conn -> seq), its end in the zset ends (conn -> unix
--- ms; bury). One ended but not yet dropped still orders truly older
--- commands, so only the hash is read. O(1) (HGET).
-local function gone(seqs, conn, seq)
-  local s = redis.call('HGET', seqs, conn)
+-- gone reports whether seq is not above the seq of one of conn's
+-- tombstones in the room (conn left the room or disconnected with that
+-- seq): a command of it delayed past its leave or disconnect. typed and
+-- read are the seq hashes (conn -> seq) of the two classes (lib.lua's
+-- header), a connection may have one in each; their ends are in zsets
+-- (bury). One ended but not yet dropped still orders truly older
+-- commands, so only the hashes are read. O(1) (an HGET each).
+local function gone(typed, read, conn, seq)
+  local s = redis.call('HGET', typed, conn)
+  if s and seq_le(seq, s) then return true end
+  s = redis.call('HGET', read, conn)
   return s and seq_le(seq, s)
 end
 
--- bury leaves conn's tombstone, seq, in the room until now + keypx (seqs
--- and ends as gone), drops up to GONE_PRUNE ended ones and those beyond
--- GONE_MAX (earliest end first), and keeps both keys as long as the
--- latest tombstone. O(log T) in the T tombstones, plus those dropped
+-- outlive makes key live at least px ms more: its expiry only moves later
+-- (PEXPIRE GT, Redis 7.0), so a worker with a shorter ttl never cuts
+-- short what a longer-ttl worker wrote, and a key without an expiry (just
+-- created: GT takes it as infinite and refuses) gets one. One call, three
+-- when refused.
+local function outlive(key, px)
+  if redis.call('PEXPIRE', key, px, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, px)
+  end
+end
+
+-- bury leaves conn's tombstone, seq, in one class (seqs: conn -> seq,
+-- ends: conn -> unix ms; gone) until now + keypx, drops up to GONE_PRUNE
+-- of the class's ended ones and those beyond GONE_MAX (earliest end
+-- first), and keeps both keys at least as long as the latest tombstone
+-- (outlive). O(log T) in the class's T tombstones, plus those dropped
 -- (each dropped once).
 local function bury(seqs, ends, conn, seq, now, keypx)
   redis.call('ZADD', ends, itoa(now + keypx), conn)
@@ -146,8 +168,8 @@ local function bury(seqs, ends, conn, seq, now, keypx)
     redis.call('ZREM', ends, unpack(drop))
     redis.call('HDEL', seqs, unpack(drop))
   end
-  redis.call('PEXPIRE', ends, keypx)
-  redis.call('PEXPIRE', seqs, keypx)
+  outlive(ends, keypx)
+  outlive(seqs, keypx)
 end
 
 -- spent lists the seq records of the user hash read whole (all, from

@@ -1,18 +1,20 @@
 -- start.lua: apply one typing "start" of a connection in a room, atomically,
 -- in O(log N) of the room's typists (N) and O(1) otherwise (a tombstone
--- read on the connection's first command in the room), plus the user
--- hash's fields (bounded: lib.lua's header) on a start
+-- read of each class on the connection's first command in the room),
+-- plus the user hash's fields (bounded: lib.lua's header) on a start
 -- whose ttl is shorter than the user's score.
 --
--- KEYS[1] user hash       typing:user:{R}:enc(user)   (fields: lib.lua)
--- KEYS[2] typist key      typing:{R}:enc(user) (store keys: lib.lua, mark)
+-- KEYS[1]  user hash      typing:user:{R}:enc(user)  (fields: lib.lua)
+-- KEYS[2]  typist key     typing:{R}:enc(user) (store keys: lib.lua, mark)
 --                         or KEYS[1] itself (store zset: no such key)
--- KEYS[3] users zset      typing:users:{R}     enc(user) -> latest expiry (unix ms)
--- KEYS[4] pending zset    typing:pending:{R}   enc(user) -> when the sweeper settles it
--- KEYS[5] room channel    chat:room:{R}        (a key for cluster routing)
--- KEYS[6] tombstone ends  typing:gone:{R}      conn -> when its tombstone ends (unix ms; lib.lua, bury)
--- KEYS[7] tombstone seqs  typing:goneseq:{R}   conn -> its seq when it left or disconnected
--- KEYS[8] sweep bucket    typing:sweep:{s<k>}  (standalone and Sentinel only)
+-- KEYS[3]  users zset     typing:users:{R}         enc(user) -> latest expiry (unix ms)
+-- KEYS[4]  pending zset   typing:pending:{R}       enc(user) -> when the sweeper settles it
+-- KEYS[5]  room channel   chat:room:{R}            (a key for cluster routing)
+-- KEYS[6]  readers' ends  typing:gone:{R}          conn -> when its tombstone ends (unix ms; lib.lua, bury)
+-- KEYS[7]  readers' seqs  typing:goneseq:{R}       conn -> its seq when it left or disconnected
+-- KEYS[8]  typists' ends  typing:gonetyped:{R}     as KEYS[6], of connections that had a record
+-- KEYS[9]  typists' seqs  typing:gonetypedseq:{R}  in the user hash then (lib.lua's header)
+-- KEYS[10] sweep bucket   typing:sweep:{s<k>}      (standalone and Sentinel only)
 -- ARGV (args.go): 1 conn  2 enc(user)  3 name ('' = none)
 --   4 seq (decimal, '0' = unordered)  5 ts_ms (gateway send time, '0' = none)
 --   6 ttl ms  7 throttle ms  8 key px ms  9 stop guard ms  10 enc(room)
@@ -20,7 +22,7 @@
 --   12 '1': the connection leaves the room (stop.lua: leave, disconnect)
 --
 -- Returns {outcome, now_ms, due_ms}; due_ms > 0: the room must be due in its
--- sweep bucket by then (done here with KEYS[8], by the worker otherwise).
+-- sweep bucket by then (done here with KEYS[10], by the worker otherwise).
 --   stale       seq not above the connection's last applied seq, or than
 --               its leave or disconnect (a tombstone, lib.lua gone)
 --   late        sent more than ttl ago (ts_ms): never shown
@@ -45,7 +47,7 @@ if seq ~= '0' then
   local last = last_seq(f[1], f[8])
   if last then
     if seq_le(seq, last) then return {'stale', now, 0} end
-  elseif gone(KEYS[7], conn, seq) then
+  elseif gone(KEYS[9], KEYS[7], conn, seq) then
     return {'stale', now, 0}
   end
 end
@@ -92,7 +94,7 @@ end
 if throttled then
   hset(user, kv)
   mark(typist, user, euser, until_ms, exact)
-  index(KEYS[8], due, ARGV[10])
+  index(KEYS[10], due, ARGV[10])
   return {'throttled', now, due}
 end
 
@@ -122,5 +124,5 @@ hset(user, kv)
 redis.call('PEXPIRE', user, keypx)
 redis.call('PEXPIRE', users, keypx)
 mark(typist, user, euser, until_ms, exact)
-index(KEYS[8], due, ARGV[10])
+index(KEYS[10], due, ARGV[10])
 return {outcome, now, due}

@@ -2,8 +2,8 @@
 -- room, atomically: typing_stop, leave, and each room of a disconnect. Cost
 -- O(log N) of the room's typists plus the user hash's fields (lib.lua's
 -- header bounds them: the user's live connections and those that
--- vanished in the last keypx ms), plus O(log T) of the room's T
--- tombstones for a leave or disconnect (lib.lua, bury).
+-- vanished in the last keypx ms), plus O(log T) of the T tombstones of
+-- its class in the room for a leave or disconnect (lib.lua, bury).
 --
 -- KEYS and ARGV as start.lua, with ARGV[1] conn '' = every connection of
 -- the user (seq then ignored, and the stop time recorded in field x so
@@ -12,7 +12,8 @@
 -- connection leaves the room (a leave, or one room of its disconnect): its
 -- entry and seq records leave the user hash, and its tombstone (its seq)
 -- is left in the room (lib.lua, bury), so that its commands delayed past
--- it are stale.
+-- it are stale: a typist's (KEYS[8], KEYS[9]) when it had a seq record or
+-- an entry in the user hash, else a reader's (KEYS[6], KEYS[7]).
 --
 -- Returns {outcome, now_ms, due_ms} (due_ms as start.lua); outcome is
 --   stale      seq not above the connection's last applied seq, or than
@@ -35,7 +36,7 @@ if ordered then
   local last = last_seq(f[1], f[5])
   if last then
     if seq_le(seq, last) then return {'stale', now, 0} end
-  elseif gone(KEYS[7], conn, seq) then
+  elseif gone(KEYS[9], KEYS[7], conn, seq) then
     return {'stale', now, 0}
   end
 end
@@ -49,8 +50,9 @@ local dead = spent(all, now, tonumber(keypx), seqf)
 if leaves then
   dead[#dead + 1] = seqf
   dead[#dead + 1] = 's:' .. conn
-  if ordered then bury(KEYS[7], KEYS[6], conn, seq, now, tonumber(keypx)) end
 end
+-- typed: the connection has a record in the room (it commanded here).
+local typed = (f[1] or f[5]) and true or false
 local latest, before, cfields = 0, 0, {}
 for i = 1, #all, 2 do
   local k = all[i]
@@ -58,11 +60,19 @@ for i = 1, #all, 2 do
     local e = tonumber(all[i + 1])
     cfields[#cfields + 1] = k
     if e > before then before = e end
+    if k == me then typed = true end
     if k == me or e <= now then
       dead[#dead + 1] = k
     elseif e > latest then
       latest = e
     end
+  end
+end
+if leaves and ordered then
+  if typed then
+    bury(KEYS[9], KEYS[8], conn, seq, now, tonumber(keypx))
+  else
+    bury(KEYS[7], KEYS[6], conn, seq, now, tonumber(keypx))
   end
 end
 
@@ -81,7 +91,7 @@ if conn ~= '' and latest > now then
     due = latest
   end
   hset(user, kv)
-  index(KEYS[8], due, ARGV[10])
+  index(KEYS[10], due, ARGV[10])
   return {'noop', now, due}
 end
 
@@ -112,5 +122,5 @@ if #kv > 0 then
   hset(user, kv)
   redis.call('PEXPIRE', user, keypx)
 end
-index(KEYS[8], due, ARGV[10])
+index(KEYS[10], due, ARGV[10])
 return {outcome, now, due}
