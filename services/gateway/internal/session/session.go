@@ -701,9 +701,10 @@ func (c *Conn) isJoined(room string) bool {
 // join serves a join in the room's lane. A join of a room not yet joined
 // reserves a place among MaxRooms (c.joining) and holds one of the user's
 // free joins if one is left, until it commits or fails: joins in flight
-// count against the limit, and a join that fails gives both back. A
-// re-join, and a join that found no free join, takes a token of the
-// user's snapshot budget (budget.go).
+// count against the limit, and a join that fails gives both back, but
+// for a join the authoriser denied: that one asked it, and spends its free
+// join as a joined room does. A re-join, and a join that found no free
+// join, takes a token of the user's snapshot budget (budget.go).
 func (c *Conn) join(f protocol.ClientFrame) {
 	c.mu.Lock()
 	_, already := c.rooms[f.Room]
@@ -736,15 +737,21 @@ func (c *Conn) join(f protocol.ClientFrame) {
 			}
 		}()
 	}
-	if !free && !c.takeSnapshot(f) {
-		return
-	}
 	if !c.deps.Backend.Connected() {
 		c.unavailable(f, "presence backend unavailable (NATS); retry")
 		return
 	}
-	if !already && !c.authorize(f) {
+	if !free && !c.takeSnapshot(f) {
 		return
+	}
+	if !already {
+		if ok, denied := c.authorize(f); !ok {
+			if denied && free {
+				free = false
+				c.budget.spendFree(time.Now())
+			}
+			return
+		}
 	}
 	// The room is added to c.rooms only once the snapshot is in, and not
 	// after the disconnect command went out (shutdown) or a close began
@@ -770,21 +777,21 @@ func (c *Conn) join(f protocol.ClientFrame) {
 }
 
 // authorize asks the authoriser whether the user may join f's room, within
-// SnapshotTimeout. When not, it answers f forbidden (or unavailable when
-// the authoriser could not tell) and returns false.
-func (c *Conn) authorize(f protocol.ClientFrame) bool {
+// SnapshotTimeout. When not, it answers f forbidden (denied) or
+// unavailable (the authoriser could not tell) and returns ok false.
+func (c *Conn) authorize(f protocol.ClientFrame) (ok, denied bool) {
 	actx, cancel := context.WithTimeout(c.ctx, c.cfg.SnapshotTimeout)
 	err := c.deps.Authorizer.Authorize(actx, c.ident, f.Room)
 	cancel()
 	switch {
 	case errors.Is(err, authz.ErrForbidden):
 		c.sendError(protocol.CodeForbidden, "not allowed to join room "+strconv.Quote(f.Room), f.Room, f.ID)
-		return false
+		return false, true
 	case err != nil:
 		c.unavailable(f, "authorisation unavailable; retry")
-		return false
+		return false, false
 	}
-	return true
+	return true, false
 }
 
 // answerSync answers a join or sync that the hub could not serve.
