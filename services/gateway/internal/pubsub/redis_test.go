@@ -196,8 +196,10 @@ func TestConcurrentSubscribeUnsubscribe(t *testing.T) {
 	})
 }
 
-// privateRedis runs redis-server on a spare loopback port for one test.
-func privateRedis(t *testing.T) string {
+// privateRedis runs redis-server on a spare loopback port for one test,
+// with extra arguments appended to its command line, and returns its
+// address once it answers PING.
+func privateRedis(t *testing.T, extra ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -210,7 +212,8 @@ func privateRedis(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning")
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning"}, extra...)
+	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
