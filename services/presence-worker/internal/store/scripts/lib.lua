@@ -139,6 +139,17 @@ local function gone(typed, read, conn, seq)
   return s and seq_le(seq, s)
 end
 
+-- stale reports whether an ordered command (seq ~= '0') of conn is not
+-- newer than what the room knows of conn: its seq records q and s (the
+-- user hash's q:<conn> and s:<conn>, either nil; last_seq) or, only when
+-- it has none (the connection's first command in the room), its
+-- tombstones (gone, typed and read as there).
+local function stale(q, s, typed, read, conn, seq)
+  local last = last_seq(q, s)
+  if last then return seq_le(seq, last) end
+  return gone(typed, read, conn, seq)
+end
+
 -- outlive makes key live at least px ms more: its expiry only moves later
 -- (PEXPIRE GT, Redis 7.0), so a worker with a shorter ttl never cuts
 -- short what a longer-ttl worker wrote, and a key without an expiry (just

@@ -41,15 +41,8 @@ local user, typist, users = KEYS[1], KEYS[2], KEYS[3]
 local now = now_ms()
 local seqf = 'q:' .. conn
 local f = redis.call('HMGET', user, seqf, 'p', 'w', 'x', 'n', 'g', 'i', 's:' .. conn)
-if seq ~= '0' then
-  -- Only a connection's first command in the room (no seq record) reads
-  -- the tombstones.
-  local last = last_seq(f[1], f[8])
-  if last then
-    if seq_le(seq, last) then return {'stale', now, 0} end
-  elseif gone(KEYS[9], KEYS[7], conn, seq) then
-    return {'stale', now, 0}
-  end
+if seq ~= '0' and stale(f[1], f[8], KEYS[9], KEYS[7], conn, seq) then
+  return {'stale', now, 0}
 end
 if ts > 0 then
   if now - ts > ttl then return {'late', now, 0} end

@@ -32,13 +32,8 @@ local now = now_ms()
 local seqf = 'q:' .. conn
 local f = redis.call('HMGET', user, seqf, 'p', 'g', 'i', 's:' .. conn)
 local ordered = conn ~= '' and seq ~= '0'
-if ordered then
-  local last = last_seq(f[1], f[5])
-  if last then
-    if seq_le(seq, last) then return {'stale', now, 0} end
-  elseif gone(KEYS[9], KEYS[7], conn, seq) then
-    return {'stale', now, 0}
-  end
+if ordered and stale(f[1], f[5], KEYS[9], KEYS[7], conn, seq) then
+  return {'stale', now, 0}
 end
 
 -- The user hash read whole: its fields are bounded (lib.lua's header),
