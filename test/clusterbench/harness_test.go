@@ -850,7 +850,8 @@ func pct(f float64) string {
 // stack with its watchers, sampling the masters before and after each,
 // after an idle window (no commands) of length idle when idle > 0.
 // After the driver's last command it waits (up to drain) until the
-// watchers have every event, then samples.
+// watchers have every event and the cluster bus has caught up (settled),
+// then samples.
 func (s *stack) measure(rooms []string, owners []int, w *watchers, d *driver, windows int, idle, drain time.Duration) *result {
 	s.tb.Helper()
 	r := &result{mode: s.mode, windows: windows}
@@ -874,7 +875,7 @@ func (s *stack) measure(rooms []string, owners []int, w *watchers, d *driver, wi
 		for w.events() < want && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		after := s.sample()
+		after := s.settled(before, deadline)
 		r.add(before, after, owners)
 		r.commands += int64(n)
 		r.elapsed += elapsed
@@ -885,6 +886,32 @@ func (s *stack) measure(rooms []string, owners []int, w *watchers, d *driver, wi
 	}
 	r.events = w.events()
 	return r
+}
+
+// settled samples the stack once the cluster bus has caught up with the
+// window that began at before: a master counts a publish message as sent
+// when it queues it on a link and as received when it has read it
+// (cluster_stats_messages_* in CLUSTER INFO, Redis docs), so a watcher can
+// have every event from the room's own master while another master has yet
+// to read its copy. It polls every 10 ms until the publish messages
+// received since before reach those sent, or until deadline, and returns
+// the last sample.
+func (s *stack) settled(before sample, deadline time.Time) sample {
+	s.tb.Helper()
+	for {
+		after := s.sample()
+		var sent, recv int64
+		for i := range after.nodes {
+			for _, k := range []string{"publish", "publishshard"} {
+				sent += after.nodes[i].msgs[k+"_sent"] - before.nodes[i].msgs[k+"_sent"]
+				recv += after.nodes[i].msgs[k+"_received"] - before.nodes[i].msgs[k+"_received"]
+			}
+		}
+		if recv >= sent || !time.Now().Before(deadline) {
+			return after
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // run starts a fresh stack in mode, joins the watchers, lets the cluster
