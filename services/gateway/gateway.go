@@ -39,10 +39,10 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/backend"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/origin"
-	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
 	"github.com/ellipsis-chat/ellipsis/shared/admin"
@@ -131,7 +131,7 @@ type Server struct {
 
 	// Set by Start, read-only afterwards.
 	rdb      redis.UniversalClient
-	pres     *presence.Client
+	pres     *backend.NATS
 	hub      *hub.Hub
 	authz    authz.Authorizer
 	httpSrv  *http.Server
@@ -279,7 +279,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 
-	pres, err := presence.Connect(s.cfg.NATSServers(), s.cfg.NATSAuth(), s.names, s.cfg.SnapshotTimeout, s.log.Named("nats"), s.natsMet.Error)
+	pres, err := backend.Connect(s.cfg.NATSServers(), s.cfg.NATSAuth(), s.names, s.cfg.SnapshotTimeout, s.log.Named("nats"), s.natsMet.Error)
 	if err != nil {
 		httpLn.Close()
 		if adminLn != nil {
@@ -313,7 +313,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.hub = hub.New(hub.Options{
 		Broker:       broker,
 		Names:        s.names,
-		Snapshot:     pres.Snapshot,
+		Backend:      pres,
 		ReadyTimeout: s.cfg.SnapshotTimeout,
 		PendingLimit: s.cfg.OutboundQueue,
 		Metrics:      s.met,

@@ -19,7 +19,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
-	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/backend"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
 	"github.com/ellipsis-chat/ellipsis/shared/admin"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -255,7 +255,7 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 		return
 	} else if err != nil {
 		s.log.Debug("snapshot failed", zap.String("room", room), zap.Error(err))
-		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "typing snapshot unavailable ("+backend.Reason(err)+"); retry")
 		return
 	}
 	snap := users.WithoutUser(ident.User)

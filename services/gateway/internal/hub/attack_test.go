@@ -30,7 +30,7 @@ type scriptedSnapshots struct {
 	script func(ctx context.Context, i int64) error
 }
 
-func (s *scriptedSnapshots) get(ctx context.Context, room string) (protocol.Snapshot, error) {
+func (s *scriptedSnapshots) Snapshot(ctx context.Context, room string) (protocol.Snapshot, error) {
 	i := s.n.Add(1)
 	if s.script != nil {
 		if err := s.script(ctx, i); err != nil {
@@ -47,7 +47,7 @@ func newScriptedHub(t *testing.T, pending int, s *scriptedSnapshots) (*Hub, *pub
 		t.Fatal(err)
 	}
 	b, n := pubsub.NewMemory(), names.New("hubx:", "")
-	h := New(Options{Broker: b, Names: n, Metrics: met, PendingLimit: pending, ReadyTimeout: time.Second, Snapshot: s.get})
+	h := New(Options{Broker: b, Names: n, Metrics: met, PendingLimit: pending, ReadyTimeout: time.Second, Backend: s})
 	h.Start()
 	t.Cleanup(h.Close)
 	return h, b, n

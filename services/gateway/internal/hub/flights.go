@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/backend"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
-	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -27,7 +27,7 @@ import (
 // it. The singleflight of golang.org/x/sync shares whatever call is in
 // flight, which would break the "read after my hold" rule, hence this.
 type flights struct {
-	fetch   Snapshotter
+	backend Backend
 	timeout time.Duration
 	met     *metrics.Metrics
 
@@ -54,9 +54,9 @@ type flight struct {
 	err   error
 }
 
-func newFlights(fetch Snapshotter, timeout time.Duration, met *metrics.Metrics) *flights {
+func newFlights(backend Backend, timeout time.Duration, met *metrics.Metrics) *flights {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &flights{fetch: fetch, timeout: timeout, met: met, rooms: map[string]*roomFlights{}, ctx: ctx, cancel: cancel}
+	return &flights{backend: backend, timeout: timeout, met: met, rooms: map[string]*roomFlights{}, ctx: ctx, cancel: cancel}
 }
 
 // get returns room's snapshot from a flight that started after since (or
@@ -64,7 +64,7 @@ func newFlights(fetch Snapshotter, timeout time.Duration, met *metrics.Metrics) 
 // read after the caller's hold began (and, for a join, after the room's
 // subscription was confirmed).
 //
-// Errors: the flight's error (the Snapshotter's, or its deadline), ctx's
+// Errors: the flight's error (the Backend's, or its deadline), ctx's
 // error when the caller stops waiting first, [ErrClosed] once the hub is
 // closing.
 func (f *flights) get(ctx context.Context, room string, since time.Time) (protocol.Snapshot, error) {
@@ -80,7 +80,7 @@ func (f *flights) get(ctx context.Context, room string, since time.Time) (protoc
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			why = "request cancelled"
 		}
-		return protocol.Snapshot{}, presence.Unavailable(why, context.Cause(ctx))
+		return protocol.Snapshot{}, backend.Unavailable(why, context.Cause(ctx))
 	}
 }
 
@@ -119,7 +119,7 @@ func (f *flights) run(room string, fl *flight) {
 	defer f.wg.Done()
 	for fl != nil {
 		ctx, cancel := context.WithTimeout(f.ctx, f.timeout)
-		fl.snap, fl.err = f.fetch(ctx, room)
+		fl.snap, fl.err = f.backend.Snapshot(ctx, room)
 		cancel()
 		if fl.err != nil && f.ctx.Err() != nil {
 			// close cancelled it: its askers get the hub's shutdown answer.

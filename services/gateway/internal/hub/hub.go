@@ -66,7 +66,7 @@ var (
 	// subscription (an ACL without the room channels' pattern). Errors
 	// wrapping it wrap ErrUnavailable too.
 	ErrRefused = pubsub.ErrRefused
-	// ErrSnapshot wraps the snapshot request's error (presence.Reason
+	// ErrSnapshot wraps the snapshot request's error (backend.Reason
 	// tells why).
 	ErrSnapshot = errors.New("hub: snapshot unavailable")
 	// ErrNotMember: Sync of a room the member has not joined.
@@ -88,9 +88,12 @@ type Member interface {
 	Send(frame []byte) bool
 }
 
-// Snapshotter returns who is typing in a room (the workers' snapshot over
-// NATS); it must honour ctx's deadline.
-type Snapshotter func(ctx context.Context, room string) (protocol.Snapshot, error)
+// Backend is the part of the gateway's backend (backend.NATS) the hub
+// uses: who is typing in a room, the workers' snapshot over NATS.
+type Backend interface {
+	// Snapshot must honour ctx's deadline.
+	Snapshot(ctx context.Context, room string) (protocol.Snapshot, error)
+}
 
 // Options configure a [Hub].
 type Options struct {
@@ -99,9 +102,9 @@ type Options struct {
 	Broker pubsub.Broker
 	// Names builds room channels (key prefix).
 	Names names.Names
-	// Snapshot is used by Sync, resyncs and [Hub.Snapshot], through the
-	// shared flights (flights.go).
-	Snapshot Snapshotter
+	// Backend answers the snapshots of Sync, resyncs and [Hub.Snapshot],
+	// through the shared flights (flights.go).
+	Backend Backend
 	// ReadyTimeout bounds one Sync (subscription confirmation and snapshot
 	// together) and one resync snapshot. Zero means the default of
 	// ELLIPSIS_SNAPSHOT_TIMEOUT (config.Default()).
@@ -163,7 +166,7 @@ func New(opts Options) *Hub {
 		h.shards[i].rooms = map[string]*room{}
 	}
 	h.resync = newResyncer(h)
-	h.flights = newFlights(opts.Snapshot, opts.ReadyTimeout, opts.Metrics)
+	h.flights = newFlights(opts.Backend, opts.ReadyTimeout, opts.Metrics)
 	return h
 }
 

@@ -46,7 +46,7 @@ func (m *member) frames() []string {
 	return append([]string(nil), m.got...)
 }
 
-// snapshots is a fake Snapshotter: rooms listed in fail fail, rooms in
+// snapshots is a fake Backend: rooms listed in fail fail, rooms in
 // typing answer their typists as they were when the call began (the
 // worker's read), others answer zed; calls are counted per room.
 type snapshots struct {
@@ -57,7 +57,7 @@ type snapshots struct {
 	block  chan struct{} // when set, every call waits for it (or ctx)
 }
 
-func (s *snapshots) get(ctx context.Context, room string) (protocol.Snapshot, error) {
+func (s *snapshots) Snapshot(ctx context.Context, room string) (protocol.Snapshot, error) {
 	s.mu.Lock()
 	s.calls[room]++
 	fail, block := s.fail[room], s.block
@@ -99,7 +99,7 @@ func newFixture(t *testing.T, pending int) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{b: pubsub.NewMemory(), n: names.New("hubt:", ""), snap: &snapshots{fail: map[string]bool{}, calls: map[string]int{}}}
-	f.h = New(Options{Broker: f.b, Names: f.n, Metrics: met, PendingLimit: pending, ReadyTimeout: time.Second, Snapshot: f.snap.get})
+	f.h = New(Options{Broker: f.b, Names: f.n, Metrics: met, PendingLimit: pending, ReadyTimeout: time.Second, Backend: f.snap})
 	f.h.Start()
 	t.Cleanup(f.h.Close)
 	return f

@@ -22,7 +22,6 @@ func BenchmarkJoinUnderFanOut(b *testing.B) {
 		ms[i] = newConnMember("u" + strconv.Itoa(i))
 	}
 	h := benchHub(b, ms)
-	h.opts.Snapshot = func(context.Context, string) (protocol.Snapshot, error) { return protocol.Snapshot{}, nil }
 	h.Start()
 	channel, payload := benchEvent()
 	stop := make(chan struct{})

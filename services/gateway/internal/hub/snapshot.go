@@ -148,7 +148,7 @@ func IsUnavailable(err error) bool {
 // that started after the call, or the one queued (flights.go). It waits
 // until ctx is done, at most ReadyTimeout.
 //
-// Errors: [ErrSnapshot] wrapping the snapshot's error (presence.Reason
+// Errors: [ErrSnapshot] wrapping the snapshot's error (backend.Reason
 // tells why), [ErrClosed].
 func (h *Hub) Snapshot(ctx context.Context, room string) (protocol.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.opts.ReadyTimeout)

@@ -39,9 +39,9 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/backend"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
-	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/presence"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
@@ -801,7 +801,7 @@ func (c *Conn) answerSync(f protocol.ClientFrame, err error) {
 	case errors.Is(err, hub.ErrNotMember):
 		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
 	case errors.Is(err, hub.ErrSnapshot):
-		c.unavailable(f, "typing snapshot unavailable ("+presence.Reason(err)+"); retry")
+		c.unavailable(f, "typing snapshot unavailable ("+backend.Reason(err)+"); retry")
 	case errors.Is(err, hub.ErrAborted), errors.Is(err, hub.ErrClosed):
 		c.unavailable(f, "gateway shutting down; reconnect")
 	case errors.Is(err, hub.ErrRefused):

@@ -1,4 +1,4 @@
-package presence
+package backend
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func natsURL() string {
 	return "nats://127.0.0.1:4222"
 }
 
-func newClient(t *testing.T, timeout time.Duration) (*Client, *nats.Conn, names.Names) {
+func newNATS(t *testing.T, timeout time.Duration) (*NATS, *nats.Conn, names.Names) {
 	t.Helper()
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
@@ -60,7 +60,7 @@ func newClient(t *testing.T, timeout time.Duration) (*Client, *nats.Conn, names.
 // Each way a snapshot can fail says why, in words for clients.
 func TestSnapshotErrorsSayWhy(t *testing.T) {
 	t.Parallel()
-	c, nc, n := newClient(t, 400*time.Millisecond)
+	c, nc, n := newNATS(t, 400*time.Millisecond)
 	ctx := context.Background()
 
 	_, err := c.Snapshot(ctx, "r")
@@ -104,7 +104,7 @@ func TestSnapshotErrorsSayWhy(t *testing.T) {
 // had just died) is asked again within the same timeout.
 func TestSnapshotRetriesALostRequest(t *testing.T) {
 	t.Parallel()
-	c, nc, n := newClient(t, time.Second)
+	c, nc, n := newNATS(t, time.Second)
 	var seen atomic.Int64
 	if _, err := nc.QueueSubscribe(n.SnapshotSubject(), "presence-worker", func(m *nats.Msg) {
 		if seen.Add(1) == 1 {

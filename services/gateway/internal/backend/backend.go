@@ -1,7 +1,7 @@
-// Package presence is the gateway's side of the NATS contract with the
+// Package backend is the gateway's side of the NATS contract with the
 // presence workers (docs/protocol.md, "NATS"): it publishes typing commands and
 // requests typing snapshots.
-package presence
+package backend
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // disconnected, a request timing out or no worker answering: clients get
 // error code unavailable (HTTP 503). [Reason] says which, in words a
 // client can be shown.
-var ErrUnavailable = errors.New("presence: unavailable")
+var ErrUnavailable = errors.New("backend: unavailable")
 
 // unavailableError is an ErrUnavailable with a reason for clients.
 type unavailableError struct {
@@ -33,9 +33,9 @@ type unavailableError struct {
 
 func (e *unavailableError) Error() string {
 	if e.err == nil {
-		return "presence: unavailable: " + e.reason
+		return "backend: unavailable: " + e.reason
 	}
-	return "presence: unavailable: " + e.reason + ": " + e.err.Error()
+	return "backend: unavailable: " + e.reason + ": " + e.err.Error()
 }
 func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
 func (e *unavailableError) Unwrap() error        { return e.err }
@@ -47,8 +47,8 @@ func unavailable(reason string, err error) error { return &unavailableError{reas
 // on a request made by someone else (the hub's shared snapshots).
 func Unavailable(reason string, err error) error { return unavailable(reason, err) }
 
-// Reason describes a failure of [Client.Publish], [Client.Snapshot] or
-// [Client.Request] for clients (error frames, HTTP bodies): "NATS not
+// Reason describes a failure of [NATS.Publish], [NATS.Snapshot] or
+// [NATS.Request] for clients (error frames, HTTP bodies): "NATS not
 // connected", "timed out: no presence worker answered within 2s", "no
 // presence worker is running", "presence worker: ...". It never contains
 // subjects or addresses.
@@ -64,7 +64,7 @@ func Reason(err error) string {
 }
 
 // requestError classifies a failed request for [Reason].
-func (c *Client) requestError(err error) error {
+func (c *NATS) requestError(err error) error {
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return unavailable("no presence worker is running", err)
@@ -88,9 +88,9 @@ func (c *Client) requestError(err error) error {
 // presence worker.
 const ClientName = "ellipsis-gateway"
 
-// Client publishes commands and requests snapshots. All methods are safe
+// NATS publishes commands and requests snapshots. All methods are safe
 // for concurrent use.
-type Client struct {
+type NATS struct {
 	conn    *natsconn.Conn
 	nc      *nats.Conn // conn.NC
 	names   names.Names
@@ -115,7 +115,7 @@ type Client struct {
 //     disconnected, so a publish fails at once and a command answered
 //     unavailable is never sent later.
 //   - OnConnect: the (re)connect handler calls the function set by
-//     [Client.OnReconnect] so the hub can resync its rooms.
+//     [NATS.OnReconnect] so the hub can resync its rooms.
 //   - Subscriptions (the request/reply inbox) keep nats.go's pending limits
 //     (65536 messages, 64 MiB); beyond them NATS drops messages and reports
 //     a slow consumer.
@@ -126,8 +126,8 @@ type Client struct {
 // (ELLIPSIS_SNAPSHOT_TIMEOUT). onError, if not nil, is called with
 // metrics.NATSDisconnect, NATSSlowConsumer or NATSAsync for every problem
 // (to count them; the logs about them are rate-limited).
-func Connect(urls []string, auth natsconn.Auth, n names.Names, snapshotTimeout time.Duration, log *zap.Logger, onError func(kind string)) (*Client, error) {
-	c := &Client{names: n, timeout: snapshotTimeout}
+func Connect(urls []string, auth natsconn.Auth, n names.Names, snapshotTimeout time.Duration, log *zap.Logger, onError func(kind string)) (*NATS, error) {
+	c := &NATS{names: n, timeout: snapshotTimeout}
 	conn, err := natsconn.Connect(natsconn.Options{
 		URLs:              urls,
 		Name:              ClientName,
@@ -138,7 +138,7 @@ func Connect(urls []string, auth natsconn.Auth, n names.Names, snapshotTimeout t
 		NoReconnectBuffer: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("presence: %w", err)
+		return nil, fmt.Errorf("backend: %w", err)
 	}
 	c.conn, c.nc = conn, conn.NC
 	return c, nil
@@ -146,13 +146,13 @@ func Connect(urls []string, auth natsconn.Auth, n names.Names, snapshotTimeout t
 
 // OnReconnect sets f to be called (on a nats.go goroutine) after every
 // (re)connect.
-func (c *Client) OnReconnect(f func()) {
+func (c *NATS) OnReconnect(f func()) {
 	c.mu.Lock()
 	c.onReconnect = f
 	c.mu.Unlock()
 }
 
-func (c *Client) reconnected() {
+func (c *NATS) reconnected() {
 	c.mu.Lock()
 	f := c.onReconnect
 	c.mu.Unlock()
@@ -164,17 +164,17 @@ func (c *Client) reconnected() {
 // Connected reports whether NATS is connected, as observed at most 100 ms
 // ago; false while a reading of the status has waited 1 s (a write to NATS
 // is blocked). It never waits.
-func (c *Client) Connected() bool { return c.conn.Connected() }
+func (c *NATS) Connected() bool { return c.conn.Connected() }
 
 // Status describes the connection for readiness ("CONNECTED",
 // "RECONNECTING", "RECONNECTING: nats: authorization violation", ..., or
 // "UNRESPONSIVE (a write to NATS is blocked)"). It never waits and never
 // holds a secret.
-func (c *Client) Status() string { return c.conn.Status() }
+func (c *NATS) Status() string { return c.conn.Status() }
 
 // Publish sends cmd on the command subject. It fails with an error wrapping
 // [ErrUnavailable] when NATS is not connected; nothing is buffered for later.
-func (c *Client) Publish(cmd *protocol.Command) error {
+func (c *NATS) Publish(cmd *protocol.Command) error {
 	if !c.Connected() {
 		return unavailable("NATS not connected", nil)
 	}
@@ -186,7 +186,7 @@ func (c *Client) Publish(cmd *protocol.Command) error {
 	defer c.cmdBufs.Put(bp)
 	data, err := protocol.AppendCommand((*bp)[:0], cmd)
 	if err != nil {
-		return fmt.Errorf("presence: encode command: %w", err)
+		return fmt.Errorf("backend: encode command: %w", err)
 	}
 	*bp = data
 	// With ReconnectBufSize(-1) this fails (never buffers) once nats.go
@@ -208,7 +208,7 @@ func (c *Client) Publish(cmd *protocol.Command) error {
 // timeout and a second try, which the group routes to a live worker, gets
 // the rest: a worker crash costs a joining client half the timeout, not an
 // error. Snapshots are reads; asking twice is harmless.
-func (c *Client) Snapshot(ctx context.Context, room string) (protocol.Snapshot, error) {
+func (c *NATS) Snapshot(ctx context.Context, room string) (protocol.Snapshot, error) {
 	req, _ := json.Marshal(protocol.SnapshotRequest{V: protocol.Version, Room: room})
 	subject := c.names.SnapshotSubject()
 	began := time.Now()
@@ -226,14 +226,14 @@ func (c *Client) Snapshot(ctx context.Context, room string) (protocol.Snapshot, 
 		if errors.As(err, &re) {
 			return protocol.Snapshot{}, unavailable("presence worker: "+re.Message, re)
 		}
-		return protocol.Snapshot{}, fmt.Errorf("presence: snapshot reply: %w", err)
+		return protocol.Snapshot{}, fmt.Errorf("backend: snapshot reply: %w", err)
 	}
 	return reply.Snapshot(), nil
 }
 
 // Request sends a request on subject and returns the reply payload, waiting
 // at most the snapshot timeout (or ctx). Errors wrap [ErrUnavailable].
-func (c *Client) Request(ctx context.Context, subject string, data []byte) ([]byte, error) {
+func (c *NATS) Request(ctx context.Context, subject string, data []byte) ([]byte, error) {
 	data, err := c.request(ctx, subject, data, c.timeout)
 	if err != nil {
 		return nil, c.requestError(fmt.Errorf("request %s: %w", subject, err))
@@ -244,7 +244,7 @@ func (c *Client) Request(ctx context.Context, subject string, data []byte) ([]by
 // request makes one request, waiting at most timeout (or ctx); errors are
 // nats.go's (ErrConnectionReconnecting when not connected), for
 // requestError to classify.
-func (c *Client) request(ctx context.Context, subject string, data []byte, timeout time.Duration) ([]byte, error) {
+func (c *NATS) request(ctx context.Context, subject string, data []byte, timeout time.Duration) ([]byte, error) {
 	if !c.Connected() {
 		return nil, nats.ErrConnectionReconnecting
 	}
@@ -259,7 +259,7 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, timeo
 
 // Flush waits until everything published so far reached the server, at most
 // timeout.
-func (c *Client) Flush(timeout time.Duration) error {
+func (c *NATS) Flush(timeout time.Duration) error {
 	if !c.nc.IsConnected() {
 		return unavailable("NATS not connected", nil)
 	}
@@ -268,7 +268,7 @@ func (c *Client) Flush(timeout time.Duration) error {
 
 // Close drains the connection (pending publishes are flushed) and waits
 // until it is closed or ctx ends, then closes it hard. Safe to call twice.
-func (c *Client) Close(ctx context.Context) error {
+func (c *NATS) Close(ctx context.Context) error {
 	if err := c.nc.Drain(); err != nil {
 		// Not connected (or already closed): nothing to drain.
 		c.nc.Close()
@@ -278,6 +278,6 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		c.nc.Close()
-		return fmt.Errorf("presence: nats drain: %w", ctx.Err())
+		return fmt.Errorf("backend: nats drain: %w", ctx.Err())
 	}
 }
