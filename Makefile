@@ -45,7 +45,7 @@ plots-sweep:
 bench:
 	cd shared && $(GO) test -run '^$$' -bench . -benchmem ./protocol ./names
 	cd services/gateway && $(GO) test -run '^$$' -bench 'FanOut|Written' -benchmem ./internal/hub ./internal/metrics
-	cd services/presence-worker && $(GO) test -run '^$$' -bench . -benchmem . ./internal/store
+	cd services/presence-worker && $(GO) test -run '^$$' -bench . -benchmem ./worker ./internal/store
 
 ## bench-peers: the same typing workload against Ellipsis, then against Centrifugo v6 (built from the Go module proxy
 ## into bin/peers, cached), back to back, and one table with the ratios (docs/BENCHMARKS.md, "Against Centrifugo").

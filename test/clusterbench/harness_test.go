@@ -47,7 +47,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
-	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
-	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
 

@@ -27,7 +27,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
 	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
-	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/tools/backends"

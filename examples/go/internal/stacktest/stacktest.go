@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
-	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
 

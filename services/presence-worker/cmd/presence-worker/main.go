@@ -6,7 +6,7 @@ package main
 import (
 	"go.uber.org/zap"
 
-	worker "github.com/ellipsis-chat/ellipsis/services/presence-worker"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/run"
 )
