@@ -85,9 +85,9 @@ fuzz-smoke:
 	  for t in FuzzEnc FuzzNames FuzzRoomToken; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./names; done
 
-## config-doc: write the README's configuration table from the settings table (shared/config/settings.go)
+## config-doc: write docs/configuration.md's table from the settings table (shared/config/settings.go)
 config-doc:
-	cd shared && $(GO) run ./config/cmd/configdoc -readme ../README.md
+	cd shared && $(GO) run ./config/cmd/configdoc -doc ../docs/configuration.md
 
 ## readme-images: copy the two-tabs screenshot that the Chromium test made (make js) into docs/img for the README
 readme-images:

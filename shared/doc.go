@@ -7,7 +7,7 @@
 //     key, Pub/Sub channel and NATS subject name.
 //   - [github.com/ellipsis-chat/ellipsis/shared/config]: configuration from
 //     environment variables and flags, with Validate, from one table of
-//     settings (settings.go) that also writes the README's table.
+//     settings (settings.go) that also writes docs/configuration.md's table.
 //   - [github.com/ellipsis-chat/ellipsis/shared/logging]: zap logger setup.
 //   - [github.com/ellipsis-chat/ellipsis/shared/ratelog]: log lines rate-limited
 //     per kind (both services).

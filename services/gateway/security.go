@@ -19,7 +19,7 @@ import (
 )
 
 // security holds the gateway-wide defences against hostile clients that
-// are not per connection (README, "Security"): the authenticator, the
+// are not per connection (docs/security.md): the authenticator, the
 // connection limits, the per-user snapshot budgets (HTTP, and the
 // WebSocket one shared by a user's connections) and their metrics. The
 // per-connection limits live in internal/session.

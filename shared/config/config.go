@@ -11,16 +11,17 @@
 // ([Config.table]): its variable, which services read it, its field and
 // default (and the dev stack's, when it differs), what it accepts, and what it
 // means. [Default], [Dev], [Load] (environment and flags, with -h text),
-// [Config.Validate], [EnvNames] and the README's configuration table
+// [Config.Validate], [EnvNames] and docs/configuration.md's table
 // ([MarkdownTable], written by `make config-doc`) are derived from it;
-// TestREADMETable fails when README.md's table differs from the table.
+// TestConfigurationTable fails when docs/configuration.md's table differs
+// from the table.
 //
 // # Adding a setting
 //
 //  1. Add the field to [Config], with a one-line comment naming its variable.
 //
 //  2. Add one entry to the table in settings.go, where it belongs in the
-//     README's order, e.g.
+//     table's order (docs/configuration.md's), e.g.
 //
 //     {Env: "ELLIPSIS_NATS_CREDS", For: ForBoth, V: str(&c.NATSCreds, ""),
 //     Doc: "NATS credentials file (JWT and NKey seed)"},
@@ -29,7 +30,7 @@
 //     integer, float, boolean or list, with checks such as positive,
 //     notNegative, atLeast, atMost, between, oneOf, listenAddr, or
 //     rule(desc, func) for anything else (value.go). Dev sets the dev
-//     stack's value when it differs; DefaultDoc replaces the README's
+//     stack's value when it differs; DefaultDoc replaces the table's
 //     default column ("random").
 //
 //  3. A check involving other settings (or only in some modes) goes in
@@ -42,8 +43,8 @@
 //     promises, quoted from docs/protocol.md, and a rule coupling it to
 //     other settings in coupled.
 //
-//  5. Run `make config-doc` to rewrite the README's table, and add a line
-//     to CHANGELOG.md.
+//  5. Run `make config-doc` to rewrite docs/configuration.md's table, and add
+//     a line to CHANGELOG.md.
 package config
 
 import (
@@ -98,7 +99,7 @@ const (
 	ForBoth = ForGateway | ForWorker
 )
 
-// String is the README's "read by" column: gateway, worker or both.
+// String is docs/configuration.md's "read by" column: gateway, worker or both.
 func (r Readers) String() string {
 	switch r {
 	case ForGateway:
@@ -122,10 +123,10 @@ type Setting struct {
 	V value
 	// Dev is the dev stack's value ([Dev]) when it differs from the default.
 	Dev string
-	// DefaultDoc, when set, is the README's default column in place of the
+	// DefaultDoc, when set, is docs/configuration.md's default column in place of the
 	// default value ("random", "same host").
 	DefaultDoc string
-	// Doc is the meaning, one line of Markdown (README, -h).
+	// Doc is the meaning, one line of Markdown (docs/configuration.md, -h).
 	Doc string
 }
 
@@ -145,7 +146,7 @@ func (s Setting) Default() string {
 func (s Setting) Valid() string { return s.V.valid() }
 
 // Config holds every setting; the meaning, default and checks of each are
-// its entry in the table (settings.go, the README's "Configuration"). The
+// its entry in the table (settings.go, docs/configuration.md). The
 // zero value is not useful: start from [Default] (or [Dev]) and [Load] over
 // it.
 type Config struct {

@@ -168,7 +168,7 @@ func TestSecuritySettings(t *testing.T) {
 		d.AuthzTimeout != time.Second || d.AuthzCacheTTL != 30*time.Second || d.AuthzDenyCacheTTL != 2*time.Second ||
 		d.InboundMaxRejected != 50 || d.MaxConns != 10000 || d.MaxConnsPerUser != 32 ||
 		d.PongWait != 60*time.Second || d.WriteWait != 10*time.Second {
-		t.Fatalf("security defaults drifted from the README: %+v", d)
+		t.Fatalf("security defaults drifted from docs/security.md: %+v", d)
 	}
 	c, err := load(t, map[string]string{
 		"ELLIPSIS_AUTH":                 "jwt",
@@ -363,20 +363,20 @@ func TestProtocolDocNamesAreRead(t *testing.T) {
 	}
 }
 
-// TestREADMETable fails when README.md's configuration table is not the
-// one the settings table renders.
-func TestREADMETable(t *testing.T) {
-	path := filepath.Join("..", "..", "README.md")
+// TestConfigurationTable fails when docs/configuration.md's table is not
+// the one the settings table renders.
+func TestConfigurationTable(t *testing.T) {
+	path := filepath.Join("..", "..", "docs", "configuration.md")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := UpdateREADME(string(b))
+	want, err := UpdateTable(string(b))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want != string(b) {
-		t.Fatalf("README.md's configuration table differs from shared/config/settings.go's table; regenerate it with `make config-doc` (or `cd shared && go generate ./config`)")
+		t.Fatalf("docs/configuration.md's table differs from shared/config/settings.go's table; regenerate it with `make config-doc` (or `cd shared && go generate ./config`)")
 	}
 }
 

@@ -1,6 +1,6 @@
 package config
 
-//go:generate go run ./cmd/configdoc -readme ../../README.md
+//go:generate go run ./cmd/configdoc -doc ../../docs/configuration.md
 
 import (
 	"errors"
@@ -8,14 +8,15 @@ import (
 	"strings"
 )
 
-// README markers: the configuration table between them is written by
-// [UpdateREADME] (`make config-doc`), never by hand.
+// Markers in docs/configuration.md: the configuration table between them is
+// written by [UpdateTable] (`make config-doc`), never by hand.
 const (
 	TableBegin = "<!-- config-table:begin (make config-doc writes this table from shared/config/settings.go) -->"
 	TableEnd   = "<!-- config-table:end -->"
 )
 
-// MarkdownTable renders the settings table as the README's Markdown table:
+// MarkdownTable renders the settings table as docs/configuration.md's
+// Markdown table:
 // variable, default (and the dev stack's), which services read it, what it
 // accepts and what it means, one row per setting in the table's order.
 func MarkdownTable() string {
@@ -43,14 +44,14 @@ func cell(s string) string {
 	return strings.ReplaceAll(s, "|", `\|`)
 }
 
-// UpdateREADME returns readme with the text between [TableBegin] and
-// [TableEnd] replaced by [MarkdownTable]; an error when the markers are
-// missing or out of order.
-func UpdateREADME(readme string) (string, error) {
-	i := strings.Index(readme, TableBegin)
-	j := strings.Index(readme, TableEnd)
+// UpdateTable returns doc (the text of docs/configuration.md) with the text
+// between [TableBegin] and [TableEnd] replaced by [MarkdownTable]; an error
+// when the markers are missing or out of order.
+func UpdateTable(doc string) (string, error) {
+	i := strings.Index(doc, TableBegin)
+	j := strings.Index(doc, TableEnd)
 	if i < 0 || j < i {
-		return "", errors.New("config: README.md has no " + TableBegin + " ... " + TableEnd + " markers in that order")
+		return "", errors.New("config: no " + TableBegin + " ... " + TableEnd + " markers in that order")
 	}
-	return readme[:i+len(TableBegin)] + "\n" + MarkdownTable() + readme[j:], nil
+	return doc[:i+len(TableBegin)] + "\n" + MarkdownTable() + doc[j:], nil
 }

@@ -19,7 +19,7 @@ type value interface {
 	String() string     // the field's value as the variable would spell it
 	reset()             // the field takes its default
 	check() []error     // the setting's own checks; errors do not name the variable
-	valid() string      // what the checks accept, for the README ("1..500"), "" when anything
+	valid() string      // what the checks accept, for docs/configuration.md ("1..500"), "" when anything
 	// limits spells the smallest and largest values the setting's own
 	// range checks accept (atLeast, atMost, between, notNegative), as the
 	// variable would ("10ms", "500ms"); "" for a side no check closes.
@@ -27,9 +27,9 @@ type value interface {
 	limits() (lo, hi string)
 }
 
-// check is one rule on a single value: desc is what it accepts, for the
-// README's table ("1..500"), fn returns why v is refused ("must be 1..500,
-// got 0") or nil. lo and hi, when set, are the ends of the range fn
+// check is one rule on a single value: desc is what it accepts, for
+// docs/configuration.md's table ("1..500"), fn returns why v is refused
+// ("must be 1..500, got 0") or nil. lo and hi, when set, are the ends of the range fn
 // accepts, both included (the range checks set them; see limits).
 type check[T any] struct {
 	desc   string
@@ -269,6 +269,6 @@ func listenAddr(optional bool) check[string] {
 	}}
 }
 
-// rule is a check on a single value written inline: desc for the README,
-// fn returning why v is refused.
+// rule is a check on a single value written inline: desc for
+// docs/configuration.md, fn returning why v is refused.
 func rule[T any](desc string, fn func(v T) error) check[T] { return check[T]{desc: desc, fn: fn} }

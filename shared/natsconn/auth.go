@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// The settings [Auth] reads (shared/config; README "Configuration").
+// The settings [Auth] reads (shared/config; docs/configuration.md).
 const (
 	EnvURL     = "ELLIPSIS_NATS_URL"
 	EnvCreds   = "ELLIPSIS_NATS_CREDS"

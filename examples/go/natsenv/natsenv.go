@@ -1,6 +1,6 @@
 // Package natsenv connects the example commands to NATS as the gateway and
 // the presence worker do: through shared/natsconn, with the credentials of
-// the same settings, read from the environment (README "Configuration"):
+// the same settings, read from the environment (docs/configuration.md):
 // ELLIPSIS_NATS_CREDS, ELLIPSIS_NATS_NKEY, ELLIPSIS_NATS_TLS_CERT,
 // ELLIPSIS_NATS_TLS_KEY, ELLIPSIS_NATS_TLS_CA. A user and password or a
 // token go in the URL (nats://user:pass@host); no error shows them.

@@ -1,5 +1,5 @@
 // Package token mints the JSON Web Tokens the gateway accepts with
-// ELLIPSIS_AUTH=jwt (README, "Security") and makes signing keys with their
+// ELLIPSIS_AUTH=jwt (docs/security.md) and makes signing keys with their
 // JWK Set, for development, tests, demos and the ellipsis-token tool. In
 // production the identity provider issues the tokens.
 //

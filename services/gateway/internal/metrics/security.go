@@ -3,7 +3,7 @@ package metrics
 import "github.com/prometheus/client_golang/prometheus"
 
 // Security holds the metrics of the gateway's defences against hostile
-// clients (README, "Security"); the per-connection limits are counted by
+// clients (docs/security.md); the per-connection limits are counted by
 // [Metrics] (rate_limited_total, slow_consumer_closes_total, closes_total,
 // errors_total).
 type Security struct {

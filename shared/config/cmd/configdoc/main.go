@@ -1,9 +1,9 @@
-// Command configdoc writes the README's configuration table from the
-// settings table of package config (shared/config/settings.go), between the
-// config-table markers. `make config-doc` runs it; with -check it only
-// reports whether the README is up to date (exit 1 when not).
+// Command configdoc writes the configuration table of docs/configuration.md
+// from the settings table of package config (shared/config/settings.go),
+// between the config-table markers. `make config-doc` runs it; with -check it
+// only reports whether the table is up to date (exit 1 when not).
 //
-//	go run ./config/cmd/configdoc -readme ../README.md   (from shared/)
+//	go run ./config/cmd/configdoc -doc ../docs/configuration.md   (from shared/)
 package main
 
 import (
@@ -15,15 +15,15 @@ import (
 )
 
 func main() {
-	path := flag.String("readme", "README.md", "the README to update in place")
-	check := flag.Bool("check", false, "only check: exit 1 when the README's table differs")
+	path := flag.String("doc", "docs/configuration.md", "the Markdown file holding the table, updated in place")
+	check := flag.Bool("check", false, "only check: exit 1 when the file's table differs")
 	flag.Parse()
 	old, err := os.ReadFile(*path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "configdoc:", err)
 		os.Exit(2)
 	}
-	updated, err := config.UpdateREADME(string(old))
+	updated, err := config.UpdateTable(string(old))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "configdoc:", *path+":", err)
 		os.Exit(2)
