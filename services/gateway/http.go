@@ -174,7 +174,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return // gorilla has answered with an HTTP error
 	}
 	id := s.gatewayID + ":" + strconv.FormatUint(s.connSeq.Add(1), 10)
-	c := session.New(ws, id, ident, session.Config{
+	c := session.New(session.WebSocket(ws), id, ident, session.Config{
 		MaxFrameBytes:     s.cfg.MaxFrameBytes,
 		MaxRooms:          s.cfg.MaxRoomsPerConn,
 		InboundRate:       s.cfg.InboundRate,
