@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -47,7 +48,7 @@ type fakeTransport struct {
 	peer   chan frame // from the peer
 	wrote  chan frame // every frame written, in order
 	closed chan struct{}
-	stall  bool
+	stall  atomic.Bool
 
 	mu           sync.Mutex
 	limit        int64
@@ -87,38 +88,51 @@ func (t *fakeTransport) ReadFrame() (bool, []byte, error) {
 		t.mu.Lock()
 		d, limit, ping, pong := t.readDeadline, t.limit, t.ping, t.pong
 		t.mu.Unlock()
-		var expired <-chan time.Time
+		expired := make(<-chan time.Time)
+		var timer *time.Timer
 		if !d.IsZero() {
-			timer := time.NewTimer(time.Until(d))
-			defer timer.Stop()
+			timer = time.NewTimer(time.Until(d))
 			expired = timer.C
 		}
-		select {
-		case <-t.closed:
-			return false, nil, errFakeClosed
-		case <-expired:
-			return false, nil, errFakeTimeout
-		case f := <-t.peer:
-			switch f.kind {
-			case fPing:
-				if err := ping([]byte(f.data)); err != nil {
-					return false, nil, err
-				}
-			case fPong:
-				if err := pong(); err != nil {
-					return false, nil, err
-				}
-			case fClose:
-				t.wrote <- frame{kind: fClose, code: f.code}
-				return false, nil, &PeerClose{Code: f.code}
-			default:
-				if limit > 0 && int64(len(f.data)) > limit {
-					t.wrote <- frame{kind: fClose, code: CloseTooBig}
-					return false, nil, ErrFrameTooBig
-				}
-				return f.kind == fText, []byte(f.data), nil
-			}
+		f, err := t.receive(expired)
+		if timer != nil {
+			timer.Stop()
 		}
+		if err != nil {
+			return false, nil, err
+		}
+		switch f.kind {
+		case fPing:
+			if err := ping([]byte(f.data)); err != nil {
+				return false, nil, err
+			}
+		case fPong:
+			if err := pong(); err != nil {
+				return false, nil, err
+			}
+		case fClose:
+			t.wrote <- frame{kind: fClose, code: f.code}
+			return false, nil, &PeerClose{Code: f.code}
+		default:
+			if limit > 0 && int64(len(f.data)) > limit {
+				t.wrote <- frame{kind: fClose, code: CloseTooBig}
+				return false, nil, ErrFrameTooBig
+			}
+			return f.kind == fText, []byte(f.data), nil
+		}
+	}
+}
+
+// receive is the peer's next frame, or an error once the transport is
+// closed or expired fires.
+func (t *fakeTransport) receive(expired <-chan time.Time) (frame, error) {
+	select {
+	case <-t.closed:
+		return frame{}, errFakeClosed
+	case <-expired:
+		return frame{}, errFakeTimeout
+	case f := <-t.peer:
+		return f, nil
 	}
 }
 
@@ -130,7 +144,7 @@ func (t *fakeTransport) write(f frame, stalls bool) error {
 		return errFakeClosed
 	default:
 	}
-	if stalls && t.stall {
+	if stalls && t.stall.Load() {
 		t.mu.Lock()
 		cut := t.cut
 		t.mu.Unlock()

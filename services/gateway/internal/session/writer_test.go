@@ -246,7 +246,7 @@ func TestWriterCloseWithoutFrame(t *testing.T) {
 // frame; the frames behind it are dropped.
 func TestWriterWriteFailure(t *testing.T) {
 	w, tr, h := newTestWriter(t, 10, time.Hour, 50*time.Millisecond)
-	tr.stall = true
+	tr.stall.Store(true)
 	w.start()
 	w.send([]byte("a"))
 	w.send([]byte("b"))
@@ -265,11 +265,11 @@ func TestWriterWriteFailure(t *testing.T) {
 // connection ends well before writeWait.
 func TestWriterCloseCutsABlockedWrite(t *testing.T) {
 	w, tr, h := newTestWriter(t, 10, time.Hour, time.Hour)
-	tr.stall = true
+	tr.stall.Store(true)
 	w.start()
 	w.send([]byte("a"))
 	time.Sleep(50 * time.Millisecond) // the write is in flight
-	close(h.read) // the peer replies at once: only the blocked write waits
+	close(h.read)                     // the peer replies at once: only the blocked write waits
 	began := time.Now()
 	h.close(CloseGoingAway, "bye")
 	waitDone(t, w)
