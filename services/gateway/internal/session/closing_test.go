@@ -119,7 +119,7 @@ func TestClosingSlowConsumerEndsWellBeforeWriteWait(t *testing.T) {
 			if tc.rearm {
 				// The race the hard stop is for: a write re-arming the
 				// socket's deadline from WriteWait after closeWith set it.
-				_ = c.tr.(wsTransport).conn().SetWriteDeadline(time.Now().Add(writeWait))
+				_ = c.w.tr.(wsTransport).conn().SetWriteDeadline(time.Now().Add(writeWait))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), bound)
 			defer cancel()

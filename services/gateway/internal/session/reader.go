@@ -14,11 +14,11 @@ import (
 // reading fails, and records why the connection ended.
 func (c *Conn) readLoop() {
 	defer close(c.readerDone)
-	c.tr.SetReadLimit(int64(c.cfg.MaxFrameBytes))
-	_ = c.tr.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
-	c.tr.HandleControl(c.onPing, c.onPong)
+	c.w.tr.SetReadLimit(int64(c.cfg.MaxFrameBytes))
+	_ = c.w.tr.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
+	c.w.tr.HandleControl(c.onPing, c.onPong)
 	for {
-		text, data, err := c.tr.ReadFrame()
+		text, data, err := c.w.tr.ReadFrame()
 		if err != nil {
 			c.terminate(readEndCode(err))
 			return
@@ -52,7 +52,7 @@ func readEndCode(err error) int {
 // so a client at its limit is not dropped as silent.
 func (c *Conn) onPong() error {
 	c.allowInbound()
-	return c.tr.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
+	return c.w.tr.SetReadDeadline(time.Now().Add(c.cfg.PongWait))
 }
 
 // onPing runs on the reader for a client's WebSocket ping. It takes a

@@ -133,14 +133,16 @@ type Deps struct {
 
 // Conn is one client connection.
 type Conn struct {
-	tr    Transport // nil in tests of the handlers: frames stay queued
 	id    string
 	ident auth.Identity
 	cfg   Config
 	deps  Deps
 	met   *metrics.Metrics
 
-	w writer // the outbound queue, pings and close sequence (writer.go)
+	// w is the outbound queue, pings and close sequence (writer.go); its
+	// transport (w.tr) is the reader's too: nil in tests of the handlers,
+	// where frames stay queued.
+	w writer
 
 	closeOnce  sync.Once
 	finalCode  int           // close code for metrics
@@ -174,7 +176,6 @@ func New(tr Transport, id string, ident auth.Identity, cfg Config, deps Deps) *C
 		panic(err)
 	}
 	c := &Conn{
-		tr:         tr,
 		id:         id,
 		ident:      ident,
 		cfg:        cfg,
@@ -185,7 +186,7 @@ func New(tr Transport, id string, ident auth.Identity, cfg Config, deps Deps) *C
 		rooms:      map[string]struct{}{},
 		budget:     deps.Budgets.acquire(ident.User),
 	}
-	c.w.init(tr, c, cfg.OutboundQueue, cfg.PongWait, cfg.WriteWait)
+	c.w.init(tr, c, &c.cfg)
 	c.ctx = connCtx{c}
 	return c
 }

@@ -38,20 +38,21 @@ type writerHost interface {
 // pings and the close sequence. It owns every data write of its
 // transport.
 //
-// The queue holds at most queueMax frames: out[head:], guarded by mu. A
-// sender never blocks: a full queue refuses the frame (the connection
-// closes it as a slow consumer). It grows on demand and is released when
-// it drains with a large backing array, so an idle connection holds
-// (almost) nothing. Queuing a frame starts the write loop's goroutine
+// The queue holds at most cfg.OutboundQueue frames: out[head:], guarded
+// by mu. A sender never blocks: a full queue refuses the frame (the
+// connection closes it as a slow consumer). It grows on demand and is
+// released when it drains with a large backing array, so an idle
+// connection holds (almost) nothing. Queuing a frame starts the write loop's goroutine
 // unless one runs (writing); it ends once the queue is empty, or runs
 // the close sequence once quit is closed. Pings come from a runtime timer
-// (no goroutine) every 9/10 of pongWait, which starts the write loop.
+// (no goroutine) every 9/10 of cfg.PongWait, which starts the write loop.
 type writer struct {
-	tr        Transport
-	host      writerHost
-	queueMax  int           // frames
-	pongWait  time.Duration // pings every 9/10 of it
-	writeWait time.Duration // bound of every write before a close
+	tr   Transport
+	host writerHost
+	// cfg is the connection's: the writer reads OutboundQueue, PongWait
+	// (pings every 9/10 of it) and WriteWait (the bound of every write
+	// before a close).
+	cfg *Config
 
 	mu      sync.Mutex
 	out     [][]byte
@@ -72,10 +73,10 @@ type writer struct {
 	done        chan struct{} // closed when the close sequence ended
 }
 
-// init readies w for tr (nil: frames stay queued, as before start).
-func (w *writer) init(tr Transport, host writerHost, queueMax int, pongWait, writeWait time.Duration) {
-	w.tr, w.host = tr, host
-	w.queueMax, w.pongWait, w.writeWait = queueMax, pongWait, writeWait
+// init readies w for tr (nil: frames stay queued, as before start) with
+// cfg, which must not change afterwards.
+func (w *writer) init(tr Transport, host writerHost, cfg *Config) {
+	w.tr, w.host, w.cfg = tr, host, cfg
 	w.quit = make(chan struct{})
 	w.done = make(chan struct{})
 }
@@ -113,7 +114,7 @@ func (w *writer) closing() bool {
 func (w *writer) close(code int, reason string) {
 	w.closeCode, w.closeReason = code, reason
 	// A write in flight may be blocked on a peer that stopped reading
-	// (a slow consumer): give it closeGrace at most, not writeWait.
+	// (a slow consumer): give it closeGrace at most, not WriteWait.
 	// Later writes take closeBy too (writeDeadline); a write that
 	// re-armed the socket's deadline just now is cut by the hard stop.
 	by := time.Now().Add(closeGrace)
@@ -131,8 +132,8 @@ func (w *writer) close(code int, reason string) {
 }
 
 // send queues frame and starts a write loop unless one runs (or start was
-// not called yet). It returns false, queuing nothing, when queueMax
-// frames are queued.
+// not called yet). It returns false, queuing nothing, when
+// cfg.OutboundQueue frames are queued.
 func (w *writer) send(frame []byte) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -152,8 +153,8 @@ func (w *writer) startLocked() {
 	}
 }
 
-// pingPeriod is how often the peer is pinged: 9/10 of pongWait.
-func (w *writer) pingPeriod() time.Duration { return w.pongWait * 9 / 10 }
+// pingPeriod is how often the peer is pinged: 9/10 of PongWait.
+func (w *writer) pingPeriod() time.Duration { return w.cfg.PongWait * 9 / 10 }
 
 // pingTick runs on the ping timer: it asks the write loop for a ping and
 // re-arms the timer. It never blocks.
@@ -170,10 +171,10 @@ func (w *writer) pingTick() {
 	w.pinger.Reset(w.pingPeriod())
 }
 
-// enqueueLocked appends frame to the queue unless it holds queueMax
-// frames already; mu is held.
+// enqueueLocked appends frame to the queue unless it holds
+// cfg.OutboundQueue frames already; mu is held.
 func (w *writer) enqueueLocked(frame []byte) bool {
-	if len(w.out)-w.head >= w.queueMax {
+	if len(w.out)-w.head >= w.cfg.OutboundQueue {
 		return false
 	}
 	if w.head > 0 && len(w.out) == cap(w.out) {
@@ -242,7 +243,7 @@ func (w *writer) writeLoop() {
 			}
 		}
 		w.mu.Unlock()
-		deadline := w.writeDeadline(time.Now().Add(w.writeWait))
+		deadline := w.writeDeadline(time.Now().Add(w.cfg.WriteWait))
 		var err error
 		if ping {
 			err = w.tr.WritePing(deadline)
@@ -291,10 +292,10 @@ func (w *writer) closeSequence() {
 	}
 }
 
-// pong answers the peer's ping with data, within writeWait (and the close
+// pong answers the peer's ping with data, within WriteWait (and the close
 // deadline). Reader only.
 func (w *writer) pong(data []byte) error {
-	return w.tr.WritePong(data, w.writeDeadline(time.Now().Add(w.writeWait)))
+	return w.tr.WritePong(data, w.writeDeadline(time.Now().Add(w.cfg.WriteWait)))
 }
 
 // writeDeadline is d, or the close deadline (closeBy) when a close was

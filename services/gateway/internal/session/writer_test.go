@@ -15,11 +15,11 @@ func (w *writer) enqueue(frame []byte) bool {
 	return w.enqueueLocked(frame)
 }
 
-// The outbound queue keeps order, holds at most queueMax frames,
+// The outbound queue keeps order, holds at most OutboundQueue frames,
 // reuses written room before growing and lets a large backing array go
 // once drained.
 func TestOutboundQueue(t *testing.T) {
-	c := &writer{queueMax: 40}
+	c := &writer{cfg: &Config{OutboundQueue: 40}}
 	next, want := 0, 0
 	push := func(n int) {
 		t.Helper()
@@ -95,15 +95,15 @@ func (h *fakeHost) counts() (written, failed int) {
 	return h.n, h.failed
 }
 
-// newTestWriter is a writer of a fake transport with queueMax frames and
-// pongWait, writeWait; it is started unless start is false.
+// newTestWriter is a writer of a fake transport with an outbound queue of
+// queueMax frames, pongWait and writeWait; the test starts it.
 func newTestWriter(t *testing.T, queueMax int, pongWait, writeWait time.Duration) (*writer, *fakeTransport, *fakeHost) {
 	t.Helper()
 	tr := newFakeTransport()
 	h := &fakeHost{read: make(chan struct{})}
 	w := &writer{}
 	h.w = w
-	w.init(tr, h, queueMax, pongWait, writeWait)
+	w.init(tr, h, &Config{OutboundQueue: queueMax, PongWait: pongWait, WriteWait: writeWait})
 	t.Cleanup(func() {
 		h.close(0, "")
 		select {
