@@ -118,11 +118,7 @@ func TestConnPeerClose(t *testing.T) {
 		t.Fatalf("closed with %d, want %d", got, CloseNormal)
 	}
 	tr.next(t) // the transport's answer
-	select {
-	case f := <-tr.wrote:
-		t.Fatalf("the session wrote %v after the peer closed", f)
-	default:
-	}
+	tr.wantNoMore(t, "after the peer closed")
 }
 
 // Close from another goroutine flushes the queued frames before the close

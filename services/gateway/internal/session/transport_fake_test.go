@@ -231,3 +231,14 @@ func (t *fakeTransport) waitClosed(tb testing.TB) {
 		tb.Fatal("transport not closed within 10 s")
 	}
 }
+
+// wantNoMore fails the test if a frame was written that the test has not
+// taken; what says after what.
+func (t *fakeTransport) wantNoMore(tb testing.TB, what string) {
+	tb.Helper()
+	select {
+	case f := <-t.wrote:
+		tb.Fatalf("wrote %v %s", f, what)
+	default:
+	}
+}

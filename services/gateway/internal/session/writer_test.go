@@ -217,11 +217,7 @@ func TestWriterTryAgainLaterSkipsTheQueue(t *testing.T) {
 		t.Fatalf("wrote %v first, want close 1013", f)
 	}
 	waitDone(t, w)
-	select {
-	case f := <-tr.wrote:
-		t.Fatalf("wrote %v after the close frame", f)
-	default:
-	}
+	tr.wantNoMore(t, "after the close frame")
 }
 
 // A close without a code (the peer closed, or the connection broke)
@@ -234,11 +230,7 @@ func TestWriterCloseWithoutFrame(t *testing.T) {
 	h.close(0, "")
 	waitDone(t, w)
 	tr.waitClosed(t)
-	select {
-	case f := <-tr.wrote:
-		t.Fatalf("wrote %v", f)
-	default:
-	}
+	tr.wantNoMore(t, "in the close sequence")
 }
 
 // A write that fails (its deadline passed on a peer that stopped reading)
