@@ -191,8 +191,8 @@ func New(tr Transport, id string, ident auth.Identity, cfg Config, deps Deps) *C
 	return c
 }
 
-// connCtx is a connection's context: done when the writer's quit is closed (the first
-// close request), with no deadline and no values. It replaces a
+// connCtx is a connection's context: done when the writer's quit is
+// closed (the first close request), with no deadline and no values. It replaces a
 // context.WithCancel, whose cancelCtx, lazily made Done channel and
 // children map (kept once a join had derived a timeout from it) were about
 // 500 bytes of every idle connection. A context derived from it watches
@@ -232,9 +232,9 @@ func (c *Conn) User() string { return c.ident.User }
 // Serve runs the connection until it is closed: the calling goroutine
 // reads (reader.go); the writer's goroutine runs while frames are queued,
 // a ping is due or the connection closes (writer.go). When reading ends
-// (the connection's context is cancelled then) it waits for the room lanes to end, publishes
-// the disconnect command (once, if rooms were joined), leaves every room
-// and waits for the writer.
+// (the connection's context is cancelled then) it waits for the room
+// lanes to end, publishes the disconnect command (once, if rooms were
+// joined), leaves every room and waits for the writer's close sequence.
 func (c *Conn) Serve() {
 	c.met.Connections.Inc()
 	defer c.met.Connections.Dec()
