@@ -162,18 +162,10 @@ func New(opts Options) (*Server, error) {
 	if err := check.Validate(); err != nil {
 		return nil, fmt.Errorf("gateway: config: %w", err)
 	}
-	redisOpt, err := redisconn.Parse(cfg.RedisURL)
+	redisOpt, err := parseRedis(cfg.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: ELLIPSIS_REDIS_URL: %w", err)
+		return nil, err
 	}
-	// The client only hosts the Pub/Sub broker's connections (which redial
-	// with their own jittered backoff, internal/pubsub) and the start-up
-	// PING: no go-redis retries, so a failure is seen at once with its real
-	// cause (connection refused) instead of after retry backoffs; call
-	// contexts bound each call, dial and handshake included, so that the
-	// start-up PING of a Redis that accepts TCP and never answers ends
-	// within redisPingTimeout.
-	redisOpt.Tune(redisconn.Tuning{MaxRetries: -1, ContextTimeoutEnabled: true})
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -183,12 +175,9 @@ func New(opts Options) (*Server, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	met, err := metrics.New(reg)
+	met, err := registerMetrics(reg)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: metrics: %w", err)
-	}
-	if err := reg.Register(buildinfo.Collector(config.ServiceGateway)); err != nil {
-		return nil, fmt.Errorf("gateway: metrics: %w", err)
+		return nil, err
 	}
 	sec, err := newSecurity(cfg, reg, log.Named("gateway"))
 	if err != nil {
@@ -199,16 +188,7 @@ func New(opts Options) (*Server, error) {
 		sec.close()
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
-	// Connection ids are "<id>:<n>" with n counting from 1 at every boot.
-	// Workers remember a connection's last seq for ttl + grace, so a
-	// restarted gateway must never reuse an id: a configured
-	// ELLIPSIS_GATEWAY_ID gets a per-boot random suffix.
-	var boot [4]byte
-	_, _ = rand.Read(boot[:])
-	id := "gw-" + hex.EncodeToString(boot[:])
-	if cfg.GatewayID != "" {
-		id = cfg.GatewayID + "-" + hex.EncodeToString(boot[:3])
-	}
+	id := bootID(cfg.GatewayID)
 	s := &Server{
 		cfg:       cfg,
 		log:       log.Named("gateway").With(zap.String("gateway_id", id)),
@@ -221,12 +201,62 @@ func New(opts Options) (*Server, error) {
 		sec:       sec,
 		origins:   origin.New(cfg.AllowedOrigins),
 		redisOpt:  redisOpt,
+		upgrader:  newUpgrader(),
 		warn:      ratelog.New(log, time.Minute),
+		demoChat:  opts.DemoChat,
 		conns:     map[*session.Conn]struct{}{},
 	}
 	s.connLog = s.log.Named("conn")
-	s.demoChat = opts.DemoChat
-	s.upgrader = websocket.Upgrader{
+	return s, nil
+}
+
+// parseRedis parses ELLIPSIS_REDIS_URL for the gateway's client. The
+// client only hosts the Pub/Sub broker's connections (which redial with
+// their own jittered backoff, internal/pubsub) and the start-up PING: no
+// go-redis retries, so a failure is seen at once with its real cause
+// (connection refused) instead of after retry backoffs; call contexts
+// bound each call, dial and handshake included, so that the start-up PING
+// of a Redis that accepts TCP and never answers ends within
+// redisPingTimeout.
+func parseRedis(url string) (*redisconn.Options, error) {
+	redisOpt, err := redisconn.Parse(url)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: ELLIPSIS_REDIS_URL: %w", err)
+	}
+	redisOpt.Tune(redisconn.Tuning{MaxRetries: -1, ContextTimeoutEnabled: true})
+	return redisOpt, nil
+}
+
+// registerMetrics registers the ellipsis_gateway_* metrics and the build
+// info on reg.
+func registerMetrics(reg *prometheus.Registry) (*metrics.Metrics, error) {
+	met, err := metrics.New(reg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	if err := reg.Register(buildinfo.Collector(config.ServiceGateway)); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	return met, nil
+}
+
+// bootID is the gateway id of this process: "gw-" and 8 random hex digits,
+// or configured (ELLIPSIS_GATEWAY_ID) plus "-" and 6. Connection ids are
+// "<id>:<n>" with n counting from 1 at every boot. Workers remember a
+// connection's last seq for ttl + grace, so a restarted gateway must never
+// reuse an id: a configured one gets a per-boot random suffix.
+func bootID(configured string) string {
+	var boot [4]byte
+	_, _ = rand.Read(boot[:])
+	if configured != "" {
+		return configured + "-" + hex.EncodeToString(boot[:3])
+	}
+	return "gw-" + hex.EncodeToString(boot[:])
+}
+
+// newUpgrader is the WebSocket upgrader of the public listener.
+func newUpgrader() websocket.Upgrader {
+	return websocket.Upgrader{
 		HandshakeTimeout: readHeaderTimeout,
 		// Client frames are small (typing frames are about 60 bytes, at
 		// most ELLIPSIS_MAX_FRAME_BYTES): a 256-byte read buffer holds
@@ -241,7 +271,6 @@ func New(opts Options) (*Server, error) {
 		// The Origin is checked before Upgrade, with a JSON 403.
 		CheckOrigin: func(*http.Request) bool { return true },
 	}
-	return s, nil
 }
 
 // GatewayID returns the id used in connection ids ("<id>:<n>"): a random
@@ -266,19 +295,10 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.Auth == config.AuthNone {
 		s.log.Warn("authentication is OFF (ELLIPSIS_AUTH=none): any client can claim any user with ?user=; development only")
 	}
-
-	httpLn, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	httpLn, adminLn, err := s.listen()
 	if err != nil {
-		return fmt.Errorf("gateway: listen ELLIPSIS_HTTP_ADDR %s: %w", s.cfg.HTTPAddr, err)
+		return err
 	}
-	var adminLn net.Listener
-	if s.cfg.AdminAddr != "" {
-		if adminLn, err = net.Listen("tcp", s.cfg.AdminAddr); err != nil {
-			httpLn.Close()
-			return fmt.Errorf("gateway: listen ELLIPSIS_ADMIN_ADDR %s: %w", s.cfg.AdminAddr, err)
-		}
-	}
-
 	pres, err := backend.Connect(s.cfg.NATSServers(), s.cfg.NATSAuth(), s.names, s.cfg.SnapshotTimeout, s.log.Named("nats"), s.natsMet.Error)
 	if err != nil {
 		httpLn.Close()
@@ -287,19 +307,58 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("gateway: %w", err)
 	}
-	s.rdb = s.redisOpt.NewClient()
-	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
-	redisUp := true
-	if err := s.rdb.Ping(pctx).Err(); err != nil {
-		redisUp = false
-		s.log.Warn("redis not reachable at start; serving anyway, joins answer unavailable until it is", zap.Error(err))
-	}
-	cancel()
+	redisUp := s.connectRedis(ctx)
 	if !pres.Connected() {
 		s.log.Warn("nats not connected at start; retrying in the background", zap.String("urls", natsconn.RedactURLs(s.cfg.NATSURL)))
 	}
 	s.pres = pres
 	s.natsMet.WatchConnection(pres.Connected)
+	s.startHub(pres)
+	if redisUp {
+		s.awaitBackplane(ctx, s.cfg.PubSubPingTimeout)
+	}
+	pres.OnReconnect(s.hub.Resync)
+	s.authz = s.sec.authorizer(s.cfg, pres, s.names.AuthzJoinSubject())
+	s.serveListeners(httpLn, adminLn)
+	s.state = stateStarted
+	s.log.Info("gateway serving", zap.String("http_addr", s.HTTPAddr()), zap.String("admin_addr", s.AdminAddr()),
+		zap.String("auth", s.cfg.Auth), zap.String("authz", s.cfg.Authz))
+	return nil
+}
+
+// listen binds the public listener and the admin one (nil when
+// cfg.AdminAddr is empty); on an error it has closed what it bound.
+func (s *Server) listen() (httpLn, adminLn net.Listener, err error) {
+	httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway: listen ELLIPSIS_HTTP_ADDR %s: %w", s.cfg.HTTPAddr, err)
+	}
+	if s.cfg.AdminAddr != "" {
+		if adminLn, err = net.Listen("tcp", s.cfg.AdminAddr); err != nil {
+			httpLn.Close()
+			return nil, nil, fmt.Errorf("gateway: listen ELLIPSIS_ADMIN_ADDR %s: %w", s.cfg.AdminAddr, err)
+		}
+	}
+	return httpLn, adminLn, nil
+}
+
+// connectRedis makes the Redis client and PINGs Redis within
+// redisPingTimeout; it reports whether Redis answered (a Redis down is
+// logged, not an error: joins answer unavailable until it is up).
+func (s *Server) connectRedis(ctx context.Context) bool {
+	s.rdb = s.redisOpt.NewClient()
+	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
+	defer cancel()
+	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		s.log.Warn("redis not reachable at start; serving anyway, joins answer unavailable until it is", zap.Error(err))
+		return false
+	}
+	return true
+}
+
+// startHub starts the hub over the Redis Pub/Sub broker, with pres for
+// the snapshots.
+func (s *Server) startHub(pres *backend.NATS) {
 	broker := pubsub.NewRedis(pubsub.RedisOptions{
 		Client:       s.rdb,
 		Sharded:      s.cfg.RedisPubSubMode() == redisconn.PubSubSharded,
@@ -320,12 +379,11 @@ func (s *Server) Start(ctx context.Context) error {
 		Logger:       s.log.Named("hub"),
 	})
 	s.hub.Start()
-	if redisUp {
-		s.awaitBackplane(ctx, s.cfg.PubSubPingTimeout)
-	}
-	pres.OnReconnect(s.hub.Resync)
-	s.authz = s.sec.authorizer(s.cfg, pres, s.names.AuthzJoinSubject())
+}
 
+// serveListeners serves the public listener, and the admin one unless
+// nil.
+func (s *Server) serveListeners(httpLn, adminLn net.Listener) {
 	s.httpLn = httpLn
 	s.httpSrv = newHTTPServer(s.publicHandler(), s.log)
 	s.serve(s.httpSrv, httpLn)
@@ -335,10 +393,6 @@ func (s *Server) Start(ctx context.Context) error {
 		s.unregisterReady = s.adminSrv.RegisterReady(s.reg, config.ServiceGateway)
 		s.adminSrv.Serve(adminLn)
 	}
-	s.state = stateStarted
-	s.log.Info("gateway serving", zap.String("http_addr", s.HTTPAddr()), zap.String("admin_addr", s.AdminAddr()),
-		zap.String("auth", s.cfg.Auth), zap.String("authz", s.cfg.Authz))
-	return nil
 }
 
 // awaitBackplane waits up to d (ELLIPSIS_PUBSUB_PING_TIMEOUT, the first

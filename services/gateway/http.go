@@ -128,6 +128,23 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (auth.Iden
 // connection and returns; the connection runs in its own goroutine until it
 // ends, and its slot is given back then.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	ident, release, ok := s.admitWS(w, r)
+	if !ok {
+		return
+	}
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		release()
+		return // gorilla has answered with an HTTP error
+	}
+	id := s.gatewayID + ":" + strconv.FormatUint(s.connSeq.Add(1), 10)
+	s.runConn(session.New(session.WebSocket(ws), id, ident, s.sessionConfig(), s.sessionDeps()), release)
+}
+
+// admitWS runs handleWS's checks before the upgrade, cheapest first, and
+// answers a refused request itself (ok false). When admitted it returns
+// the identity and the release of the connection slot taken for it.
+func (s *Server) admitWS(w http.ResponseWriter, r *http.Request) (ident auth.Identity, release func(), ok bool) {
 	reject := func(reason string, status int, code, msg string) {
 		s.sec.met.HandshakeRejected(reason)
 		if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
@@ -137,44 +154,43 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.shuttingDown.Load() {
 		reject(metrics.RejectShutdown, http.StatusServiceUnavailable, protocol.CodeUnavailable, "gateway shutting down; connect to another instance")
-		return
+		return ident, nil, false
 	}
 	if !s.origins.Allowed(r) {
 		reject(metrics.RejectOrigin, http.StatusForbidden, protocol.CodeForbidden, "origin "+quoteShort(r.Header.Get("Origin"))+" is not allowed (ELLIPSIS_ALLOWED_ORIGINS)")
-		return
+		return ident, nil, false
 	}
 	maxConnsMsg := "gateway is at its connection limit (" + strconv.Itoa(s.cfg.MaxConns) + "); retry later or another instance"
 	if s.sec.conns.full() {
 		reject(metrics.RejectMaxConns, http.StatusServiceUnavailable, protocol.CodeUnavailable, maxConnsMsg)
-		return
+		return ident, nil, false
 	}
 	ident, status := s.authenticate(w, r)
 	switch status {
 	case 0:
 	case http.StatusBadRequest:
 		s.sec.met.HandshakeRejected(metrics.RejectBadIdentity)
-		return
+		return ident, nil, false
 	default:
 		s.sec.met.HandshakeRejected(metrics.RejectUnauthorized)
-		return
+		return ident, nil, false
 	}
 	release, err := s.sec.conns.acquire(ident.User)
 	switch {
 	case errors.Is(err, errMaxConns):
 		reject(metrics.RejectMaxConns, http.StatusServiceUnavailable, protocol.CodeUnavailable, maxConnsMsg)
-		return
+		return ident, nil, false
 	case errors.Is(err, errMaxConnsPerUser):
 		reject(metrics.RejectMaxConnsPerUser, http.StatusTooManyRequests, codeTooManyConnections,
 			"user "+quoteShort(ident.User)+" has "+strconv.Itoa(s.cfg.MaxConnsPerUser)+" connections open on this gateway already; close one first")
-		return
+		return ident, nil, false
 	}
-	ws, err := s.upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		release()
-		return // gorilla has answered with an HTTP error
-	}
-	id := s.gatewayID + ":" + strconv.FormatUint(s.connSeq.Add(1), 10)
-	c := session.New(ws, id, ident, session.Config{
+	return ident, release, true
+}
+
+// sessionConfig is every connection's limits, from the gateway's settings.
+func (s *Server) sessionConfig() session.Config {
+	return session.Config{
 		MaxFrameBytes:     s.cfg.MaxFrameBytes,
 		MaxRooms:          s.cfg.MaxRoomsPerConn,
 		InboundRate:       s.cfg.InboundRate,
@@ -184,7 +200,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		PongWait:          s.cfg.PongWait,
 		WriteWait:         s.cfg.WriteWait,
 		MaxRejectedWindow: s.cfg.InboundMaxRejected,
-	}, session.Deps{
+	}
+}
+
+// sessionDeps is the gateway-wide collaborators of every connection.
+func (s *Server) sessionDeps() session.Deps {
+	return session.Deps{
 		Hub:        s.hub,
 		Backend:    s.pres,
 		Authorizer: s.authz,
@@ -192,12 +213,19 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		Logger:     s.connLog,
 		Warn:       s.warn,
 		Budgets:    s.sec.budgets,
-	})
-	// The session runs in its own goroutine and the handler returns: the
-	// connection is hijacked, so net/http drops its per-request state (its
-	// bufio reader and writer, ~10 KiB per idle connection) instead of
-	// holding it for the connection's lifetime. The server's connection
-	// registry (register, Shutdown), not http.Server, tracks it from here.
+	}
+}
+
+// runConn serves c in its own goroutine and gives its slot back (release)
+// when it ends; a connection made while Shutdown began is closed with 1001
+// at once.
+//
+// The handler returns meanwhile: the connection is hijacked, so net/http
+// drops its per-request state (its bufio reader and writer, ~10 KiB per
+// idle connection) instead of holding it for the connection's lifetime.
+// The server's connection registry (register, Shutdown), not
+// http.Server, tracks it from here.
+func (s *Server) runConn(c *session.Conn, release func()) {
 	if !s.register(c) {
 		c.Close(session.CloseGoingAway, "gateway shutting down")
 		go func() {

@@ -45,7 +45,8 @@ type Budgets struct {
 }
 
 // NewBudgets makes an empty registry. Every field of cfg must be positive
-// (the error names the field); config.Config's are validated upstream.
+// (the error names the field); the gateway's settings are validated
+// upstream.
 func NewBudgets(cfg BudgetConfig) (*Budgets, error) {
 	var errs []error
 	for _, f := range []struct {

@@ -44,7 +44,7 @@ func servedConn(t *testing.T, writeWait time.Duration) (*Conn, <-chan struct{}) 
 		if tc, ok := ws.UnderlyingConn().(*net.TCPConn); ok {
 			_ = tc.SetWriteBuffer(4096)
 		}
-		c := New(ws, "gw:1", auth.Identity{User: "alice"},
+		c := New(WebSocket(ws), "gw:1", auth.Identity{User: "alice"},
 			Config{MaxFrameBytes: 4096, MaxRooms: 2, InboundRate: 100, InboundBurst: 100, OutboundQueue: 1000,
 				SnapshotTimeout: time.Second, PongWait: time.Minute, WriteWait: writeWait, MaxRejectedWindow: 10},
 			Deps{Hub: &fakeRooms{}, Backend: fakeBackend{}, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop(),
@@ -89,7 +89,7 @@ func fillUntilBlocked(t *testing.T, c *Conn) {
 	deadline := time.Now().Add(10 * time.Second)
 	last := -1
 	for {
-		n := c.queued()
+		n := c.w.queued()
 		if n > 0 && n == last {
 			return
 		}
@@ -119,7 +119,7 @@ func TestClosingSlowConsumerEndsWellBeforeWriteWait(t *testing.T) {
 			if tc.rearm {
 				// The race the hard stop is for: a write re-arming the
 				// socket's deadline from WriteWait after closeWith set it.
-				_ = c.ws.UnderlyingConn().SetWriteDeadline(time.Now().Add(writeWait))
+				_ = c.w.tr.(wsTransport).conn().SetWriteDeadline(time.Now().Add(writeWait))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), bound)
 			defer cancel()
@@ -136,11 +136,11 @@ func TestClosingSlowConsumerEndsWellBeforeWriteWait(t *testing.T) {
 func TestWriteDeadlineAfterClose(t *testing.T) {
 	c := newTestConn(t, &fakeRooms{})
 	far := time.Now().Add(time.Hour)
-	if got := c.writeDeadline(far); !got.Equal(far) {
+	if got := c.w.writeDeadline(far); !got.Equal(far) {
 		t.Fatalf("before close: %v, want %v", got, far)
 	}
 	c.Close(CloseGoingAway, "bye")
-	if got := c.writeDeadline(far); !got.Before(time.Now().Add(2 * closeGrace)) {
+	if got := c.w.writeDeadline(far); !got.Before(time.Now().Add(2 * closeGrace)) {
 		t.Fatalf("after close: %v, want at most closeGrace from now", got)
 	}
 }

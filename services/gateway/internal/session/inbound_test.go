@@ -8,7 +8,8 @@ import (
 )
 
 // The guard's clock is the now passed to admit: these tests drive it by
-// hand. Defaults as in config.Default: 20 frames/s, burst 40, 50 tolerated.
+// hand. The gateway's defaults: 20 frames/s, burst 40, 50 tolerated
+// (ELLIPSIS_INBOUND_RATE, ELLIPSIS_INBOUND_BURST, ELLIPSIS_INBOUND_MAX_REJECTED).
 const (
 	testRate  = 20
 	testBurst = 40

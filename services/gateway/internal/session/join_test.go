@@ -15,7 +15,6 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
-	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -60,11 +59,11 @@ func newTestConn(t *testing.T, rooms Rooms) *Conn {
 }
 
 // newTestConnWith is newTestConn with the presence backend be, and a
-// snapshot budget of its own with the gateway's default rate and burst.
+// snapshot budget of its own with the gateway's default rate and burst
+// (ELLIPSIS_SNAPSHOT_RATE 10/s, ELLIPSIS_SNAPSHOT_BURST 20).
 func newTestConnWith(t *testing.T, rooms Rooms, be Backend) *Conn {
 	t.Helper()
-	def := config.Default()
-	return newBudgetedConn(t, rooms, be, testBudgets(t, BudgetConfig{FreeJoins: 2, SnapshotRate: def.SnapshotRate, SnapshotBurst: def.SnapshotBurst, Users: 10}))
+	return newBudgetedConn(t, rooms, be, testBudgets(t, BudgetConfig{FreeJoins: 2, SnapshotRate: 10, SnapshotBurst: 20, Users: 10}))
 }
 
 // testBudgets is NewBudgets(cfg) or the test's end.
@@ -86,14 +85,22 @@ func newBudgetedConn(t *testing.T, rooms Rooms, be Backend, budgets *Budgets) *C
 		t.Fatal(err)
 	}
 	return New(nil, "gw:1", auth.Identity{User: "alice", ShareTyping: true},
-		Config{MaxRooms: 2, InboundRate: 100, InboundBurst: 100, SnapshotTimeout: time.Second},
+		testConfig(2, 100),
 		Deps{Hub: rooms, Backend: be, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop(), Budgets: budgets})
 }
 
+// testConfig is a connection's Config with maxRooms rooms and an inbound
+// rate and burst of inbound frames, the gateway's defaults otherwise.
+func testConfig(maxRooms, inbound int) Config {
+	return Config{MaxFrameBytes: 4096, MaxRooms: maxRooms, InboundRate: float64(inbound), InboundBurst: inbound,
+		OutboundQueue: 256, SnapshotTimeout: time.Second, PongWait: time.Minute, WriteWait: 10 * time.Second, MaxRejectedWindow: 50}
+}
+
+// drainQueued takes every queued frame.
 func (c *Conn) drainQueued() []string {
 	var out []string
 	for {
-		f, ok := c.dequeue()
+		f, ok := c.w.dequeue()
 		if !ok {
 			return out
 		}

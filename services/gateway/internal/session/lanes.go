@@ -84,7 +84,7 @@ func (c *Conn) dispatch(f protocol.ClientFrame) {
 		l.mu.Unlock()
 		select {
 		case <-free:
-		case <-c.quit:
+		case <-c.w.quit:
 			return // closing: the frame is not served
 		}
 	}

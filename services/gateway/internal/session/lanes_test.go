@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -134,7 +133,7 @@ func newLaneConn(t *testing.T, rooms Rooms, be Backend, maxRooms int) *Conn {
 		t.Fatal(err)
 	}
 	return New(nil, "gw:1", auth.Identity{User: "alice", ShareTyping: true},
-		Config{MaxRooms: maxRooms, InboundRate: 1000, InboundBurst: 1000, SnapshotTimeout: time.Second},
+		testConfig(maxRooms, 1000),
 		Deps{Hub: rooms, Backend: be, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop(),
 			Budgets: testBudgets(t, BudgetConfig{FreeJoins: maxRooms, SnapshotRate: 1000, SnapshotBurst: 1000, Users: 10})})
 }
@@ -146,12 +145,12 @@ func (c *Conn) in(t *testing.T, typ, room, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.handle(websocket.TextMessage, b)
+	c.handle(true, b)
 }
 
 // closeNoSocket does what a close request does, without a socket.
 func (c *Conn) closeNoSocket() {
-	c.closeOnce.Do(func() { close(c.quit) })
+	c.closeOnce.Do(func() { close(c.w.quit) })
 }
 
 // collect gathers the frames the connection queued until done reports true

@@ -1,0 +1,287 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/backend"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+)
+
+// reply queues a server frame of type typ made by the session.
+func (c *Conn) reply(typ string, v any) {
+	b, err := protocol.Encode(v)
+	if err != nil {
+		c.logAt(zapcore.ErrorLevel, "encode frame", zap.String("type", typ), zap.Error(err))
+		return
+	}
+	if c.Send(b) {
+		c.met.FrameOut(typ, 1)
+	}
+}
+
+func (c *Conn) sendError(code, msg, room, id string) {
+	c.met.Error(code)
+	c.reply(protocol.TypeError, protocol.NewError(code, msg, room, id))
+}
+
+func (c *Conn) unavailable(f protocol.ClientFrame, why string) {
+	c.sendError(protocol.CodeUnavailable, why, f.Room, f.ID)
+}
+
+func (c *Conn) isJoined(room string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.rooms[room]
+	return ok
+}
+
+// join serves a join in the room's lane. A join of a room not yet joined
+// reserves a place among MaxRooms (c.joining) and holds one of the user's
+// free joins if one is left, until it commits or fails: joins in flight
+// count against the limit, and a join that fails gives both back, but
+// for a join the authoriser denied: that one asked it, and spends its free
+// join as a joined room does. A re-join, and a join that found no free
+// join, takes a token of the user's snapshot budget (budget.go).
+func (c *Conn) join(f protocol.ClientFrame) {
+	c.mu.Lock()
+	_, already := c.rooms[f.Room]
+	n, gone := len(c.rooms)+c.joining, c.disconnected
+	reserved := !gone && !already && n < c.cfg.MaxRooms
+	if reserved {
+		c.joining++
+	}
+	c.mu.Unlock()
+	switch {
+	case gone:
+		c.unavailable(f, "gateway shutting down; reconnect")
+		return
+	case !already && !reserved:
+		c.sendError(protocol.CodeRoomLimit, fmt.Sprintf("at most %d rooms per connection; leave one first", c.cfg.MaxRooms), f.Room, f.ID)
+		return
+	}
+	free := reserved && c.holdFreeJoin()
+	if reserved {
+		// Runs on this goroutine after the hub's Sync returned (commit is
+		// called within it), so reserved and free are this join's alone.
+		defer func() {
+			c.mu.Lock()
+			if reserved {
+				c.joining--
+			}
+			c.mu.Unlock()
+			if free {
+				c.budget.returnFree()
+			}
+		}()
+	}
+	if !c.deps.Backend.Connected() {
+		c.unavailable(f, "presence backend unavailable (NATS); retry")
+		return
+	}
+	if !free && !c.takeSnapshot(f) {
+		return
+	}
+	if !already {
+		if ok, denied := c.authorize(f); !ok {
+			if denied && free {
+				free = false
+				c.budget.spendFree(time.Now())
+			}
+			return
+		}
+	}
+	// The room is added to c.rooms only once the snapshot is in, and not
+	// after the disconnect command went out (shutdown) or a close began
+	// (Serve has taken or is about to take the list of rooms to leave).
+	commit := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.disconnected || c.closing() {
+			return false
+		}
+		if reserved {
+			reserved = false
+			c.joining--
+		}
+		if free {
+			free = false
+			c.budget.spendFree(time.Now())
+		}
+		c.rooms[f.Room] = struct{}{}
+		return true
+	}
+	c.answerSync(f, c.deps.Hub.Sync(c.ctx, hub.SyncJoin, f.Room, c, f.ID, commit))
+}
+
+// authorize asks the authoriser whether the user may join f's room, within
+// SnapshotTimeout. When not, it answers f forbidden (denied) or
+// unavailable (the authoriser could not tell) and returns ok false.
+func (c *Conn) authorize(f protocol.ClientFrame) (ok, denied bool) {
+	actx, cancel := context.WithTimeout(c.ctx, c.cfg.SnapshotTimeout)
+	err := c.deps.Authorizer.Authorize(actx, c.ident, f.Room)
+	cancel()
+	switch {
+	case errors.Is(err, authz.ErrForbidden):
+		c.sendError(protocol.CodeForbidden, "not allowed to join room "+strconv.Quote(f.Room), f.Room, f.ID)
+		return false, true
+	case err != nil:
+		c.unavailable(f, "authorisation unavailable; retry")
+		return false, false
+	}
+	return true, false
+}
+
+// answerSync answers a join or sync that the hub could not serve.
+func (c *Conn) answerSync(f protocol.ClientFrame, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, hub.ErrNotMember):
+		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
+	case errors.Is(err, hub.ErrSnapshot):
+		c.unavailable(f, "typing snapshot unavailable ("+backend.Reason(err)+"); retry")
+	case errors.Is(err, hub.ErrAborted), errors.Is(err, hub.ErrClosed):
+		c.unavailable(f, "gateway shutting down; reconnect")
+	case errors.Is(err, hub.ErrRefused):
+		c.unavailable(f, "room subscription refused by Redis; retry")
+	default:
+		c.unavailable(f, "room subscription unavailable (Redis); retry")
+	}
+}
+
+func (c *Conn) leave(f protocol.ClientFrame) {
+	c.mu.Lock()
+	_, joined := c.rooms[f.Room]
+	var cmd *protocol.Command
+	if joined {
+		delete(c.rooms, f.Room)
+		if c.ident.ShareTyping && !c.disconnected {
+			cmd = c.commandLocked(protocol.OpLeave, f.Room)
+		}
+	}
+	c.mu.Unlock()
+	if pubErr := c.publish(cmd); pubErr != nil {
+		c.logAt(zapcore.DebugLevel, "leave command not published; workers expire the entry after ttl", zap.String("room", f.Room), zap.Error(pubErr))
+	}
+	if joined {
+		c.deps.Hub.Leave(f.Room, c)
+	}
+	c.reply(protocol.TypeLeft, protocol.NewLeft(f.Room, f.ID))
+}
+
+func (c *Conn) typing(f protocol.ClientFrame) {
+	op := protocol.OpStart
+	if f.Type == protocol.TypeTypingStop {
+		op = protocol.OpStop
+	}
+	c.mu.Lock()
+	_, joined := c.rooms[f.Room]
+	var why string
+	var cmd *protocol.Command
+	switch {
+	case !joined:
+	case !c.ident.ShareTyping:
+		// The user opted out: drop start and stop alike, silently.
+	case c.disconnected:
+		why = "gateway shutting down; reconnect"
+	case !c.deps.Backend.Connected():
+		why = "presence backend unavailable (NATS); retry"
+	default:
+		cmd = c.commandLocked(op, f.Room)
+	}
+	c.mu.Unlock()
+	if err := c.publish(cmd); err != nil {
+		why = "presence backend unavailable (NATS); retry"
+	}
+	switch {
+	case !joined:
+		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
+	case why != "":
+		c.unavailable(f, why)
+	}
+}
+
+// commandLocked builds a start, stop or leave command with the next seq;
+// c.mu is held. The caller publishes it (publish) after releasing c.mu, so
+// no lock is held across the NATS write: a command published late by a
+// race with Disconnect (the only other publisher) carries a lower seq than
+// the disconnect, and the worker drops it as stale.
+func (c *Conn) commandLocked(op, room string) *protocol.Command {
+	c.seq++
+	return &protocol.Command{
+		V: protocol.Version, Op: op, Room: room, User: c.ident.User, Name: c.ident.Name,
+		Conn: c.id, Seq: c.seq, TsMs: time.Now().UnixMilli(),
+	}
+}
+
+// publish sends cmd (nil: nothing) to the workers and counts it.
+func (c *Conn) publish(cmd *protocol.Command) error {
+	if cmd == nil {
+		return nil
+	}
+	if err := c.deps.Backend.Publish(cmd); err != nil {
+		return err
+	}
+	c.met.Command(cmd.Op)
+	return nil
+}
+
+func (c *Conn) sync(f protocol.ClientFrame) {
+	if !c.isJoined(f.Room) {
+		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
+		return
+	}
+	if !c.takeSnapshot(f) {
+		return
+	}
+	if !c.deps.Backend.Connected() {
+		c.unavailable(f, "presence backend unavailable (NATS); retry")
+		return
+	}
+	c.answerSync(f, c.deps.Hub.Sync(c.ctx, hub.SyncAsked, f.Room, c, f.ID, nil))
+}
+
+// Disconnect publishes the connection's one disconnect command now (if it
+// joined rooms and shares typing) and stops publishing anything after it.
+// Later calls do nothing. The gateway calls it for every connection at
+// shutdown, before closing them; Serve calls it when the connection ends.
+func (c *Conn) Disconnect() {
+	c.mu.Lock()
+	if c.disconnected {
+		c.mu.Unlock()
+		return
+	}
+	c.disconnected = true
+	if len(c.rooms) == 0 || !c.ident.ShareTyping {
+		c.mu.Unlock()
+		return
+	}
+	c.seq++
+	cmd := &protocol.Command{
+		V: protocol.Version, Op: protocol.OpDisconnect, User: c.ident.User,
+		Conn: c.id, Seq: c.seq, Rooms: c.joinedRooms(), TsMs: time.Now().UnixMilli(),
+	}
+	c.mu.Unlock()
+	if err := c.publish(cmd); err != nil {
+		c.logAt(zapcore.WarnLevel, "disconnect command not published; workers expire the entries after ttl", zap.Error(err))
+	}
+}
+
+// joinedRooms lists c.rooms sorted; c.mu is held.
+func (c *Conn) joinedRooms() []string {
+	rooms := make([]string, 0, len(c.rooms))
+	for r := range c.rooms {
+		rooms = append(rooms, r)
+	}
+	slices.Sort(rooms)
+	return rooms
+}

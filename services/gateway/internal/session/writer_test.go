@@ -1,0 +1,274 @@
+package session
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// enqueue is enqueueLocked taking mu.
+func (w *writer) enqueue(frame []byte) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.enqueueLocked(frame)
+}
+
+// The outbound queue keeps order, holds at most OutboundQueue frames,
+// reuses written room before growing and lets a large backing array go
+// once drained.
+func TestOutboundQueue(t *testing.T) {
+	c := &writer{cfg: &Config{OutboundQueue: 40}}
+	next, want := 0, 0
+	push := func(n int) {
+		t.Helper()
+		for range n {
+			if !c.enqueue([]byte(strconv.Itoa(next))) {
+				t.Fatalf("enqueue %d refused with %d queued", next, c.queued())
+			}
+			next++
+		}
+	}
+	pop := func(n int) {
+		t.Helper()
+		for range n {
+			f, ok := c.dequeue()
+			if !ok || string(f) != strconv.Itoa(want) {
+				t.Fatalf("dequeue = %q, %v; want %d", f, ok, want)
+			}
+			want++
+		}
+	}
+	if _, ok := c.dequeue(); ok {
+		t.Fatal("dequeue from an empty queue")
+	}
+	for round := 0; round < 15; round++ { // interleaved, wrapping
+		push(7)
+		pop(5)
+	}
+	pop(c.queued())
+	push(40)
+	if c.enqueue([]byte("x")) || c.queued() != 40 {
+		t.Fatalf("a full queue took a frame (%d queued)", c.queued())
+	}
+	pop(1)
+	push(1) // room made by a write is usable again
+	pop(40)
+	if _, ok := c.dequeue(); ok || c.out != nil || c.head != 0 {
+		t.Fatalf("drained queue kept %d slots (head %d)", cap(c.out), c.head)
+	}
+	push(1)
+	pop(1)
+	if cap(c.out) == 0 || cap(c.out) > keepQueueCap {
+		t.Fatalf("small drained queue has capacity %d, want 1..%d kept", cap(c.out), keepQueueCap)
+	}
+}
+
+// fakeHost is a writer's host for the writer's own tests: a failed write
+// asks for the close sequence without a close frame, as a Conn does.
+type fakeHost struct {
+	w         *writer
+	mu        sync.Mutex
+	n         int // frames written
+	failed    int
+	closeOnce sync.Once
+	read      chan struct{} // closed by the test: reading ended
+}
+
+func (h *fakeHost) written([]byte) { h.mu.Lock(); h.n++; h.mu.Unlock() }
+func (h *fakeHost) writeFailed() {
+	h.mu.Lock()
+	h.failed++
+	h.mu.Unlock()
+	h.close(0, "")
+}
+func (h *fakeHost) readDone() <-chan struct{} { return h.read }
+
+// close asks for the close sequence once, as a Conn does.
+func (h *fakeHost) close(code int, reason string) {
+	h.closeOnce.Do(func() { h.w.close(code, reason) })
+}
+func (h *fakeHost) counts() (written, failed int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n, h.failed
+}
+
+// newTestWriter is a writer of a fake transport with an outbound queue of
+// queueMax frames, pongWait and writeWait; the test starts it.
+func newTestWriter(t *testing.T, queueMax int, pongWait, writeWait time.Duration) (*writer, *fakeTransport, *fakeHost) {
+	t.Helper()
+	tr := newFakeTransport()
+	h := &fakeHost{read: make(chan struct{})}
+	w := &writer{}
+	h.w = w
+	w.init(tr, h, &Config{OutboundQueue: queueMax, PongWait: pongWait, WriteWait: writeWait})
+	t.Cleanup(func() {
+		h.close(0, "")
+		select {
+		case <-h.read:
+		default:
+			close(h.read)
+		}
+		<-w.done
+	})
+	return w, tr, h
+}
+
+// waitDone fails the test unless the writer's close sequence ends within
+// 10 s.
+func waitDone(t *testing.T, w *writer) {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("close sequence not done within 10 s")
+	}
+}
+
+// Frames queued before start wait for it; then they are written in order
+// within writeWait, and the write loop's goroutine ends once the queue is
+// empty.
+func TestWriterWritesInOrderAndEnds(t *testing.T) {
+	w, tr, h := newTestWriter(t, 10, time.Hour, 10*time.Second)
+	w.send([]byte("a"))
+	select {
+	case f := <-tr.wrote:
+		t.Fatalf("%v written before start", f)
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.start()
+	w.send([]byte("b"))
+	w.send([]byte("c"))
+	for _, want := range []string{"a", "b", "c"} {
+		f := tr.next(t)
+		if f.kind != fText || f.data != want {
+			t.Fatalf("wrote %v, want text %s", f, want)
+		}
+		if d := time.Until(f.deadline); d <= 9*time.Second || d > 10*time.Second {
+			t.Fatalf("deadline in %v, want writeWait (10 s)", d)
+		}
+	}
+	waitFor(t, "the write loop to end", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return !w.writing
+	})
+	if n, failed := h.counts(); n != 3 || failed != 0 {
+		t.Fatalf("host saw %d written, %d failed; want 3, 0", n, failed)
+	}
+}
+
+// The writer pings every 9/10 of pongWait on its own, with writeWait as
+// the deadline.
+func TestWriterPings(t *testing.T) {
+	const pongWait = 200 * time.Millisecond
+	w, tr, _ := newTestWriter(t, 10, pongWait, time.Second)
+	began := time.Now()
+	w.start()
+	for i := 1; i <= 3; i++ {
+		f := tr.next(t)
+		if f.kind != fPing {
+			t.Fatalf("wrote %v, want a ping", f)
+		}
+		if el, want := time.Since(began), time.Duration(i)*pongWait*9/10; el < want {
+			t.Fatalf("ping %d after %v, want no sooner than %v", i, el, want)
+		}
+	}
+}
+
+// A close flushes the queue, writes the close frame, waits for the peer's
+// reply (reading ends) and closes the transport.
+func TestWriterCloseFlushesThenCloseFrame(t *testing.T) {
+	w, tr, h := newTestWriter(t, 10, time.Hour, 10*time.Second)
+	w.send([]byte("a"))
+	w.send([]byte("b"))
+	h.close(CloseGoingAway, "bye")
+	if !w.closing() {
+		t.Fatal("not closing after close")
+	}
+	w.start()
+	var got []string
+	for range 3 {
+		got = append(got, tr.next(t).String())
+	}
+	if want := []string{"text a", "text b", `close 1001 "bye"`}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("wrote %q, want %q", got, want)
+	}
+	select {
+	case <-tr.closed:
+		t.Fatal("transport closed before the peer's reply")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(h.read)
+	tr.waitClosed(t)
+	waitDone(t, w)
+}
+
+// After 1013 (slow consumer) the queue is not flushed: the close frame
+// goes out first and alone.
+func TestWriterTryAgainLaterSkipsTheQueue(t *testing.T) {
+	w, tr, h := newTestWriter(t, 10, time.Hour, 10*time.Second)
+	w.send([]byte("a"))
+	h.close(CloseTryAgainLater, "slow consumer")
+	w.start()
+	if f := tr.next(t); f.kind != fClose || f.code != CloseTryAgainLater {
+		t.Fatalf("wrote %v first, want close 1013", f)
+	}
+	waitDone(t, w)
+	tr.wantNoMore(t, "after the close frame")
+}
+
+// A close without a code (the peer closed, or the connection broke)
+// writes nothing and closes the transport at once.
+func TestWriterCloseWithoutFrame(t *testing.T) {
+	w, tr, h := newTestWriter(t, 10, time.Hour, 10*time.Second)
+	w.start()
+	w.send([]byte("a"))
+	tr.next(t)
+	h.close(0, "")
+	waitDone(t, w)
+	tr.waitClosed(t)
+	tr.wantNoMore(t, "in the close sequence")
+}
+
+// A write that fails (its deadline passed on a peer that stopped reading)
+// tells the host, and the writer closes the transport without a close
+// frame; the frames behind it are dropped.
+func TestWriterWriteFailure(t *testing.T) {
+	w, tr, h := newTestWriter(t, 10, time.Hour, 50*time.Millisecond)
+	tr.stall.Store(true)
+	w.start()
+	w.send([]byte("a"))
+	w.send([]byte("b"))
+	waitDone(t, w)
+	tr.waitClosed(t)
+	if n, failed := h.counts(); n != 0 || failed != 1 {
+		t.Fatalf("host saw %d written, %d failed; want 0, 1", n, failed)
+	}
+	if tr.aborted {
+		t.Fatal("transport aborted; want closed by the close sequence")
+	}
+}
+
+// A write blocked on a peer that stopped reading, with a writeWait far
+// away, ends within about closeGrace once a close is requested, and the
+// connection ends well before writeWait.
+func TestWriterCloseCutsABlockedWrite(t *testing.T) {
+	w, tr, h := newTestWriter(t, 10, time.Hour, time.Hour)
+	tr.stall.Store(true)
+	w.start()
+	w.send([]byte("a"))
+	time.Sleep(50 * time.Millisecond) // the write is in flight
+	close(h.read)                     // the peer replies at once: only the blocked write waits
+	began := time.Now()
+	h.close(CloseGoingAway, "bye")
+	waitDone(t, w)
+	if el := time.Since(began); el < closeGrace/2 || el > 2*closeGrace {
+		t.Fatalf("closed after %v, want about closeGrace (%v)", el, closeGrace)
+	}
+	if d := w.writeDeadline(time.Now().Add(time.Hour)); time.Until(d) > closeGrace {
+		t.Fatalf("write deadline after close in %v, want at most closeGrace", time.Until(d))
+	}
+}
