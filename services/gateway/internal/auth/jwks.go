@@ -26,7 +26,9 @@ import (
 // JWKS reload behaviour.
 const (
 	// DefaultJWKSReload is how often the key set is re-read when no
-	// interval is given (config.Default().JWKSReload).
+	// interval is given: ELLIPSIS_JWKS_RELOAD's default (shared/config's
+	// table; TestPackageDefaultsAreTheTable in services/gateway holds them
+	// equal).
 	DefaultJWKSReload = 10 * time.Second
 	// UnknownKIDReloadEvery is the least time between two re-reads of a
 	// JWKS file caused by tokens naming an unknown kid, so random kids

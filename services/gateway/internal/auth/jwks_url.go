@@ -14,7 +14,8 @@ import (
 )
 
 // DefaultJWKSTimeout bounds each fetch of a JWKS URL when no timeout is
-// given (config.Default().JWKSTimeout).
+// given: ELLIPSIS_JWKS_TIMEOUT's default (shared/config's table;
+// TestPackageDefaultsAreTheTable in services/gateway holds them equal).
 const DefaultJWKSTimeout = 5 * time.Second
 
 // maxJWKSRedirects is how many redirects a JWKS fetch follows.
