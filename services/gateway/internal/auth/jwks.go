@@ -53,7 +53,8 @@ type JWKSOptions struct {
 	File string
 	// URL is a JWKS endpoint (ELLIPSIS_JWKS_URL), usually the identity
 	// provider's jwks_uri: https, or http to a loopback host (127.0.0.1,
-	// ::1, localhost) for development and tests ([CheckJWKSURL]).
+	// ::1, localhost) for development and tests (package jwksurl, the rule
+	// config.Validate applies to the setting).
 	URL string
 	// Reload is the re-read interval (ELLIPSIS_JWKS_RELOAD); zero means
 	// [DefaultJWKSReload].
