@@ -18,6 +18,9 @@
 //     shutdown, exit codes).
 //   - [github.com/ellipsis-chat/ellipsis/shared/natsconn]: the services' one
 //     NATS connection setup and credentials (.creds, NKey, mutual TLS).
+//   - [github.com/ellipsis-chat/ellipsis/shared/jwksurl]: where a JWKS may be
+//     fetched from (https, or http to a loopback host), for config's
+//     ELLIPSIS_JWKS_URL and the gateway's redirects.
 //
 // The module never imports a service.
 package shared

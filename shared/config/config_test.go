@@ -110,6 +110,22 @@ func TestThrottleMustBeBelowRefresh(t *testing.T) {
 	}
 }
 
+// The typing timers are whole milliseconds: the Lua scripts keep them in
+// ms of Redis TIME, and clients get them as integer ms (GET /v1/config,
+// ttl_ms). Validate refuses a fraction, for the worker too.
+func TestTypingTimersAreWholeMilliseconds(t *testing.T) {
+	for _, name := range []string{"ELLIPSIS_TYPING_TTL", "ELLIPSIS_TYPING_THROTTLE", "ELLIPSIS_TYPING_REFRESH", "ELLIPSIS_TYPING_IDLE_STOP"} {
+		c := Dev()
+		c.Service = ServiceWorker
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		_, err := Load(fs, nil, env(map[string]string{name: "1500500us"}), c)
+		if want := name + ": must be whole milliseconds, got 1.5005s"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=1500500us: %v, want %q", name, err, want)
+		}
+	}
+}
+
 func TestPubSubPingSettings(t *testing.T) {
 	c, err := load(t, map[string]string{"ELLIPSIS_PUBSUB_PING_INTERVAL": "1s", "ELLIPSIS_PUBSUB_PING_TIMEOUT": "300ms"})
 	if err != nil || c.PubSubPingInterval != time.Second || c.PubSubPingTimeout != 300*time.Millisecond {

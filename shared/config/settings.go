@@ -3,13 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ellipsis-chat/ellipsis/shared/jwksurl"
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
@@ -219,8 +219,9 @@ var rules = []struct {
 			bad("%w", err)
 		}
 	}},
-	// ELLIPSIS_JWKS_URL and the settings that go with it. The gateway
-	// checks the URL again when it builds its client.
+	// ELLIPSIS_JWKS_URL and the settings that go with it. The URL's own
+	// rule is package jwksurl's, which the gateway's JWKS client also
+	// applies to every redirect.
 	{ForGateway, func(c *Config, bad func(string, ...any)) {
 		if c.JWKSCA != "" && c.JWKSURL == "" {
 			bad("ELLIPSIS_JWKS_CA: only used with ELLIPSIS_JWKS_URL, which is empty")
@@ -231,16 +232,8 @@ var rules = []struct {
 		if c.JWKSFile != "" {
 			bad("ELLIPSIS_JWKS_FILE and ELLIPSIS_JWKS_URL: set one of them, not both")
 		}
-		u, err := url.Parse(c.JWKSURL)
-		switch {
-		case err != nil: // url.Error holds the whole URL: only its cause is shown
-			bad("ELLIPSIS_JWKS_URL: %q is not a URL: %v", natsconn.RedactURL(c.JWKSURL), errors.Unwrap(err))
-		case u.Host == "":
-			bad("ELLIPSIS_JWKS_URL: %q has no host (want https://host/path)", natsconn.RedactURL(c.JWKSURL))
-		case u.Scheme == "https":
-		case u.Scheme == "http" && (u.Hostname() == "localhost" || isLoopbackIP(u.Hostname())):
-		default:
-			bad("ELLIPSIS_JWKS_URL: %q must use https (plain http only to a loopback host such as 127.0.0.1)", natsconn.RedactURL(c.JWKSURL))
+		if err := jwksurl.Check(c.JWKSURL); err != nil {
+			bad("ELLIPSIS_JWKS_URL: %w", err)
 		}
 		if c.JWKSReload < time.Second {
 			bad("ELLIPSIS_JWKS_RELOAD: must be at least 1s with ELLIPSIS_JWKS_URL, got %s", c.JWKSReload)
@@ -327,9 +320,4 @@ func checkGatewayID(v string) error {
 		return fmt.Errorf("%q must be at most 64 bytes of UTF-8 without ':', spaces or control characters", v)
 	}
 	return nil
-}
-
-func isLoopbackIP(host string) bool {
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -17,7 +17,13 @@
 
 import { systemClock } from "./clock.js";
 
-/** Seed defaults (docs/protocol.md, "Timing"), in milliseconds. */
+/**
+ * Seed defaults (docs/protocol.md, "Timing"), in milliseconds: what GET
+ * /v1/config serves with the gateway's default settings (shared/config's
+ * table), used until the client has read it. A Go test,
+ * TestSDKDefaultsAreTheServedConfig (services/gateway/sdk_defaults_test.go), holds them equal
+ * and reads each as `export const NAME = <ms>;`.
+ */
 export const DEFAULT_TTL_MS = 5000;
 export const DEFAULT_REFRESH_MS = 4000;
 export const DEFAULT_IDLE_STOP_MS = 3000;

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/ellipsis-chat/ellipsis/shared/names"
 )
 
 // ConnectTimeout bounds how long an example command waits for its first
@@ -20,7 +22,8 @@ type Deployment struct {
 	// $ELLIPSIS_NATS_URL, else nats.DefaultURL (see Connect).
 	URLs string
 	// Prefix is -prefix: the deployment's ELLIPSIS_SUBJECT_PREFIX
-	// (default $ELLIPSIS_SUBJECT_PREFIX, else "ellipsis").
+	// (default $ELLIPSIS_SUBJECT_PREFIX, else names.DefaultSubjectPrefix,
+	// "ellipsis").
 	Prefix string
 }
 
@@ -30,7 +33,7 @@ type Deployment struct {
 func (d *Deployment) AddFlags(fs *flag.FlagSet) {
 	prefix := os.Getenv("ELLIPSIS_SUBJECT_PREFIX")
 	if prefix == "" {
-		prefix = "ellipsis"
+		prefix = names.DefaultSubjectPrefix
 	}
 	fs.StringVar(&d.URLs, "nats", "", "NATS server URL(s), comma-separated (default $ELLIPSIS_NATS_URL, else "+nats.DefaultURL+")")
 	fs.StringVar(&d.Prefix, "prefix", prefix, "subject prefix (ELLIPSIS_SUBJECT_PREFIX of the deployment)")

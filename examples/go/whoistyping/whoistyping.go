@@ -25,8 +25,9 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// DefaultTimeout bounds [Ask] when ctx has no deadline; the gateway uses
-// the same default (ELLIPSIS_SNAPSHOT_TIMEOUT).
+// DefaultTimeout bounds [Ask] when ctx has no deadline: the gateway's
+// default, ELLIPSIS_SNAPSHOT_TIMEOUT's (TestDefaultTimeoutIsTheGateways
+// holds them equal).
 const DefaultTimeout = 2 * time.Second
 
 // Ask returns who is typing in room: the reply's Users (at most the

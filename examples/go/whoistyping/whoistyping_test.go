@@ -7,7 +7,15 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/internal/stacktest"
 	"github.com/ellipsis-chat/ellipsis/examples/go/whoistyping"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
+
+// DefaultTimeout is the gateway's: ELLIPSIS_SNAPSHOT_TIMEOUT's default.
+func TestDefaultTimeoutIsTheGateways(t *testing.T) {
+	if d := config.Default().SnapshotTimeout; whoistyping.DefaultTimeout != d {
+		t.Errorf("DefaultTimeout %s, ELLIPSIS_SNAPSHOT_TIMEOUT's default %s", whoistyping.DefaultTimeout, d)
+	}
+}
 
 func TestAsk(t *testing.T) {
 	st := stacktest.Start(t, nil)

@@ -26,7 +26,9 @@ import (
 // JWKS reload behaviour.
 const (
 	// DefaultJWKSReload is how often the key set is re-read when no
-	// interval is given (config.Default().JWKSReload).
+	// interval is given: ELLIPSIS_JWKS_RELOAD's default (shared/config's
+	// table; TestPackageDefaultsAreTheTable in services/gateway holds them
+	// equal).
 	DefaultJWKSReload = 10 * time.Second
 	// UnknownKIDReloadEvery is the least time between two re-reads of a
 	// JWKS file caused by tokens naming an unknown kid, so random kids
@@ -51,7 +53,8 @@ type JWKSOptions struct {
 	File string
 	// URL is a JWKS endpoint (ELLIPSIS_JWKS_URL), usually the identity
 	// provider's jwks_uri: https, or http to a loopback host (127.0.0.1,
-	// ::1, localhost) for development and tests ([CheckJWKSURL]).
+	// ::1, localhost) for development and tests (package jwksurl, the rule
+	// config.Validate applies to the setting).
 	URL string
 	// Reload is the re-read interval (ELLIPSIS_JWKS_RELOAD); zero means
 	// [DefaultJWKSReload].

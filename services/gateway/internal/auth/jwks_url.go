@@ -6,56 +6,20 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
+
+	"github.com/ellipsis-chat/ellipsis/shared/jwksurl"
 )
 
 // DefaultJWKSTimeout bounds each fetch of a JWKS URL when no timeout is
-// given (config.Default().JWKSTimeout).
+// given: ELLIPSIS_JWKS_TIMEOUT's default (shared/config's table;
+// TestPackageDefaultsAreTheTable in services/gateway holds them equal).
 const DefaultJWKSTimeout = 5 * time.Second
 
 // maxJWKSRedirects is how many redirects a JWKS fetch follows.
 const maxJWKSRedirects = 3
-
-// CheckJWKSURL reports whether raw may be fetched for keys: an absolute
-// https URL, or http to a loopback host (127.0.0.0/8, ::1, localhost) for
-// development and tests. Keys fetched over plain http from elsewhere could
-// be replaced by anyone on the path, who could then sign any token.
-func CheckJWKSURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("not a URL: %w", err)
-	}
-	return checkJWKSURL(u)
-}
-
-func checkJWKSURL(u *url.URL) error {
-	if u.Host == "" {
-		return fmt.Errorf("%q has no host (want https://host/path)", u.Redacted())
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "https":
-		return nil
-	case "http":
-		if isLoopback(u.Hostname()) {
-			return nil
-		}
-		return fmt.Errorf("%q must use https (plain http only to a loopback host such as 127.0.0.1)", u.Redacted())
-	default:
-		return fmt.Errorf("%q must be an https URL", u.Redacted())
-	}
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 // errNotModified: the URL answered 304 to the validators of the document
 // in use.
@@ -77,17 +41,15 @@ type urlSource struct {
 // validators are a response's ETag and Last-Modified.
 type validators struct{ etag, lastModified string }
 
-// newURLSource checks raw and builds its HTTP client: proxy from the
-// environment, TLS 1.2 or later verified against roots (nil: the system's),
-// timeout on the whole exchange, redirects checked like the URL itself.
+// newURLSource checks raw (package jwksurl) and builds its HTTP client:
+// proxy from the environment, TLS 1.2 or later verified against roots
+// (nil: the system's), timeout on the whole exchange, redirects checked
+// like the URL itself.
 func newURLSource(raw string, timeout time.Duration, roots *x509.CertPool) (*urlSource, error) {
-	u, err := url.Parse(raw)
-	if err == nil {
-		err = checkJWKSURL(u)
-	}
-	if err != nil {
+	if err := jwksurl.Check(raw); err != nil {
 		return nil, fmt.Errorf("auth: ELLIPSIS_JWKS_URL: %w", err)
 	}
+	u, _ := url.Parse(raw) // Check parsed it
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	tr.ResponseHeaderTimeout = timeout
@@ -102,7 +64,7 @@ func newURLSource(raw string, timeout time.Duration, roots *x509.CertPool) (*url
 				if len(via) > maxJWKSRedirects {
 					return fmt.Errorf("more than %d redirects", maxJWKSRedirects)
 				}
-				return checkJWKSURL(req.URL)
+				return jwksurl.Check(req.URL.String())
 			},
 		},
 	}, nil

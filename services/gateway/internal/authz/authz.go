@@ -85,8 +85,9 @@ type Requester interface {
 	Request(ctx context.Context, subject string, data []byte) ([]byte, error)
 }
 
-// DefaultTimeout bounds a [NATS] request when its Timeout is zero
-// (config.Default().AuthzTimeout).
+// DefaultTimeout bounds a [NATS] request when its Timeout is zero:
+// ELLIPSIS_AUTHZ_TIMEOUT's default (shared/config's table;
+// TestPackageDefaultsAreTheTable in services/gateway holds them equal).
 const DefaultTimeout = time.Second
 
 // NATS asks a platform service (ELLIPSIS_AUTHZ=nats): it requests Subject

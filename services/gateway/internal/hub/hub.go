@@ -39,7 +39,6 @@
 package hub
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -50,7 +49,6 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
-	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
@@ -95,6 +93,15 @@ type Backend interface {
 	Snapshot(ctx context.Context, room string) (protocol.Snapshot, error)
 }
 
+// Defaults of [Options] zero values: the defaults of
+// ELLIPSIS_SNAPSHOT_TIMEOUT and ELLIPSIS_OUTBOUND_QUEUE (shared/config's
+// table; TestPackageDefaultsAreTheTable in services/gateway holds them
+// equal).
+const (
+	DefaultReadyTimeout = 2 * time.Second
+	DefaultPendingLimit = 256
+)
+
 // Options configure a [Hub].
 type Options struct {
 	// Broker subscribes room channels; the hub starts it in Start and
@@ -106,12 +113,12 @@ type Options struct {
 	// through the shared flights (flights.go).
 	Backend Backend
 	// ReadyTimeout bounds one Sync (subscription confirmation and snapshot
-	// together) and one resync snapshot. Zero means the default of
-	// ELLIPSIS_SNAPSHOT_TIMEOUT (config.Default()).
+	// together) and one resync snapshot (ELLIPSIS_SNAPSHOT_TIMEOUT). Zero
+	// means [DefaultReadyTimeout].
 	ReadyTimeout time.Duration
 	// PendingLimit is how many events are buffered per held member before
-	// they are dropped and a resync is needed. Zero means the default of
-	// ELLIPSIS_OUTBOUND_QUEUE (config.Default()).
+	// they are dropped and a resync is needed (ELLIPSIS_OUTBOUND_QUEUE).
+	// Zero means [DefaultPendingLimit].
 	PendingLimit int
 	// Metrics must not be nil.
 	Metrics *metrics.Metrics
@@ -143,10 +150,11 @@ var _ pubsub.Handler = (*Hub)(nil)
 
 // New returns a hub; it does no I/O until [Hub.Start].
 func New(opts Options) *Hub {
-	if opts.ReadyTimeout <= 0 || opts.PendingLimit <= 0 {
-		def := config.Default()
-		opts.ReadyTimeout = cmp.Or(max(opts.ReadyTimeout, 0), def.SnapshotTimeout)
-		opts.PendingLimit = cmp.Or(max(opts.PendingLimit, 0), def.OutboundQueue)
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = DefaultReadyTimeout
+	}
+	if opts.PendingLimit <= 0 {
+		opts.PendingLimit = DefaultPendingLimit
 	}
 	log := opts.Logger
 	if log == nil {

@@ -16,8 +16,10 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
-// Defaults of [RedisOptions] zero values (ELLIPSIS_PUBSUB_PING_INTERVAL and
-// ELLIPSIS_PUBSUB_PING_TIMEOUT in shared/config).
+// Defaults of [RedisOptions] zero values: the defaults of
+// ELLIPSIS_PUBSUB_PING_INTERVAL and ELLIPSIS_PUBSUB_PING_TIMEOUT
+// (shared/config's table; TestPackageDefaultsAreTheTable in
+// services/gateway holds them equal).
 const (
 	DefaultPingInterval = 5 * time.Second
 	DefaultPingTimeout  = 2 * time.Second

@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
@@ -205,9 +204,19 @@ const (
 	scriptBatch = "batch"
 )
 
-// ErrUnknownStore is returned by New for a kind other than
-// config.StoreZSet and config.StoreKeys (config.Validate rejects those
-// first, naming ELLIPSIS_STORE).
+// The layouts of [Options].Kind: the values of ELLIPSIS_STORE
+// (config.StoreZSet and config.StoreKeys in shared/config's table;
+// TestKindsAreTheSettings holds them equal).
+const (
+	// KindZSet keeps one sorted set per room (the default).
+	KindZSet = "zset"
+	// KindKeys is the seed's pattern 1: one TTL key per typist, listed
+	// with SCAN.
+	KindKeys = "keys"
+)
+
+// ErrUnknownStore is returned by New for a kind other than [KindZSet] and
+// [KindKeys] (config.Validate rejects those first, naming ELLIPSIS_STORE).
 var ErrUnknownStore = errors.New("worker: unknown store")
 
 // scripts are the Lua scripts of the store, built for one publish command.
@@ -232,7 +241,7 @@ var _ Store = (*redisStore)(nil)
 
 // Options are what [New] builds a store from.
 type Options struct {
-	// Kind is config.StoreZSet or config.StoreKeys (ELLIPSIS_STORE); any
+	// Kind is [KindZSet] or [KindKeys] (ELLIPSIS_STORE); any
 	// other value is ErrUnknownStore.
 	Kind string
 	// PubSub is redisconn.PubSubClassic (events go out with PUBLISH) or
@@ -284,12 +293,12 @@ func New(o Options) (Store, error) {
 		guardMs:    StopGuard.Milliseconds(),
 	}}
 	switch kind {
-	case config.StoreZSet:
+	case KindZSet:
 		st.lay = zsetLayout{n}
-	case config.StoreKeys:
+	case KindKeys:
 		st.lay = &keysLayout{n: n, scanCount: DefaultScanCount}
 	default:
-		return nil, fmt.Errorf("%w %q (want %s or %s)", ErrUnknownStore, kind, config.StoreZSet, config.StoreKeys)
+		return nil, fmt.Errorf("%w %q (want %s or %s)", ErrUnknownStore, kind, KindZSet, KindKeys)
 	}
 	publish := publishCommand(o.PubSub)
 	for name, p := range map[string]**redis.Script{
@@ -308,7 +317,7 @@ func New(o Options) (Store, error) {
 // CheckScripts builds every store's scripts once, so a broken embed fails
 // New instead of the first command.
 func CheckScripts() error {
-	for _, kind := range []string{config.StoreZSet, config.StoreKeys} {
+	for _, kind := range []string{KindZSet, KindKeys} {
 		for _, pubsub := range []string{redisconn.PubSubClassic, redisconn.PubSubSharded} {
 			if _, err := New(Options{Kind: kind, PubSub: pubsub, Names: names.Names{}, TTL: time.Second, Throttle: time.Second}); err != nil {
 				return err
