@@ -254,15 +254,9 @@ func prepare(ctx context.Context, opts Options) (*runner, error) {
 	}
 	timers, ttl := opts.Timers, opts.TTL
 	if found {
-		if timers.Refresh == 0 && sc.RefreshMs > 0 {
-			timers.Refresh = time.Duration(sc.RefreshMs) * time.Millisecond
-		}
-		if timers.IdleStop == 0 && sc.IdleStopMs > 0 {
-			timers.IdleStop = time.Duration(sc.IdleStopMs) * time.Millisecond
-		}
-		if ttl == 0 && sc.TTLMs > 0 {
-			ttl = time.Duration(sc.TTLMs) * time.Millisecond
-		}
+		timers.Refresh = cmp.Or(timers.Refresh, sc.Refresh())
+		timers.IdleStop = cmp.Or(timers.IdleStop, sc.IdleStop())
+		ttl = cmp.Or(ttl, sc.TTL())
 	}
 	ttl = cmp.Or(ttl, config.Default().TypingTTL)
 	probe, err := typist.New(timers, ttl)
@@ -330,7 +324,7 @@ type member struct {
 	u      User
 	conn   *websocket.Conn
 	tp     *typist.Typist
-	events chan event // reader -> watcher; 64 frames; full: the reader waits (the watcher only updates a map)
+	events chan protocol.ServerFrame // reader -> watcher; 64 frames; full: the reader waits (the watcher only updates a map)
 	res    UserResult
 	// readerDone is closed when the reader goroutine has returned.
 	readerDone chan struct{}
@@ -360,7 +354,7 @@ func (r *runner) run(parent context.Context) (*Result, error) {
 			closeAll()
 			return nil, fmt.Errorf("demo: %w", err)
 		}
-		m := &member{u: u, conn: c, tp: tp, events: make(chan event, 64), readerDone: make(chan struct{}),
+		m := &member{u: u, conn: c, tp: tp, events: make(chan protocol.ServerFrame, 64), readerDone: make(chan struct{}),
 			res: UserResult{ID: u.ID, Name: u.Name}}
 		members = append(members, m)
 		if err := r.join(m); err != nil {
@@ -460,7 +454,7 @@ func (r *runner) join(m *member) error {
 		if err != nil {
 			return fmt.Errorf("%s: no answer to join %q: %w", m.u.ID, r.opts.Room, err)
 		}
-		var ev event
+		var ev protocol.ServerFrame
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fmt.Errorf("%s: unreadable frame from the gateway: %w", m.u.ID, err)
 		}
@@ -500,7 +494,7 @@ func (r *runner) read(ctx context.Context, m *member, closing <-chan struct{}) e
 			}
 			return fmt.Errorf("%s: connection to the stack lost: %w", m.u.ID, err)
 		}
-		var ev event
+		var ev protocol.ServerFrame
 		if err := json.Unmarshal(data, &ev); err != nil {
 			r.log.Debug("unreadable frame", zap.String("user_id", m.u.ID), zap.Error(err))
 			continue
@@ -650,6 +644,6 @@ func (p *printer) sent(user string, a typist.Action, at time.Time) {
 	p.printf(at, "%s sends %s (%s)", label(user, p.width), a.Frame(), a)
 }
 
-func (p *printer) errorFrame(user string, ev event, at time.Time) {
+func (p *printer) errorFrame(user string, ev protocol.ServerFrame, at time.Time) {
 	p.printf(at, "%s error: %s: %s", label(user, p.width), ev.Code, ev.Message)
 }

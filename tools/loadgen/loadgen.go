@@ -48,6 +48,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/tools/keystrokes"
 	"github.com/ellipsis-chat/ellipsis/tools/typist"
 )
@@ -457,22 +458,22 @@ func (r *runner) prepare(ctx context.Context) error {
 	// Centrifugo has no typing timers: the client side uses the protocol
 	// defaults (refresh, idle stop), as an Ellipsis gateway with its
 	// defaults would have them.
-	def := config.Default()
-	cc := clientConfig{ttl: def.TypingTTL, refresh: def.TypingRefresh, idleStop: def.TypingIdleStop}
+	var cc protocol.ClientConfig
 	if o.System == SystemEllipsis {
 		var err error
 		if cc, err = fetchClientConfig(ctx, o.URLs[0], o.DialTimeout); err != nil {
 			return err
 		}
 	}
-	r.timers = typist.Config{Refresh: cc.refresh, IdleStop: cc.idleStop}
-	r.ttl = cc.ttl
+	def := config.Default()
+	r.timers = typist.Config{Refresh: cmp.Or(cc.Refresh(), def.TypingRefresh), IdleStop: cmp.Or(cc.IdleStop(), def.TypingIdleStop)}
+	r.ttl = cmp.Or(cc.TTL(), def.TypingTTL)
 	probe, err := typist.New(r.timers, r.ttl)
 	if err != nil {
 		return fmt.Errorf("loadgen: client timers from the gateway: %w", err)
 	}
 	r.timers = probe.Config()
-	if cc.auth == config.AuthJWT && o.JWTSecret == "" {
+	if cc.Auth == config.AuthJWT && o.JWTSecret == "" {
 		return fmt.Errorf("loadgen: the gateway at %s runs with ELLIPSIS_AUTH=jwt: pass -jwt-secret (its ELLIPSIS_JWT_SECRET)", o.URLs[0])
 	}
 
@@ -856,17 +857,10 @@ func (r *runner) closeAll(cs []*client) {
 	}
 }
 
-// clientConfig is what the load generator needs of GET /v1/config.
-type clientConfig struct {
-	ttl, refresh, idleStop time.Duration
-	auth                   string
-}
-
-// fetchClientConfig reads the gateway's client timing; a gateway without
-// /v1/config gets the protocol defaults.
-func fetchClientConfig(ctx context.Context, wsURL string, timeout time.Duration) (clientConfig, error) {
-	def := config.Default()
-	cc := clientConfig{ttl: def.TypingTTL, refresh: def.TypingRefresh, idleStop: def.TypingIdleStop}
+// fetchClientConfig reads the gateway's GET /v1/config; a gateway without
+// it gives the zero ClientConfig (the protocol defaults).
+func fetchClientConfig(ctx context.Context, wsURL string, timeout time.Duration) (protocol.ClientConfig, error) {
+	var cc protocol.ClientConfig
 	u, err := url.Parse(wsURL)
 	if err != nil {
 		return cc, fmt.Errorf("loadgen: %w", err)
@@ -891,25 +885,9 @@ func fetchClientConfig(ctx context.Context, wsURL string, timeout time.Duration)
 	if resp.StatusCode != http.StatusOK {
 		return cc, nil
 	}
-	var body struct {
-		TTLMs      int64  `json:"ttl_ms"`
-		RefreshMs  int64  `json:"refresh_ms"`
-		IdleStopMs int64  `json:"idle_stop_ms"`
-		Auth       string `json:"auth"`
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&cc); err != nil {
+		return protocol.ClientConfig{}, fmt.Errorf("loadgen: GET %s: %w", u, err)
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err != nil {
-		return cc, fmt.Errorf("loadgen: GET %s: %w", u, err)
-	}
-	if body.TTLMs > 0 {
-		cc.ttl = time.Duration(body.TTLMs) * time.Millisecond
-	}
-	if body.RefreshMs > 0 {
-		cc.refresh = time.Duration(body.RefreshMs) * time.Millisecond
-	}
-	if body.IdleStopMs > 0 {
-		cc.idleStop = time.Duration(body.IdleStopMs) * time.Millisecond
-	}
-	cc.auth = body.Auth
 	return cc, nil
 }
 
