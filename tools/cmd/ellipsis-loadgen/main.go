@@ -144,12 +144,8 @@ func writeHeapProfile(path string) {
 func report(res *loadgen.Result, err error, jsonOut string) int {
 	if res != nil {
 		res.WriteTable(os.Stdout)
-		if jsonOut != "" {
-			b, _ := json.MarshalIndent(res, "", "  ")
-			if werr := os.WriteFile(jsonOut, append(b, '\n'), 0o644); werr != nil {
-				fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -json: %v\n", werr)
-				return 1
-			}
+		if jsonOut != "" && !writeJSON(jsonOut, res) {
+			return 1
 		}
 	}
 	if err != nil {
@@ -193,14 +189,21 @@ func comparePeers(files, load, out string) int {
 	}
 	peers := loadgen.ComparePeers(load, res[0], res[1])
 	peers.WriteTable(os.Stdout)
-	if out != "" {
-		b, _ := json.MarshalIndent(peers, "", "  ")
-		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -json: %v\n", err)
-			return 1
-		}
+	if out != "" && !writeJSON(out, peers) {
+		return 1
 	}
 	return 0
+}
+
+// writeJSON writes v as indented JSON to path (-json); false, said on
+// stderr, when it cannot.
+func writeJSON(path string, v any) bool {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -json: %v\n", err)
+		return false
+	}
+	return true
 }
 
 func splitList(s string) []string {
