@@ -25,16 +25,6 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// ClientConfig is the body of GET /v1/config: the timing a client must use
-// (docs/protocol.md, "Timing"), in milliseconds, and the auth mode ("none": the
-// client passes ?user=&name=; "jwt": ?access_token= or a Bearer header).
-type ClientConfig struct {
-	TTLMs      int64  `json:"ttl_ms"`
-	RefreshMs  int64  `json:"refresh_ms"`
-	IdleStopMs int64  `json:"idle_stop_ms"`
-	Auth       string `json:"auth"`
-}
-
 // RoomTyping is the body of a 200 answer of GET /v1/rooms/{room}/typing.
 type RoomTyping struct {
 	Room  string            `json:"room"`
@@ -292,7 +282,7 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 
 // handleConfig serves GET /v1/config.
 func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, ClientConfig{
+	writeJSON(w, http.StatusOK, protocol.ClientConfig{
 		TTLMs:      s.cfg.TypingTTL.Milliseconds(),
 		RefreshMs:  s.cfg.TypingRefresh.Milliseconds(),
 		IdleStopMs: s.cfg.TypingIdleStop.Milliseconds(),

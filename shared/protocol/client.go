@@ -211,6 +211,29 @@ type ErrorFrame struct {
 	ID      string `json:"id,omitempty"`
 }
 
+// ServerFrame is any server frame as a client reads it: the union of the
+// fields of [Joined] (Typing, Total), [Left], [TypingSnapshot] (Users,
+// Total), [Pong], [ErrorFrame] (Code, Message) and the room events
+// typing_start and typing_stop, which the gateway forwards exactly as the
+// worker published them ([RoomEvent]: V, User, Name, TTLMs, Reason, TsMs).
+// Type tells which fields are set; a field a frame does not carry is zero.
+type ServerFrame struct {
+	V       int      `json:"v,omitempty"`
+	Type    string   `json:"type"`
+	Room    string   `json:"room,omitempty"`
+	User    string   `json:"user,omitempty"`
+	Name    string   `json:"name,omitempty"`
+	TTLMs   int64    `json:"ttl_ms,omitempty"`
+	Reason  string   `json:"reason,omitempty"`
+	TsMs    int64    `json:"ts_ms,omitempty"`
+	Typing  []Typist `json:"typing,omitempty"`
+	Users   []Typist `json:"users,omitempty"`
+	Total   int      `json:"total,omitempty"`
+	Code    string   `json:"code,omitempty"`
+	Message string   `json:"message,omitempty"`
+	ID      string   `json:"id,omitempty"`
+}
+
 // NewJoined, NewLeft, NewTypingSnapshot, NewPong and NewError fill Type.
 
 func NewJoined(room string, s Snapshot, id string) Joined {

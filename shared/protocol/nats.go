@@ -231,20 +231,14 @@ type RoomEvent struct {
 
 // RoomEventPrefix returns the JSON of ev up to and including `"ts_ms":`, so
 // that the worker's Lua script appends Redis TIME and "}" and publishes
-// atomically with the state change. ev.TsMs is ignored.
+// atomically with the state change. ev.V and ev.TsMs are ignored: the
+// prefix always carries [Version]. "ts_ms" is RoomEvent's last field and
+// has no omitempty, so the encoding of the event with TsMs 0 ends in
+// `"ts_ms":0}`, and the prefix is that encoding without its last two bytes.
 func RoomEventPrefix(ev RoomEvent) []byte {
-	type noTS struct {
-		V      int    `json:"v"`
-		Type   string `json:"type"`
-		Room   string `json:"room"`
-		User   string `json:"user"`
-		Name   string `json:"name,omitempty"`
-		TTLMs  int64  `json:"ttl_ms,omitempty"`
-		Reason string `json:"reason,omitempty"`
-	}
-	b, _ := json.Marshal(noTS{V: Version, Type: ev.Type, Room: ev.Room, User: ev.User, Name: ev.Name, TTLMs: ev.TTLMs, Reason: ev.Reason})
-	b = b[:len(b)-1] // drop '}'
-	return append(b, `,"ts_ms":`...)
+	ev.V, ev.TsMs = Version, 0
+	b, _ := json.Marshal(ev)
+	return b[:len(b)-len("0}")]
 }
 
 // DecodeRoomEvent parses and validates a room event from Pub/Sub.

@@ -13,19 +13,12 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // hintNotRunning ends every error that means nothing serves the URL.
 const hintNotRunning = "is `make run` running?"
-
-// serverConfig is the gateway's GET /v1/config: the client timing to use,
-// in milliseconds, and the auth mode ("none" or "jwt").
-type serverConfig struct {
-	TTLMs      int64  `json:"ttl_ms"`
-	RefreshMs  int64  `json:"refresh_ms"`
-	IdleStopMs int64  `json:"idle_stop_ms"`
-	Auth       string `json:"auth"`
-}
 
 // httpURL maps the WebSocket URL to the http(s) URL of path on the same
 // host: ws://localhost:8080/v1/ws -> http://localhost:8080/v1/config.
@@ -45,7 +38,7 @@ func httpURL(ws *url.URL, path string) string {
 // the server answers but has no /v1/config (an older or other gateway): the
 // caller then uses the protocol defaults. A server that does not answer is
 // an error that says to start the stack.
-func fetchConfig(ctx context.Context, ws *url.URL, timeout time.Duration) (cfg serverConfig, found bool, err error) {
+func fetchConfig(ctx context.Context, ws *url.URL, timeout time.Duration) (cfg protocol.ClientConfig, found bool, err error) {
 	target := httpURL(ws, "/v1/config")
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

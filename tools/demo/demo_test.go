@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/tools/keystrokes"
 	"github.com/ellipsis-chat/ellipsis/tools/typist"
 )
@@ -43,33 +44,33 @@ func TestView(t *testing.T) {
 			t.Fatalf("line = %q, want %q", got, want)
 		}
 	}
-	v.apply(event{Type: "joined", Room: "r", Typing: []typistEntry{{User: "carol", Name: "Carol"}}}, at(0))
+	v.apply(protocol.ServerFrame{Type: "joined", Room: "r", Typing: []protocol.Typist{{User: "carol", Name: "Carol"}}}, at(0))
 	check("Carol is typing…")
-	v.apply(event{Type: "typing_start", Room: "r", User: "alice", Name: "Alice", TTLMs: 2000}, at(100))
+	v.apply(protocol.ServerFrame{Type: "typing_start", Room: "r", User: "alice", Name: "Alice", TTLMs: 2000}, at(100))
 	check("Carol and Alice are typing…")
-	v.apply(event{Type: "typing_start", Room: "r", User: "bob", Name: "Bob"}, at(150)) // self: ignored
-	v.apply(event{Type: "typing_start", Room: "other", User: "dan"}, at(150))          // other room: ignored
+	v.apply(protocol.ServerFrame{Type: "typing_start", Room: "r", User: "bob", Name: "Bob"}, at(150)) // self: ignored
+	v.apply(protocol.ServerFrame{Type: "typing_start", Room: "other", User: "dan"}, at(150))          // other room: ignored
 	check("Carol and Alice are typing…")
 	// Alice's local expiry: 2 s after her last start; the snapshot entry for
 	// Carol took the 5 s default.
 	v.expire(at(2099))
 	check("Carol and Alice are typing…")
-	v.apply(event{Type: "typing_start", Room: "r", User: "alice", TTLMs: 2000}, at(2000)) // refresh, no name: keeps "Alice"
+	v.apply(protocol.ServerFrame{Type: "typing_start", Room: "r", User: "alice", TTLMs: 2000}, at(2000)) // refresh, no name: keeps "Alice"
 	v.expire(at(3999))
 	check("Carol and Alice are typing…")
 	v.expire(at(4000))
 	check("Carol is typing…")
-	v.apply(event{Type: "typing_stop", Room: "r", User: "carol", Reason: "stopped"}, at(4100))
+	v.apply(protocol.ServerFrame{Type: "typing_stop", Room: "r", User: "carol", Reason: "stopped"}, at(4100))
 	check("(nobody)")
 	// A start without a name shows the user id; a snapshot keeps the order
 	// of users already shown and drops the others.
-	v.apply(event{Type: "typing_start", Room: "r", User: "dan"}, at(5000))
-	v.apply(event{Type: "typing_start", Room: "r", User: "eve", Name: "Eve"}, at(5000))
-	v.apply(event{Type: "typing_start", Room: "r", User: "fay", Name: "Fay"}, at(5000))
+	v.apply(protocol.ServerFrame{Type: "typing_start", Room: "r", User: "dan"}, at(5000))
+	v.apply(protocol.ServerFrame{Type: "typing_start", Room: "r", User: "eve", Name: "Eve"}, at(5000))
+	v.apply(protocol.ServerFrame{Type: "typing_start", Room: "r", User: "fay", Name: "Fay"}, at(5000))
 	check("dan, Eve and Fay are typing…")
-	v.apply(event{Type: "typing_start", Room: "r", User: "gus", Name: "Gus"}, at(5000))
+	v.apply(protocol.ServerFrame{Type: "typing_start", Room: "r", User: "gus", Name: "Gus"}, at(5000))
 	check("dan, Eve and 2 others are typing…")
-	v.apply(event{Type: "typing", Room: "r", Users: []typistEntry{{User: "gus"}, {User: "zed", Name: "Zed"}, {User: "eve"}}}, at(5100))
+	v.apply(protocol.ServerFrame{Type: "typing", Room: "r", Users: []protocol.Typist{{User: "gus"}, {User: "zed", Name: "Zed"}, {User: "eve"}}}, at(5100))
 	check("Eve, Gus and Zed are typing…")
 }
 
@@ -207,7 +208,7 @@ func (s *syncBuffer) String() string {
 }
 
 func TestRunAgainstFakeGateway(t *testing.T) {
-	g := newFakeGateway(t, serverConfig{TTLMs: 2000, RefreshMs: 1000, IdleStopMs: 600, Auth: "none"}, "")
+	g := newFakeGateway(t, protocol.ClientConfig{TTLMs: 2000, RefreshMs: 1000, IdleStopMs: 600, Auth: "none"}, "")
 	var out syncBuffer
 	res, err := Run(context.Background(), Options{
 		URL:      g.wsURL(),
@@ -291,7 +292,7 @@ func TestRunAgainstFakeGateway(t *testing.T) {
 }
 
 func TestRunMessagesBound(t *testing.T) {
-	g := newFakeGateway(t, serverConfig{TTLMs: 5000, RefreshMs: 4000, IdleStopMs: 3000, Auth: "none"}, "")
+	g := newFakeGateway(t, protocol.ClientConfig{TTLMs: 5000, RefreshMs: 4000, IdleStopMs: 3000, Auth: "none"}, "")
 	res, err := Run(context.Background(), Options{
 		URL:      g.wsURL(),
 		Speed:    20,
@@ -310,7 +311,7 @@ func TestRunMessagesBound(t *testing.T) {
 }
 
 func TestRunJWT(t *testing.T) {
-	g := newFakeGateway(t, serverConfig{TTLMs: 5000, RefreshMs: 4000, IdleStopMs: 3000, Auth: "jwt"}, "s3cret")
+	g := newFakeGateway(t, protocol.ClientConfig{TTLMs: 5000, RefreshMs: 4000, IdleStopMs: 3000, Auth: "jwt"}, "s3cret")
 	opts := Options{URL: g.wsURL(), Speed: 20, Messages: 1, Settle: 50 * time.Millisecond,
 		Users: []User{{ID: "alice", Name: "Alice"}, {ID: "bob", Name: "Bob", Session: 1}}}
 
@@ -357,14 +358,14 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("Run(%+v) err = %v", o, err)
 		}
 	}
-	g := newFakeGateway(t, serverConfig{TTLMs: 4000, RefreshMs: 4000, IdleStopMs: 3000, Auth: "none"}, "")
+	g := newFakeGateway(t, protocol.ClientConfig{TTLMs: 4000, RefreshMs: 4000, IdleStopMs: 3000, Auth: "none"}, "")
 	if _, err := Run(context.Background(), Options{URL: g.wsURL()}); err == nil || !strings.Contains(err.Error(), "refresh must be below") {
 		t.Errorf("refresh >= ttl from the server: err = %v", err)
 	}
 }
 
 func TestRunCancelled(t *testing.T) {
-	g := newFakeGateway(t, serverConfig{TTLMs: 5000, RefreshMs: 4000, IdleStopMs: 3000, Auth: "none"}, "")
+	g := newFakeGateway(t, protocol.ClientConfig{TTLMs: 5000, RefreshMs: 4000, IdleStopMs: 3000, Auth: "none"}, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	start := time.Now()

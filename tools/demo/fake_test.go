@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // fakeGateway is a minimal in-test stand-in for the gateway's WebSocket
@@ -21,7 +23,7 @@ import (
 // token and takes the user from its sub.
 type fakeGateway struct {
 	t      *testing.T
-	cfg    serverConfig
+	cfg    protocol.ClientConfig
 	secret string
 
 	mu     sync.Mutex
@@ -45,7 +47,7 @@ func (c *fakeConn) write(v any) {
 	_ = c.ws.WriteJSON(v)
 }
 
-func newFakeGateway(t *testing.T, cfg serverConfig, secret string) *fakeGateway {
+func newFakeGateway(t *testing.T, cfg protocol.ClientConfig, secret string) *fakeGateway {
 	g := &fakeGateway{t: t, cfg: cfg, secret: secret, conns: map[*fakeConn]bool{}, frames: map[string][]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/config", func(w http.ResponseWriter, r *http.Request) {

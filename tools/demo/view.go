@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // Nobody is the indicator line when nobody else is typing.
@@ -26,27 +28,6 @@ func Indicator(names []string) string {
 	default:
 		return names[0] + ", " + names[1] + " and " + strconv.Itoa(n-2) + " others are typing…"
 	}
-}
-
-// event is a server frame as the demo reads it: the union of the fields of
-// joined, typing_start, typing_stop, typing and error frames.
-type event struct {
-	Type    string        `json:"type"`
-	Room    string        `json:"room"`
-	User    string        `json:"user"`
-	Name    string        `json:"name"`
-	TTLMs   int64         `json:"ttl_ms"`
-	Reason  string        `json:"reason"`
-	Typing  []typistEntry `json:"typing"` // joined
-	Users   []typistEntry `json:"users"`  // typing (snapshot)
-	ID      string        `json:"id"`
-	Code    string        `json:"code"`    // error
-	Message string        `json:"message"` // error
-}
-
-type typistEntry struct {
-	User string `json:"user"`
-	Name string `json:"name"`
 }
 
 type shown struct {
@@ -100,8 +81,8 @@ func (v *view) remove(user string) {
 
 // replace sets the view to a snapshot, keeping the order of users already
 // shown.
-func (v *view) replace(users []typistEntry, now time.Time) {
-	keep := map[string]typistEntry{}
+func (v *view) replace(users []protocol.Typist, now time.Time) {
+	keep := map[string]protocol.Typist{}
 	for _, u := range users {
 		keep[u.User] = u
 	}
@@ -126,7 +107,7 @@ func (v *view) replace(users []typistEntry, now time.Time) {
 
 // apply updates the view with a server frame received at now. Frames of
 // other rooms are ignored.
-func (v *view) apply(ev event, now time.Time) {
+func (v *view) apply(ev protocol.ServerFrame, now time.Time) {
 	if ev.Room != "" && ev.Room != v.room {
 		return
 	}

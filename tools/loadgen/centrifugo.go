@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/tools/demo"
 )
 
@@ -205,7 +206,7 @@ const (
 // room events do in parseFrame: the keys are looked up without decoding
 // (in a publication the only "type" key is the data's and the only "user"
 // key is info's; "channel" comes first in the push).
-func parseCentrifugo(line []byte) (event, int) {
+func parseCentrifugo(line []byte) (protocol.ServerFrame, int) {
 	if bytes.HasPrefix(line, []byte(`{"push":{"channel":"`)) && bytes.Contains(line, []byte(`"pub":`)) {
 		ch, ok1 := stringField(line, `"channel":"`)
 		t, ok2 := stringField(line, `"type":"`)
@@ -216,33 +217,33 @@ func parseCentrifugo(line []byte) (event, int) {
 	}
 	var rep cfReply
 	if err := json.Unmarshal(line, &rep); err != nil {
-		return event{}, cfBad
+		return protocol.ServerFrame{}, cfBad
 	}
 	switch {
 	case rep.Error != nil:
-		return event{Code: strconv.Itoa(int(rep.Error.Code))}, cfReplyError
+		return protocol.ServerFrame{Code: strconv.Itoa(int(rep.Error.Code))}, cfReplyError
 	case rep.Push != nil && rep.Push.Disconnect != nil:
-		return event{Code: strconv.Itoa(int(rep.Push.Disconnect.Code))}, cfDisconnect
+		return protocol.ServerFrame{Code: strconv.Itoa(int(rep.Push.Disconnect.Code))}, cfDisconnect
 	case rep.Push != nil && rep.Push.Pub != nil:
 		p := rep.Push.Pub
 		var data struct {
 			Type string `json:"type"`
 		}
 		if json.Unmarshal(p.Data, &data) != nil || p.Info == nil || (data.Type != "typing_start" && data.Type != "typing_stop") {
-			return event{}, cfBad
+			return protocol.ServerFrame{}, cfBad
 		}
 		return pubEvent(rep.Push.Channel, data.Type, p.Info.User), cfPublication
 	case rep.Push != nil:
-		return event{}, cfOther
+		return protocol.ServerFrame{}, cfOther
 	case rep.ID != 0:
-		return event{ID: strconv.FormatUint(uint64(rep.ID), 10)}, cfReplyOK
+		return protocol.ServerFrame{ID: strconv.FormatUint(uint64(rep.ID), 10)}, cfReplyOK
 	}
-	return event{}, cfBad
+	return protocol.ServerFrame{}, cfBad
 }
 
 // pubEvent is the event of a typing publication in channel ch ("ns:room").
-func pubEvent(ch, typ, user string) event {
-	ev := event{Type: typ, Room: ch, User: user}
+func pubEvent(ch, typ, user string) protocol.ServerFrame {
+	ev := protocol.ServerFrame{Type: typ, Room: ch, User: user}
 	if i := strings.IndexByte(ch, ':'); i >= 0 {
 		ev.Room = ch[i+1:]
 	}

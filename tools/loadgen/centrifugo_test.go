@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // fakeCentrifugo is a small Centrifugo stand-in speaking the JSON
@@ -248,25 +251,25 @@ func TestParseCentrifugo(t *testing.T) {
 	for _, tc := range []struct {
 		name, line string
 		kind       int
-		want       event
+		want       protocol.ServerFrame
 	}{
 		{"publication fast path", `{"push":{"channel":"typing:r1","pub":{"data":{"type":"typing_start"},"info":{"user":"u1","client":"c"}}}}`,
-			cfPublication, event{Type: "typing_start", Room: "r1", User: "u1"}},
+			cfPublication, protocol.ServerFrame{Type: "typing_start", Room: "r1", User: "u1"}},
 		{"stop", `{"push":{"channel":"typing:r1","pub":{"data":{"type":"typing_stop"},"info":{"user":"u1","client":"c"}}}}`,
-			cfPublication, event{Type: "typing_stop", Room: "r1", User: "u1", Reason: "stopped"}},
+			cfPublication, protocol.ServerFrame{Type: "typing_stop", Room: "r1", User: "u1", Reason: "stopped"}},
 		{"escaped user: decoded", `{"push":{"channel":"typing:r1","pub":{"data":{"type":"typing_start"},"info":{"user":"u\"1","client":"c"}}}}`,
-			cfPublication, event{Type: "typing_start", Room: "r1", User: `u"1`}},
+			cfPublication, protocol.ServerFrame{Type: "typing_start", Room: "r1", User: `u"1`}},
 		{"fields reordered: decoded", `{"push":{"pub":{"info":{"client":"c","user":"u2"},"data":{"type":"typing_stop"}},"channel":"typing:r2"}}`,
-			cfPublication, event{Type: "typing_stop", Room: "r2", User: "u2", Reason: "stopped"}},
-		{"publish reply", `{"id":7,"publish":{}}`, cfReplyOK, event{ID: "7"}},
-		{"error reply", `{"id":7,"error":{"code":103,"message":"permission denied"}}`, cfReplyError, event{Code: "103"}},
-		{"disconnect", `{"push":{"disconnect":{"code":3501,"reason":"bad request"}}}`, cfDisconnect, event{Code: "3501"}},
-		{"join push", `{"push":{"channel":"typing:r1","join":{"info":{"user":"u1"}}}}`, cfOther, event{}},
-		{"other data", `{"push":{"channel":"typing:r1","pub":{"data":{"type":"hello"},"info":{"user":"u1"}}}}`, cfBad, event{}},
-		{"not JSON", `{"push":`, cfBad, event{}},
+			cfPublication, protocol.ServerFrame{Type: "typing_stop", Room: "r2", User: "u2", Reason: "stopped"}},
+		{"publish reply", `{"id":7,"publish":{}}`, cfReplyOK, protocol.ServerFrame{ID: "7"}},
+		{"error reply", `{"id":7,"error":{"code":103,"message":"permission denied"}}`, cfReplyError, protocol.ServerFrame{Code: "103"}},
+		{"disconnect", `{"push":{"disconnect":{"code":3501,"reason":"bad request"}}}`, cfDisconnect, protocol.ServerFrame{Code: "3501"}},
+		{"join push", `{"push":{"channel":"typing:r1","join":{"info":{"user":"u1"}}}}`, cfOther, protocol.ServerFrame{}},
+		{"other data", `{"push":{"channel":"typing:r1","pub":{"data":{"type":"hello"},"info":{"user":"u1"}}}}`, cfBad, protocol.ServerFrame{}},
+		{"not JSON", `{"push":`, cfBad, protocol.ServerFrame{}},
 	} {
 		ev, k := parseCentrifugo([]byte(tc.line))
-		if k != tc.kind || ev != tc.want {
+		if k != tc.kind || !reflect.DeepEqual(ev, tc.want) {
 			t.Errorf("%s: got %d %+v, want %d %+v", tc.name, k, ev, tc.kind, tc.want)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // writeWait bounds each frame write of a client.
@@ -177,7 +179,7 @@ func (c *client) readLoop() {
 }
 
 // onEvent matches one room event against its sender's log.
-func (c *client) onEvent(ev event, now int64) {
+func (c *client) onEvent(ev protocol.ServerFrame, now int64) {
 	st := c.r.st
 	t := c.r.typist(ev.User)
 	if t == c {

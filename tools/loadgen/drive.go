@@ -96,78 +96,101 @@ func (r *runner) driveReplay(ctx context.Context, c *client, rng *rand.Rand, t0,
 		r.st.fail("typist")
 		return
 	}
+	p := &replayer{ctx: ctx, c: c, tp: tp, speed: r.opts.Speed, end: end}
 	msgs := r.messages[c.idx%len(r.messages)]
-	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) / r.opts.Speed) }
-	var s sleeper
-	emit := func(acts []typist.Action) bool {
-		for _, a := range acts {
-			k := kindStop
-			switch a {
-			case typist.Start:
-				k = kindStart
-			case typist.Refresh:
-				k = kindRefresh
-			}
-			if c.send(k) != nil {
-				return false
-			}
-		}
-		return true
-	}
-	// step waits until at, ticking the typist at its deadlines meanwhile;
-	// false when the run ends first.
-	step := func(at time.Time) bool {
-		for {
-			d, ok := tp.Deadline()
-			if !ok || !d.Before(at) {
-				break
-			}
-			if !d.Before(end) || !s.until(ctx, d) {
-				return false
-			}
-			if !emit(tp.Tick(time.Now())) {
-				return false
-			}
-		}
-		return at.Before(end) && s.until(ctx, at)
-	}
-
 	i := rng.IntN(len(msgs))
 	spread := min(r.opts.ReplaySpread, end.Sub(t0))
 	cursor := t0
 	if spread > 0 {
 		cursor = t0.Add(time.Duration(rng.Int64N(int64(spread))))
 	}
-	ok := true
-	for ok {
-		m := msgs[i%len(msgs)]
-		i++
-		base := m.Start()
-		from := cursor
-		for _, k := range m.Keys {
-			if ok = step(cursor.Add(scale(k.Press-base))) && emit(tp.Keystroke(time.Now())); !ok {
-				break
-			}
-		}
+	for {
+		next, ok := p.message(msgs[i%len(msgs)], cursor)
 		if !ok {
-			break
+			return
 		}
-		endAt := cursor.Add(scale(m.EndAt - base))
-		var pause time.Duration
-		if m.End == keystrokes.EndGap {
-			pause = min(m.GapAfter, replayMaxPause) // left alone: the idle stop shows
-		} else {
-			if m.End != keystrokes.EndSend {
-				endAt = endAt.Add(scale(replaySendDelay))
-			}
-			if ok = step(endAt) && emit(tp.MessageSent(time.Now())); !ok {
-				break
-			}
-			pause = max(min(m.GapAfter, replayMaxPause), replayMinPause)
-		}
-		cursor = endAt.Add(scale(pause))
-		if !cursor.After(from) {
-			cursor = from.Add(time.Millisecond)
+		i++
+		cursor = next
+	}
+}
+
+// replayer is one client's replay in driveReplay: its typist, the speed
+// the recorded times are divided by, and the end of the run.
+type replayer struct {
+	ctx   context.Context
+	c     *client
+	tp    *typist.Typist
+	speed float64
+	end   time.Time
+	s     sleeper
+}
+
+// message types m from cursor on (its keystrokes, then its send or its
+// gap) and returns when the next message starts; false when the run ends
+// first.
+func (p *replayer) message(m keystrokes.Message, cursor time.Time) (time.Time, bool) {
+	base := m.Start()
+	for _, k := range m.Keys {
+		if !p.step(cursor.Add(p.scale(k.Press-base))) || !p.emit(p.tp.Keystroke(time.Now())) {
+			return time.Time{}, false
 		}
 	}
+	endAt := cursor.Add(p.scale(m.EndAt - base))
+	var pause time.Duration
+	if m.End == keystrokes.EndGap {
+		pause = min(m.GapAfter, replayMaxPause) // left alone: the idle stop shows
+	} else {
+		if m.End != keystrokes.EndSend {
+			endAt = endAt.Add(p.scale(replaySendDelay))
+		}
+		if !p.step(endAt) || !p.emit(p.tp.MessageSent(time.Now())) {
+			return time.Time{}, false
+		}
+		pause = max(min(m.GapAfter, replayMaxPause), replayMinPause)
+	}
+	next := endAt.Add(p.scale(pause))
+	if !next.After(cursor) {
+		next = cursor.Add(time.Millisecond)
+	}
+	return next, true
+}
+
+// scale divides a recorded duration by the replay speed.
+func (p *replayer) scale(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / p.speed)
+}
+
+// emit sends the typist's actions; false when a send fails.
+func (p *replayer) emit(acts []typist.Action) bool {
+	for _, a := range acts {
+		k := kindStop
+		switch a {
+		case typist.Start:
+			k = kindStart
+		case typist.Refresh:
+			k = kindRefresh
+		}
+		if p.c.send(k) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// step waits until at, ticking the typist at its deadlines meanwhile;
+// false when the run ends first.
+func (p *replayer) step(at time.Time) bool {
+	for {
+		d, ok := p.tp.Deadline()
+		if !ok || !d.Before(at) {
+			break
+		}
+		if !d.Before(p.end) || !p.s.until(p.ctx, d) {
+			return false
+		}
+		if !p.emit(p.tp.Tick(time.Now())) {
+			return false
+		}
+	}
+	return at.Before(p.end) && p.s.until(p.ctx, at)
 }

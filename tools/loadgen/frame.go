@@ -4,30 +4,22 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// event is the part of a server frame the load generator reads.
-type event struct {
-	Type   string `json:"type"`
-	Room   string `json:"room"`
-	User   string `json:"user"`
-	Reason string `json:"reason"`
-	Code   string `json:"code"`
-	ID     string `json:"id"`
-	TsMs   int64  `json:"ts_ms"`
-}
-
-// parseFrame reads a server frame. Room events (typing_start,
+// parseFrame reads a server frame: Type, Room, User, Reason, TsMs of a room
+// event, and the whole frame otherwise. Room events (typing_start,
 // typing_stop: flat objects, forwarded by the gateway exactly as the worker
 // published them) take a fast path that looks the few fields up without
 // decoding the whole object: the load generator reads every frame of every
 // connection on the same CPUs as the stack it measures, so its own cost is
 // kept small. Anything else, or a room event whose strings hold escapes,
 // goes through encoding/json.
-func parseFrame(b []byte) (event, bool) {
+func parseFrame(b []byte) (protocol.ServerFrame, bool) {
 	t, ok := stringField(b, `"type":"`)
 	if ok && (t == "typing_start" || t == "typing_stop") {
-		ev := event{Type: t}
+		ev := protocol.ServerFrame{Type: t}
 		var okRoom, okUser bool
 		ev.Room, okRoom = stringField(b, `"room":"`)
 		ev.User, okUser = stringField(b, `"user":"`)
@@ -39,9 +31,9 @@ func parseFrame(b []byte) (event, bool) {
 			return ev, true
 		}
 	}
-	var ev event
+	var ev protocol.ServerFrame
 	if err := json.Unmarshal(b, &ev); err != nil {
-		return event{}, false
+		return protocol.ServerFrame{}, false
 	}
 	return ev, true
 }

@@ -1,7 +1,10 @@
 package loadgen
 
 import (
+	"reflect"
 	"testing"
+
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // logOf builds a send log; times are ms (mono and wall alike).
@@ -95,19 +98,19 @@ func TestMatchStartAfterExpiry(t *testing.T) {
 func TestParseFrame(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want event
+		want protocol.ServerFrame
 	}{
 		{`{"v":1,"type":"typing_start","room":"r1","user":"u2","name":"U","ttl_ms":5000,"ts_ms":1764480000123}`,
-			event{Type: "typing_start", Room: "r1", User: "u2", TsMs: 1764480000123}},
+			protocol.ServerFrame{Type: "typing_start", Room: "r1", User: "u2", TsMs: 1764480000123}},
 		{`{"v":1,"type":"typing_stop","room":"r1","user":"u2","reason":"expired","ts_ms":5}`,
-			event{Type: "typing_stop", Room: "r1", User: "u2", Reason: "expired", TsMs: 5}},
+			protocol.ServerFrame{Type: "typing_stop", Room: "r1", User: "u2", Reason: "expired", TsMs: 5}},
 		{`{"v":1,"type":"typing_start","room":"a\"b","user":"u","ts_ms":5}`, // escapes: encoding/json
-			event{Type: "typing_start", Room: `a"b`, User: "u", TsMs: 5}},
-		{`{"type":"joined","room":"r","typing":[{"user":"x"}],"id":"j"}`, event{Type: "joined", Room: "r", ID: "j"}},
-		{`{"type":"error","code":"rate_limited","message":"m","room":"r"}`, event{Type: "error", Code: "rate_limited", Room: "r"}},
+			protocol.ServerFrame{V: 1, Type: "typing_start", Room: `a"b`, User: "u", TsMs: 5}},
+		{`{"type":"joined","room":"r","typing":[{"user":"x"}],"id":"j"}`, protocol.ServerFrame{Type: "joined", Room: "r", ID: "j", Typing: []protocol.Typist{{User: "x"}}}},
+		{`{"type":"error","code":"rate_limited","message":"m","room":"r"}`, protocol.ServerFrame{Type: "error", Code: "rate_limited", Message: "m", Room: "r"}},
 	} {
 		got, ok := parseFrame([]byte(tc.in))
-		if !ok || got != tc.want {
+		if !ok || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("parseFrame(%s) = %+v, %v; want %+v", tc.in, got, ok, tc.want)
 		}
 	}

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -33,67 +34,99 @@ func run() int {
 	if buildinfo.HandleFlag("ellipsis-demo", os.Args[1:], os.Stdout) {
 		return 0
 	}
-	fs := flag.NewFlagSet("ellipsis-demo", flag.ContinueOnError)
-	var (
-		url      = fs.String("url", demo.DefaultURL, "the gateway's WebSocket endpoint")
-		room     = fs.String("room", demo.DefaultRoom, "room the users join")
-		speed    = fs.Float64("speed", 1, "replay speed factor for the recorded typing (2 = twice as fast); client timers stay real time")
-		duration = fs.Duration("duration", demo.DefaultDuration, "how long the users type (0 with -messages: until done)")
-		messages = fs.Int("messages", 0, "messages each user sends before stopping (0: no limit)")
-		token    = fs.String("token", "", "JWTs, comma-separated, one per user in the order alice,bob,carol (ELLIPSIS_AUTH=jwt)")
-		secret   = fs.String("jwt-secret", "", "mint HS256 tokens with the stack's secret (default $ELLIPSIS_JWT_SECRET)")
-		data     = fs.String("keystrokes", "", "replay sessions from this keystroke CSV instead of the embedded sample (e.g. the full neuroqwerty_controls_keystrokes.csv)")
-		verbose  = fs.Bool("v", false, "also print every typing frame a user sends")
-	)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
+	f, err := parseFlags(os.Args[1:])
+	if err == flag.ErrHelp {
+		return 0
+	} else if err != nil {
 		return 2
 	}
-	if *secret == "" { // not the flag's default: -h would print it
-		*secret = os.Getenv("ELLIPSIS_JWT_SECRET")
+	opts, err := f.options()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ellipsis-demo:", err)
+		return 2
 	}
-	durationSet := false
-	fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
+	if *f.data != "" {
+		if opts.Sessions, err = keystrokes.Load(*f.data); err != nil {
+			fmt.Fprintln(os.Stderr, "ellipsis-demo:", err)
+			return 1
+		}
+	}
+	return play(opts)
+}
+
+// flags are the command line.
+type flags struct {
+	url, room, token, secret, data *string
+	speed                          *float64
+	duration                       *time.Duration
+	durationSet                    bool
+	messages                       *int
+	verbose                        *bool
+}
+
+// parseFlags parses args; the error is flag.ErrHelp for -h. An empty
+// -jwt-secret takes $ELLIPSIS_JWT_SECRET (not as the flag's default: -h
+// would print it).
+func parseFlags(args []string) (*flags, error) {
+	fs := flag.NewFlagSet("ellipsis-demo", flag.ContinueOnError)
+	f := &flags{
+		url:      fs.String("url", demo.DefaultURL, "the gateway's WebSocket endpoint"),
+		room:     fs.String("room", demo.DefaultRoom, "room the users join"),
+		speed:    fs.Float64("speed", 1, "replay speed factor for the recorded typing (2 = twice as fast); client timers stay real time"),
+		duration: fs.Duration("duration", demo.DefaultDuration, "how long the users type (0 with -messages: until done)"),
+		messages: fs.Int("messages", 0, "messages each user sends before stopping (0: no limit)"),
+		token:    fs.String("token", "", "JWTs, comma-separated, one per user in the order alice,bob,carol (ELLIPSIS_AUTH=jwt)"),
+		secret:   fs.String("jwt-secret", "", "mint HS256 tokens with the stack's secret (default $ELLIPSIS_JWT_SECRET)"),
+		data:     fs.String("keystrokes", "", "replay sessions from this keystroke CSV instead of the embedded sample (e.g. the full neuroqwerty_controls_keystrokes.csv)"),
+		verbose:  fs.Bool("v", false, "also print every typing frame a user sends"),
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *f.secret == "" {
+		*f.secret = os.Getenv("ELLIPSIS_JWT_SECRET")
+	}
+	fs.Visit(func(fl *flag.Flag) { f.durationSet = f.durationSet || fl.Name == "duration" })
+	return f, nil
+}
+
+// options turns the flags into demo.Options: -messages without -duration
+// is bounded by the messages only; -speed must be positive; -token holds
+// one token per default user.
+func (f *flags) options() (demo.Options, error) {
 	opts := demo.Options{
-		URL:       *url,
-		Room:      *room,
-		Speed:     *speed,
-		Duration:  *duration,
-		Messages:  *messages,
-		JWTSecret: *secret,
-		Verbose:   *verbose,
+		URL:       *f.url,
+		Room:      *f.room,
+		Speed:     *f.speed,
+		Duration:  *f.duration,
+		Messages:  *f.messages,
+		JWTSecret: *f.secret,
+		Verbose:   *f.verbose,
 		Out:       os.Stdout,
 	}
-	if *messages > 0 && !durationSet {
-		opts.Duration = 0 // bounded by -messages only
+	if *f.messages > 0 && !f.durationSet {
+		opts.Duration = 0
 	}
-	if *speed <= 0 {
-		fmt.Fprintln(os.Stderr, "ellipsis-demo: -speed must be positive")
-		return 2
+	if *f.speed <= 0 {
+		return opts, errors.New("-speed must be positive")
 	}
-	if *token != "" {
+	if *f.token != "" {
 		users := demo.DefaultUsers()
-		toks := strings.Split(*token, ",")
+		toks := strings.Split(*f.token, ",")
 		if len(toks) != len(users) {
-			fmt.Fprintf(os.Stderr, "ellipsis-demo: -token needs %d tokens (alice,bob,carol), got %d\n", len(users), len(toks))
-			return 2
+			return opts, fmt.Errorf("-token needs %d tokens (alice,bob,carol), got %d", len(users), len(toks))
 		}
 		opts.Tokens = map[string]string{}
 		for i, u := range users {
 			opts.Tokens[u.ID] = strings.TrimSpace(toks[i])
 		}
 	}
-	if *data != "" {
-		s, err := keystrokes.Load(*data)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "ellipsis-demo:", err)
-			return 1
-		}
-		opts.Sessions = s
-	}
+	return opts, nil
+}
 
+// play runs the demo until done or interrupted, prints the summary, and
+// returns the exit code: 1 on failure, 130 when interrupted.
+func play(opts demo.Options) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()

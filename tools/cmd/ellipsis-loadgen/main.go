@@ -34,10 +34,7 @@ import (
 	"syscall"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/ellipsis-chat/ellipsis/shared/buildinfo"
-	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/logging"
 	"github.com/ellipsis-chat/ellipsis/tools/keystrokes"
 	"github.com/ellipsis-chat/ellipsis/tools/loadgen"
@@ -53,166 +50,102 @@ func run(args []string) int {
 	if buildinfo.HandleFlag("ellipsis-loadgen", args, os.Stdout) {
 		return 0
 	}
-	fs := flag.NewFlagSet("ellipsis-loadgen", flag.ContinueOnError)
-	var (
-		urls        = fs.String("url", loadgen.DefaultURL, "gateway WebSocket endpoints, comma-separated (ignored with -stack; -system centrifugo: default "+loadgen.DefaultCentrifugoURL+")")
-		system      = fs.String("system", loadgen.SystemEllipsis, "system under test: ellipsis (its gateways) or centrifugo (Centrifugo v6, JSON protocol over WebSocket; needs -jwt-secret, its client.token.hmac_secret_key)")
-		cfNamespace = fs.String("centrifugo-namespace", loadgen.DefaultCentrifugoNamespace, "-system centrifugo: the channel namespace of the rooms (room R is channel <namespace>:R)")
-		cpuPIDs     = fs.String("cpu-pids", "", "comma-separated pids of the system's server processes (gateway, worker, NATS, Redis; or Centrifugo and its Redis): their CPU time over the run, per state change")
-		compare     = fs.String("compare", "", "ELLIPSIS.json,CENTRIFUGO.json: print the peer table of two runs' -json outputs (no run); -json writes the pair with the ratios")
-		loadName    = fs.String("load", "custom", "-compare: the load's name in the table (L1, L2, L3)")
-		mode        = fs.String("mode", loadgen.ModeRate, "rate (fixed rate of state changes), replay (real keystrokes through the SDK timers) or idle (connect, join, send nothing)")
-		conns       = fs.Int("conns", loadgen.DefaultConns, "connections to open (one user each)")
-		rooms       = fs.Int("rooms", loadgen.DefaultRooms, "rooms to spread them over (connection i joins room i % rooms)")
-		rate        = fs.Float64("rate", loadgen.DefaultRate, "rate mode: typing state changes per second, all connections together")
-		share       = fs.Float64("typing-share", 1, "fraction of connections that type; the others only listen")
-		duration    = fs.Duration("duration", loadgen.DefaultDuration, "how long typing is driven (idle: how long connections stay open)")
-		settle      = fs.Duration("settle", loadgen.DefaultSettle, "keep reading at least this long after the last send (then while deliveries are missing and frames still arrive)")
-		settleMax   = fs.Duration("settle-max", loadgen.DefaultSettleMax, "keep reading at most this long after the last send")
-		ksPath      = fs.String("keystrokes", "", "replay mode: keystroke CSV (default: tools/keystrokes/data/neuroqwerty_controls_keystrokes.csv in the repository, else the embedded sample)")
-		speed       = fs.Float64("speed", 1, "replay mode: divide recorded keystroke times by this (client timers stay real time)")
-		spread      = fs.Duration("spread", loadgen.DefaultReplaySpread, "replay mode: clients start typing within this window")
-		seed        = fs.Uint64("seed", 1, "replay mode: random seed (first message, start offset)")
-		secret      = fs.String("jwt-secret", "", "mint HS256 tokens with the gateway's secret (ELLIPSIS_AUTH=jwt); default $ELLIPSIS_JWT_SECRET")
-		dialTimeout = fs.Duration("dial-timeout", loadgen.DefaultDialTimeout, "bound on each handshake and join")
-		dialConc    = fs.Int("dial-concurrency", loadgen.DefaultDialConcurrency, "handshakes in flight at once")
-		sourceIPs   = fs.Int("source-ips", loadgen.DefaultSourceIPs, "spread connections to a loopback target over this many source addresses 127.0.0.1..N (-1: kernel's choice)")
-		rssPID      = fs.Int("rss-pid", 0, "watch this process (the gateway, or the stack) in /proc: RSS before, during and after (bytes per connection), and CPU time over the run (per state change, per frame)")
-		stack       = fs.Bool("stack", false, "start an in-process stack (gateway + worker, embedded NATS, Redis on 127.0.0.1:6379 or embedded) with unique prefixes and target it; ELLIPSIS_* variables configure it")
-		jsonOut     = fs.String("json", "", "also write the summary as JSON to this file")
-		quiet       = fs.Bool("q", false, "no progress lines")
-		verbose     = fs.Bool("v", false, "log the stack and failed connections (stderr)")
-		remote      = fs.Bool("allow-remote", false, "allow targets that are not loopback addresses")
-		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of this process (with -stack: the stack too) to this file")
-		scrape      = fs.String("scrape", "", "at the end of the run, connections still open, print the Go runtime and process lines of this /metrics URL (the gateway's admin /metrics)")
-		memProfile  = fs.String("memprofile", "", "write a heap profile of this process (with -stack: the stack too) to this file at the end of the run, connections still open")
-	)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: ellipsis-loadgen [flags]\n\nOpens -conns WebSocket connections over -rooms rooms, drives typing, and measures end-to-end latency.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	f, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	} else if err != nil {
 		return 2
 	}
-	if *secret == "" { // not the flag's default: -h would print it
-		*secret = os.Getenv("ELLIPSIS_JWT_SECRET")
+	if *f.compare != "" {
+		return comparePeers(*f.compare, *f.loadName, *f.jsonOut)
 	}
-	if *compare != "" {
-		return comparePeers(*compare, *loadName, *jsonOut)
-	}
-	urlSet := false
-	fs.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "url" })
-	if *system == loadgen.SystemCentrifugo && !urlSet {
-		*urls = loadgen.DefaultCentrifugoURL
-	}
-	pids, err := parsePIDs(*cpuPIDs)
+	opts, err := f.options()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -cpu-pids: %v\n", err)
+		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: %v\n", err)
 		return 2
 	}
-	opts := loadgen.Options{
-		System: *system, CentrifugoNamespace: *cfNamespace, CPUPIDs: pids,
-		URLs: splitList(*urls), Mode: *mode, Conns: *conns, Rooms: *rooms, Rate: *rate, TypingShare: *share,
-		Duration: *duration, Settle: *settle, SettleMax: *settleMax, Speed: *speed, ReplaySpread: *spread, Seed: *seed,
-		JWTSecret: *secret, DialTimeout: *dialTimeout, DialConcurrency: *dialConc, SourceIPs: *sourceIPs,
-		RSSPID: *rssPID, Stack: *stack,
-	}
-	if !*quiet {
-		opts.Progress = os.Stdout
-	}
-	if *speed <= 0 || *rate <= 0 || *share <= 0 || *duration <= 0 {
-		fmt.Fprintln(os.Stderr, "ellipsis-loadgen: -speed, -rate, -typing-share and -duration must be positive")
-		return 2
-	}
-	if !*stack && !*remote {
-		for _, u := range opts.URLs {
-			if err := checkLoopback(u); err != nil {
-				fmt.Fprintf(os.Stderr, "ellipsis-loadgen: %v (pass -allow-remote to load another machine)\n", err)
-				return 2
-			}
-		}
-	}
-	if *verbose {
+	if *f.verbose {
 		log, err := logging.New("warn", "console")
 		if err == nil {
 			opts.Logger = log
 			defer log.Sync() //nolint:errcheck
 		}
 	}
-	if *stack {
-		cfg, err := config.Load(nil, nil, os.LookupEnv, config.Dev())
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: stack configuration: %v\n", err)
-			return 2
-		}
-		if !cfg.IsSet("ELLIPSIS_LOG_LEVEL") {
-			cfg.LogLevel = "warn"
-		}
-		opts.StackConfig = &cfg
-		if opts.Logger == nil {
-			opts.Logger = zap.NewNop()
-		}
-	}
-	if *mode == loadgen.ModeReplay {
-		sessions, src, err := loadKeystrokes(*ksPath)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: %v\n", err)
-			return 2
-		}
-		opts.Keystrokes, opts.KeystrokesSource = sessions, src
+	if err := f.stackAndReplay(&opts); err != nil {
+		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: %v\n", err)
+		return 2
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if *f.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*f.cpuProfile)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -cpuprofile: %v\n", err)
 			return 2
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -cpuprofile: %v\n", err)
-			return 2
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
-	var before []func()
-	if *scrape != "" {
-		before = append(before, func() { printRuntimeMetrics(*scrape) })
-	}
-	if *memProfile != "" {
-		before = append(before, func() {
-			runtime.GC() // up-to-date live heap
-			f, err := os.Create(*memProfile)
-			if err == nil {
-				err = pprof.WriteHeapProfile(f)
-				f.Close()
-			}
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -memprofile: %v\n", err)
-			}
-		})
-	}
-	if len(before) > 0 {
-		opts.BeforeClose = func() {
-			for _, f := range before {
-				f()
-			}
-		}
-	}
+	opts.BeforeClose = f.beforeClose()
 	res, err := loadgen.Run(ctx, opts)
+	return report(res, err, *f.jsonOut)
+}
+
+// startCPUProfile writes a CPU profile of this process to path until the
+// returned stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// beforeClose is what runs at the end of the run, connections still open:
+// the -scrape lines and the -memprofile heap profile; nil for neither.
+func (f *flags) beforeClose() func() {
+	var before []func()
+	if *f.scrape != "" {
+		before = append(before, func() { printRuntimeMetrics(*f.scrape) })
+	}
+	if *f.memProfile != "" {
+		before = append(before, func() { writeHeapProfile(*f.memProfile) })
+	}
+	if len(before) == 0 {
+		return nil
+	}
+	return func() {
+		for _, fn := range before {
+			fn()
+		}
+	}
+}
+
+// writeHeapProfile writes a heap profile of the live heap to path.
+func writeHeapProfile(path string) {
+	runtime.GC() // up-to-date live heap
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.WriteHeapProfile(f)
+		f.Close()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -memprofile: %v\n", err)
+	}
+}
+
+// report prints the summary table of res and writes its JSON to jsonOut
+// (when set), and returns the exit code: 1 when the run or the write
+// failed.
+func report(res *loadgen.Result, err error, jsonOut string) int {
 	if res != nil {
 		res.WriteTable(os.Stdout)
-		if *jsonOut != "" {
-			b, _ := json.MarshalIndent(res, "", "  ")
-			if werr := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); werr != nil {
-				fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -json: %v\n", werr)
-				return 1
-			}
+		if jsonOut != "" && !writeJSON(jsonOut, res) {
+			return 1
 		}
 	}
 	if err != nil {
@@ -256,14 +189,21 @@ func comparePeers(files, load, out string) int {
 	}
 	peers := loadgen.ComparePeers(load, res[0], res[1])
 	peers.WriteTable(os.Stdout)
-	if out != "" {
-		b, _ := json.MarshalIndent(peers, "", "  ")
-		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -json: %v\n", err)
-			return 1
-		}
+	if out != "" && !writeJSON(out, peers) {
+		return 1
 	}
 	return 0
+}
+
+// writeJSON writes v as indented JSON to path (-json); false, said on
+// stderr, when it cannot.
+func writeJSON(path string, v any) bool {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -json: %v\n", err)
+		return false
+	}
+	return true
 }
 
 func splitList(s string) []string {
