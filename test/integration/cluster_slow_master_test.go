@@ -75,7 +75,7 @@ func TestClusterSlowMasterDoesNotDelayOtherShards(t *testing.T) {
 	var fastRooms []string
 	for k := 0; (slowRoom == "" || len(fastRooms) < 4) && k < 10000; k++ {
 		room := fmt.Sprintf("sm%d", k)
-		o := owner(n.RoomKey(room))
+		o := owner(n.UsersKey(room))
 		switch {
 		case o == slow && slowRoom == "":
 			slowRoom = room
@@ -197,7 +197,7 @@ func TestClusterSlowMasterDoesNotDelayOtherShards(t *testing.T) {
 			pub(protocol.Command{Op: protocol.OpStart, Room: room, User: user, Conn: fastConns[i], Seq: uint64(2 + round)})
 			if !waitStart(room, user, bound) {
 				t.Fatalf("round %d: the start of %s in %s (master %d) took over %v while master %d is delayed by %v",
-					round, user, room, owner(n.RoomKey(room)), bound, slow, delay)
+					round, user, room, owner(n.UsersKey(room)), bound, slow, delay)
 			}
 			t.Logf("round %d %s: %v", round, room, time.Since(sent).Round(time.Millisecond))
 		}

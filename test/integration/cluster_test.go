@@ -184,7 +184,7 @@ func roomsOnEveryMaster(t *testing.T, rc *clusterenv.RedisCluster, prefix, suffi
 	var rooms []string
 	for k := 0; len(rooms) < 3*perMaster && k < 10000; k++ {
 		room := fmt.Sprintf("c%d:%s", k, suffix)
-		owner := rc.Owner(t, clusterenv.SlotOf(n.RoomKey(room)))
+		owner := rc.Owner(t, clusterenv.SlotOf(n.UsersKey(room)))
 		if count[owner] < perMaster {
 			count[owner]++
 			rooms = append(rooms, room)

@@ -540,7 +540,7 @@ func BenchmarkMemoryPerTypist(b *testing.B) {
 			pipe := p.rdb.Pipeline()
 			exp := float64(time.Now().Add(5 * time.Second).UnixMilli())
 			for i := range total {
-				pipe.ZAdd(ctx, n.RoomKey(fmt.Sprintf("room-%06d", i/perRoom)), redis.Z{Score: exp, Member: fmt.Sprintf("user-%06d", i)})
+				pipe.ZAdd(ctx, n.UsersKey(fmt.Sprintf("room-%06d", i/perRoom)), redis.Z{Score: exp, Member: fmt.Sprintf("user-%06d", i)})
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				b.Fatal(err)

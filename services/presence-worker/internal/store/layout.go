@@ -52,7 +52,7 @@ func (zsetLayout) typistKey(_ names.Names, _, _, userKey string) string { return
 func (zsetLayout) typistPrefix(names.Names, string) string              { return "" }
 
 func (l zsetLayout) snapshot(ctx context.Context, st *redisStore, room string, limit int) (protocol.Snapshot, error) {
-	call := scriptCall{st.lua.snapshot, []string{UsersKey(l.n, room)}, []any{userKeyPrefix(l.n, room), limit}}
+	call := scriptCall{st.lua.snapshot, []string{l.n.UsersKey(room)}, []any{l.n.UserKeyPrefix(room), limit}}
 	res, errs := st.eval(ctx, scriptSnapshot, []scriptCall{call})
 	if err := errs[0]; err != nil {
 		return protocol.Snapshot{}, snapshotFailed(err)
@@ -124,7 +124,7 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 	err = st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
 		pipe := st.rdb.Pipeline()
 		now = pipe.Time(ctx)
-		scores = pipe.ZMScore(ctx, UsersKey(l.n, room), eusers...)
+		scores = pipe.ZMScore(ctx, l.n.UsersKey(room), eusers...)
 		_, err := pipe.Exec(ctx)
 		return err
 	})
@@ -155,7 +155,7 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 	// reading that many in id order finds the first limit live ones, and
 	// heldReadMax more finds shown ones past held ones and counts those.
 	first := limit + unsure + heldReadMax
-	prefix := userKeyPrefix(l.n, room)
+	prefix := l.n.UserKeyPrefix(room)
 	err = st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
 		pipe := st.rdb.Pipeline()
 		for i := range ts {
