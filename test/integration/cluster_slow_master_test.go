@@ -17,7 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/test/clusterenv"
 )
 
-// Issue 13 item 6 on a real Redis Cluster: one master is reached through a
+// A slow master on a real Redis Cluster: one master is reached through a
 // TCP proxy that delays every chunk by 500 ms (the master announces the
 // proxy's port, so every Cluster client, the worker's too, goes through
 // it). A worker process gets a flood of commands for a room on that master,

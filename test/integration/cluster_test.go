@@ -11,7 +11,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/test/clusterenv"
 )
 
-// Issue #8: Ellipsis on a 3-master Redis Cluster (sharded Pub/Sub, the
+// Ellipsis on a 3-master Redis Cluster (sharded Pub/Sub, the
 // default there) and a 3-node NATS cluster, with two gateway and two worker
 // processes. The typing scenarios run over rooms spread on every master;
 // then a room's hash slot moves to another master (the gateways follow),

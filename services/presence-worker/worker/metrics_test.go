@@ -10,7 +10,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Issue 12 item 9: labels taken from NATS payloads stay in fixed sets,
+// Labels taken from NATS payloads stay in fixed sets,
 // whatever a publisher sends.
 func TestLabelsAreBounded(t *testing.T) {
 	m, err := newMetrics(prometheus.NewRegistry(), false)
