@@ -17,7 +17,10 @@
 //     services' mains (-version, configuration, logger, signals, graceful
 //     shutdown, exit codes).
 //   - [github.com/ellipsis-chat/ellipsis/shared/natsconn]: the services' one
-//     NATS connection setup and credentials (.creds, NKey, mutual TLS).
+//     NATS connection setup and credentials (.creds, NKey, mutual TLS), and
+//     their NATS metric pair (nats_errors_total, nats_connected).
+//   - [github.com/ellipsis-chat/ellipsis/shared/promreg]: Prometheus
+//     registration, refusing or reusing a duplicate collector.
 //
 // The module never imports a service.
 package shared
