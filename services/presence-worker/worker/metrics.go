@@ -67,25 +67,23 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 // newStoreMetrics builds the store's collectors and adds them to set.
 func newStoreMetrics(set *promreg.Set) store.Metrics {
 	const ns, sub = metricNamespace, metricSubsystem
+	counter := func(name, help string) prometheus.Counter {
+		return promreg.Add(set, prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help}))
+	}
 	return store.Metrics{
 		ScriptDuration: promreg.Add(set, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "script_duration_seconds",
 			Help:    "Round trip of one Lua script call (or one pipeline of them) to Redis, retries included, by script.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"script"})),
-		ExpiredStops: promreg.Add(set, prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "expired_stops_total",
-			Help: "typing_stop events published by this worker's sweeper: expiries, and stops whose publication the event rate limit deferred.",
-		})),
+		ExpiredStops: counter("expired_stops_total",
+			"typing_stop events published by this worker's sweeper: expiries, and stops whose publication the event rate limit deferred."),
 		SweepLag: promreg.Add(set, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "sweep_lag_seconds",
 			Help:    "How late a due room was swept: Redis TIME at the sweep minus the room's due time in the sweep index.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		})),
-		RedisErrors: promreg.Add(set, prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
-			Help: "Failed Redis calls, each failed attempt counted (retried or not).",
-		})),
+		RedisErrors: counter("redis_errors_total", "Failed Redis calls, each failed attempt counted (retried or not)."),
 		EventsPublished: promreg.Add(set, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "events_published_total",
 			Help: "Room events published on Redis Pub/Sub, by type (typing_start, typing_stop).",
