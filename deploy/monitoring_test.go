@@ -125,7 +125,7 @@ func TestAlertingRulesParseAndAreComplete(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no rules")
 	}
-	// The alerts issue 16 asks for, by what they watch.
+	// The alerts an operator needs, by what they watch.
 	for _, want := range []string{"EllipsisSweepLagHigh", "EllipsisPubSubLinkDown", "EllipsisSlowConsumerCloses",
 		"EllipsisDeliveryDelayHigh", "EllipsisTargetDown", "EllipsisServiceAbsent", "EllipsisNATSDisconnected", "EllipsisCommandErrors"} {
 		if !seen[want] {
@@ -352,7 +352,7 @@ var labelValues = regexp.MustCompile(`^label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]
 
 // The dashboard is a current Grafana model whose every query names its
 // data source through the datasource variable (no uid of one Grafana
-// baked in), parses as PromQL, and which has the panels issue 16 asks for.
+// baked in), parses as PromQL, and which has the panels an operator needs (docs/metrics.md).
 func TestDashboardIsCompleteAndPortable(t *testing.T) {
 	d := readDashboard(t)
 	if d.UID == "" || d.Title == "" {

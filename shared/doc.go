@@ -17,10 +17,13 @@
 //     services' mains (-version, configuration, logger, signals, graceful
 //     shutdown, exit codes).
 //   - [github.com/ellipsis-chat/ellipsis/shared/natsconn]: the services' one
-//     NATS connection setup and credentials (.creds, NKey, mutual TLS).
+//     NATS connection setup and credentials (.creds, NKey, mutual TLS), and
+//     their NATS metric pair (nats_errors_total, nats_connected).
 //   - [github.com/ellipsis-chat/ellipsis/shared/jwksurl]: where a JWKS may be
 //     fetched from (https, or http to a loopback host), for config's
 //     ELLIPSIS_JWKS_URL and the gateway's redirects.
+//   - [github.com/ellipsis-chat/ellipsis/shared/promreg]: Prometheus
+//     registration, refusing or reusing a duplicate collector.
 //
 // The module never imports a service.
 package shared

@@ -8,7 +8,7 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// Issue 12 item 7 against control frames: unsolicited WebSocket pongs
+// The inbound limit against control frames: unsolicited WebSocket pongs
 // (RFC 6455 section 5.5.3 allows them) cost the gateway a read-deadline
 // update each and must count against the inbound limit like data frames
 // and pings, or a client could flood them forever. At 200 pongs/s the

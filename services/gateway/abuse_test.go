@@ -109,7 +109,7 @@ send:
 	return r
 }
 
-// Issue 12 item 7, over real WebSockets with the default limits (20
+// Over real WebSockets with the default limits (20
 // frames/s, burst 40, ELLIPSIS_INBOUND_MAX_REJECTED 50): a flood at 100
 // frames/s is closed with 1008 within 10 s, a client at 25 frames/s within
 // 30 s, one at 19 frames/s never; at most one rate_limited error frame per

@@ -68,7 +68,7 @@ func (p *idp) setHang() {
 	p.hang = true
 }
 
-// Item 4 of issue 15: keys from ELLIPSIS_JWKS_URL over TLS with a custom
+// Keys from ELLIPSIS_JWKS_URL over TLS with a custom
 // CA; a rotated-in kid works at once, and while the URL serves garbage
 // or hangs the last good keys keep working and failures are counted.
 func TestJWKSURL(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// Issue 12 item 9 from outside: clients close with every kind of code
+// Label values from outside: clients close with every kind of code
 // (application codes, reserved and invalid ones, the largest uint16) and
 // send frames of made-up types; every label value on /metrics stays in
 // the fixed sets of internal/metrics/labels.go.

@@ -14,9 +14,9 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Issue 12 item 8, in process: Shutdown starts a lame duck. At once
+// The lame duck, in process: Shutdown starts a lame duck. At once
 // /readyz answers 503 and a new upgrade gets a 503 JSON error, while the
-// open connection is served as before (pong, typing commands) for
+// open connection is served normally (pong, typing commands) for
 // ELLIPSIS_LAME_DUCK; then it publishes its disconnect and is closed with
 // 1001. test/integration's TestGatewaySIGTERMDrains does the same through
 // SIGTERM to a gateway process, with a receiver on another gateway.

@@ -21,7 +21,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Issue #4, item 1: HS256 and RS256 / ES256 / EdDSA from a JWKS file, over
+// HS256 and RS256 / ES256 / EdDSA from a JWKS file, over
 // real handshakes: valid tokens of every alg connect as their sub, and
 // every invalid one gets a 401 JSON body naming the reason, before any
 // upgrade.

@@ -57,6 +57,3 @@ func (b *Backoff) Sleep(ctx context.Context) bool {
 
 // Reset starts over from Min (after a success).
 func (b *Backoff) Reset() { b.attempt = 0 }
-
-// Attempts is how many delays were taken since the last Reset.
-func (b *Backoff) Attempts() int { return b.attempt }

@@ -76,7 +76,7 @@ func (p *Proxy) Blackhole(on bool) {
 }
 
 // Cut resets every open connection (RST to the client, close to the
-// server). New connections are accepted as before.
+// server). New connections are still accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

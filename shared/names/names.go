@@ -3,13 +3,16 @@
 //
 // The layout is the one in docs/protocol.md ("Redis" and "NATS"):
 //
-//	typing:room:{enc(room)}                      sorted set, member enc(user):conn, score = expiry (unix ms, Redis TIME)
-//	typing:names:{enc(room)}                     hash enc(user) -> display name of a visible typist
-//	typing:seq:{enc(room)}:enc(conn)             string, last applied seq of a connection in the room
-//	throttle:typing:{enc(room)}:enc(user)        string, SET NX PX throttle (refresh fan-out window)
-//	typing:sweep:{s<k>}                          16 sorted sets (SweepBuckets), member enc(room), score = when the room is next due for an expiry sweep
-//	chat:room:{enc(room)}                        Pub/Sub channel of normalized room events
-//	typing:{enc(room)}:enc(user)                 seed pattern 1 (store "keys"): one TTL key per typist
+//	typing:user:{enc(room)}:enc(user)   hash, the user's state in the room (scripts/lib.lua)
+//	typing:users:{enc(room)}            sorted set, enc(user) -> latest expiry (unix ms, Redis TIME)
+//	typing:pending:{enc(room)}          sorted set, enc(user) -> when the sweeper settles a coalesced transition (unix ms)
+//	typing:gone:{enc(room)}             sorted set, conn -> when a reader's tombstone ends (unix ms)
+//	typing:goneseq:{enc(room)}          hash, conn -> the seq of a reader's tombstone
+//	typing:gonetyped:{enc(room)}        sorted set, conn -> when a typist's tombstone ends (unix ms)
+//	typing:gonetypedseq:{enc(room)}     hash, conn -> the seq of a typist's tombstone
+//	typing:sweep:{s<k>}                 16 sorted sets (SweepBuckets), member enc(room), score = when the room is next due for an expiry sweep
+//	typing:{enc(room)}:enc(user)        seed pattern 1 (store "keys"): one TTL key per typist
+//	chat:room:{enc(room)}               Pub/Sub channel of normalized room events
 //
 // Every key and channel of a room carries the room in a hash tag, so with
 // Redis Cluster a room's keys and channel share one hash slot. Keys and
@@ -157,31 +160,49 @@ func (n Names) SubjectPrefix() string { return n.subjectPrefix }
 // RoomTag returns "{enc(room)}", the hash tag shared by all of a room's keys.
 func RoomTag(room string) string { return "{" + Enc(room) + "}" }
 
-// RoomKey is the room's sorted set: "typing:room:{enc(room)}".
-func (n Names) RoomKey(room string) string {
-	return n.keyPrefix + "typing:room:" + RoomTag(room)
+// UserKeyPrefix is "typing:user:{enc(room)}:", what precedes enc(user) in
+// [Names.UserKey]; the sweep and snapshot scripts append enc(user)
+// themselves.
+func (n Names) UserKeyPrefix(room string) string {
+	return n.keyPrefix + "typing:user:" + RoomTag(room) + ":"
 }
 
-// RoomKeyPrefix is what precedes the hash tag in [Names.RoomKey]; the sweep
-// index stores enc(room) only, and this rebuilds the key.
-func (n Names) RoomKeyPrefix() string { return n.keyPrefix + "typing:room:" }
+// UserKey is the hash of user's state in room,
+// "typing:user:{enc(room)}:enc(user)": its connections' expiries and seq
+// records, display name, what receivers were last told, the refresh window
+// and the event rate limit (scripts/lib.lua).
+func (n Names) UserKey(room, user string) string { return n.UserKeyPrefix(room) + Enc(user) }
 
-// NamesKey is the room's hash of display names: "typing:names:{enc(room)}".
-func (n Names) NamesKey(room string) string {
-	return n.keyPrefix + "typing:names:" + RoomTag(room)
-}
+// UsersKey is the room's users sorted set, "typing:users:{enc(room)}":
+// member enc(user), score = the user's latest expiry (unix ms).
+func (n Names) UsersKey(room string) string { return n.roomKey("typing:users:", room) }
 
-// SeqKey holds the last applied seq of conn in room:
-// "typing:seq:{enc(room)}:enc(conn)".
-func (n Names) SeqKey(room, conn string) string {
-	return n.keyPrefix + "typing:seq:" + RoomTag(room) + ":" + Enc(conn)
-}
+// PendingKey is the room's held transitions, "typing:pending:{enc(room)}":
+// member enc(user), score = when the sweeper publishes the coalesced user's
+// final state (unix ms).
+func (n Names) PendingKey(room string) string { return n.roomKey("typing:pending:", room) }
 
-// ThrottleKey is the refresh fan-out throttle of user in room:
-// "throttle:typing:{enc(room)}:enc(user)".
-func (n Names) ThrottleKey(room, user string) string {
-	return n.keyPrefix + "throttle:typing:" + RoomTag(room) + ":" + Enc(user)
-}
+// GoneKey is "typing:gone:{enc(room)}", when the room's readers'
+// tombstones end (member conn, score unix ms): of connections that left it
+// or disconnected without a record in their user hash (scripts/lib.lua,
+// bury).
+func (n Names) GoneKey(room string) string { return n.roomKey("typing:gone:", room) }
+
+// GoneSeqKey is "typing:goneseq:{enc(room)}", the seq of each of the room's
+// readers' tombstones (field conn).
+func (n Names) GoneSeqKey(room string) string { return n.roomKey("typing:goneseq:", room) }
+
+// GoneTypedKey is "typing:gonetyped:{enc(room)}", when the room's typists'
+// tombstones end: of connections that had a record (a seq record or an
+// entry) in their user hash when they left or disconnected.
+func (n Names) GoneTypedKey(room string) string { return n.roomKey("typing:gonetyped:", room) }
+
+// GoneTypedSeqKey is "typing:gonetypedseq:{enc(room)}", the seq of each of
+// the room's typists' tombstones (field conn).
+func (n Names) GoneTypedSeqKey(room string) string { return n.roomKey("typing:gonetypedseq:", room) }
+
+// roomKey is the key prefix, kind and the room's hash tag.
+func (n Names) roomKey(kind, room string) string { return n.keyPrefix + kind + RoomTag(room) }
 
 // SweepBuckets is how many sorted sets the sweep index is split into. The
 // index cannot be one key: on Redis Cluster a key lives on one shard, and
@@ -251,11 +272,6 @@ func SweepBucket(room string) int {
 // end, above every due time) while a worker sweeps it. b must be in 0..SweepBuckets-1.
 func (n Names) SweepKey(b int) string { return n.keyPrefix + "typing:sweep:{" + sweepTags[b] + "}" }
 
-// LegacySweepKey is the one-key sweep index of Ellipsis before the buckets,
-// "typing:sweep": workers move what older workers still put there into the
-// buckets, so a rolling upgrade loses no expiry push.
-func (n Names) LegacySweepKey() string { return n.keyPrefix + "typing:sweep" }
-
 // SweepKeys is every sweep bucket key, index b = bucket b.
 func (n Names) SweepKeys() []string {
 	keys := make([]string, SweepBuckets)
@@ -294,9 +310,7 @@ func globEscape(s string) string {
 }
 
 // RoomChannel is the room's Pub/Sub channel: "chat:room:{enc(room)}".
-func (n Names) RoomChannel(room string) string {
-	return n.keyPrefix + "chat:room:" + RoomTag(room)
-}
+func (n Names) RoomChannel(room string) string { return n.roomKey("chat:room:", room) }
 
 // RoomFromChannel inverts [Names.RoomChannel]; ok is false for any other
 // string.
@@ -310,23 +324,6 @@ func (n Names) RoomFromChannel(channel string) (room string, ok bool) {
 		return "", false
 	}
 	return r, true
-}
-
-// Member is a room sorted-set member: "enc(user):conn". enc(user) has no ':',
-// so the first ':' separates user from conn, and conn may contain ':'.
-func Member(user, conn string) string { return Enc(user) + ":" + conn }
-
-// ParseMember inverts [Member].
-func ParseMember(m string) (user, conn string, err error) {
-	i := strings.IndexByte(m, ':')
-	if i < 0 {
-		return "", "", fmt.Errorf("%w: member %q has no ':'", ErrBadEncoding, m)
-	}
-	user, err = Dec(m[:i])
-	if err != nil {
-		return "", "", err
-	}
-	return user, m[i+1:], nil
 }
 
 // CommandSubject is where typing commands go: "<prefix>.typing.v1.cmd".

@@ -62,15 +62,18 @@ func BenchmarkRoomFromChannel(b *testing.B) {
 }
 
 // BenchmarkRoomKeys is the set of names one start command touches in the
-// zset store: room key, names key, seq key, throttle key, channel.
+// store: user key, users key, pending key, the four tombstone keys, channel.
 func BenchmarkRoomKeys(b *testing.B) {
 	n := New("prod:", "ellipsis")
 	b.ReportAllocs()
 	for b.Loop() {
-		sinkString = n.RoomKey("room-4711")
-		sinkString = n.NamesKey("room-4711")
-		sinkString = n.SeqKey("room-4711", "gw-a1b2c3d4:17")
-		sinkString = n.ThrottleKey("room-4711", "user-123456")
+		sinkString = n.UserKey("room-4711", "user-123456")
+		sinkString = n.UsersKey("room-4711")
+		sinkString = n.PendingKey("room-4711")
+		sinkString = n.GoneKey("room-4711")
+		sinkString = n.GoneSeqKey("room-4711")
+		sinkString = n.GoneTypedKey("room-4711")
+		sinkString = n.GoneTypedSeqKey("room-4711")
 		sinkString = n.RoomChannel("room-4711")
 	}
 }

@@ -70,18 +70,39 @@ func TestRoomNamesAreDistinctAndHashTagged(t *testing.T) {
 		}
 	}
 	for _, room := range contractIDs {
-		claim(n.RoomKey(room), "room "+room, room)
-		claim(n.NamesKey(room), "room "+room, room)
-		claim(n.RoomChannel(room), "room "+room, room)
+		for _, name := range roomNames(n, room) {
+			claim(name, "room "+room, room)
+		}
 		for _, user := range contractIDs {
 			pair := "pair " + room + "\x00" + user
-			claim(n.ThrottleKey(room, user), pair, room)
+			claim(n.UserKey(room, user), pair, room)
 			claim(n.TypistKey(room, user), pair, room)
-			claim(n.SeqKey(room, user), pair, room)
 		}
 	}
-	if n.ThrottleKey("a:b", "c") == n.ThrottleKey("a", "b:c") {
-		t.Fatal("throttle keys collide across the room/user boundary")
+	if n.UserKey("a:b", "c") == n.UserKey("a", "b:c") {
+		t.Fatal("user keys collide across the room/user boundary")
+	}
+}
+
+// roomNames are every key and the channel of room, one per kind.
+func roomNames(n Names, room string) []string {
+	return []string{n.UsersKey(room), n.PendingKey(room), n.GoneKey(room), n.GoneSeqKey(room),
+		n.GoneTypedKey(room), n.GoneTypedSeqKey(room), n.RoomChannel(room)}
+}
+
+func TestRoomNamesMatchTheContract(t *testing.T) {
+	n := New("p:", "")
+	want := []string{"p:typing:users:{room%3A42}", "p:typing:pending:{room%3A42}", "p:typing:gone:{room%3A42}",
+		"p:typing:goneseq:{room%3A42}", "p:typing:gonetyped:{room%3A42}", "p:typing:gonetypedseq:{room%3A42}",
+		"p:chat:room:{room%3A42}"}
+	if got := roomNames(n, "room:42"); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("room names %q, want %q (docs/protocol.md, \"Redis\")", got, want)
+	}
+	if got := n.UserKey("room:42", "a b"); got != "p:typing:user:{room%3A42}:a%20b" {
+		t.Errorf("UserKey = %q", got)
+	}
+	if got := n.TypistKey("room:42", "a b"); got != "p:typing:{room%3A42}:a%20b" {
+		t.Errorf("TypistKey = %q", got)
 	}
 }
 
@@ -105,16 +126,6 @@ func TestTypistPatternMatchesOnlyItsRoom(t *testing.T) {
 	p := n.TypistPattern("a*")
 	if !strings.HasPrefix(p, `k\*typing:{a%2A}:`) {
 		t.Fatalf("pattern %q does not escape the prefix or the room", p)
-	}
-}
-
-func TestMemberRoundTrip(t *testing.T) {
-	for _, user := range contractIDs {
-		m := Member(user, "gw-1:17")
-		u, c, err := ParseMember(m)
-		if err != nil || u != user || c != "gw-1:17" {
-			t.Errorf("ParseMember(Member(%q)) = %q, %q, %v", user, u, c, err)
-		}
 	}
 }
 
@@ -171,7 +182,7 @@ func hashTag(key string) string {
 }
 
 // FuzzNames checks, for any two (room, user) pairs, that every key, the
-// channel and the throttle of a pair hash on exactly enc(room) (so a room's
+// channel of a pair hash on exactly enc(room) (so a room's
 // names share one slot and ids cannot move them), that different pairs
 // never share a name, and that seed pattern 1's SCAN pattern for a room is
 // a literal prefix plus one trailing '*': it matches the keys of that room
@@ -188,7 +199,7 @@ func FuzzNames(f *testing.F) {
 		}
 		n := New("pre*fix[:", "")
 		keys := func(r, u string) []string {
-			return []string{n.RoomKey(r), n.NamesKey(r), n.SeqKey(r, u), n.ThrottleKey(r, u), n.TypistKey(r, u), n.RoomChannel(r)}
+			return append(roomNames(n, r), n.UserKey(r, u), n.TypistKey(r, u))
 		}
 		k1, k2 := keys(r1, u1), keys(r2, u2)
 		for i := range k1 {
@@ -196,7 +207,7 @@ func FuzzNames(f *testing.F) {
 			if tag := hashTag(k1[i]); tag != Enc(r1) {
 				t.Fatalf("%q hashes on %q, want enc(room) %q", k1[i], tag, Enc(r1))
 			}
-			same := r1 == r2 && (u1 == u2 || i < 2 || i == 5)
+			same := r1 == r2 && (u1 == u2 || i < len(k1)-2) // the last two are the pair's
 			if (k1[i] == k2[i]) != same {
 				t.Fatalf("names %q and %q for (%q,%q) and (%q,%q)", k1[i], k2[i], r1, u1, r2, u2)
 			}
@@ -251,7 +262,7 @@ func TestSweepBucketsCoLocateWithRooms(t *testing.T) {
 	}
 	for _, room := range []string{"a", "room:42", "general", "x{y}z"} {
 		b := SweepBucket(room)
-		if lo, hi := b*clusterSlots/SweepBuckets, (b+1)*clusterSlots/SweepBuckets; Slot(n.RoomKey(room)) < lo || Slot(n.RoomKey(room)) >= hi {
+		if lo, hi := b*clusterSlots/SweepBuckets, (b+1)*clusterSlots/SweepBuckets; Slot(n.UsersKey(room)) < lo || Slot(n.UsersKey(room)) >= hi {
 			t.Fatalf("room %q in bucket %d outside its slot range", room, b)
 		}
 	}

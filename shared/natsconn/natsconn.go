@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,73 +149,8 @@ func Connect(o Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := o.Log
-	if log == nil {
-		log = zap.NewNop()
-	}
-	onError := o.OnError
-	if onError == nil {
-		onError = func(string) {}
-	}
-	quiet := o.Quiet
-	if quiet == nil {
-		quiet = func() bool { return false }
-	}
-	rl := ratelog.New(log, logEvery)
-	c := &Conn{urls: o.URLs, log: log, rl: rl, closed: make(chan struct{})}
-	var closeOnce sync.Once
-	connected := func(msg string) func(*nats.Conn) {
-		return func(nc *nats.Conn) {
-			log.Info(msg, zap.String("url", RedactURL(nc.ConnectedUrl())), zap.String("server_id", nc.ConnectedServerId()))
-			if o.OnConnect != nil {
-				o.OnConnect(nc)
-			}
-		}
-	}
-	opts := []nats.Option{
-		nats.Name(o.Name),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.IgnoreAuthErrorAbort(),
-		nats.ReconnectWait(ReconnectWait),
-		nats.ReconnectJitter(ReconnectJitter, ReconnectJitterTLS),
-		nats.Timeout(ConnectTimeout),
-		nats.FlusherTimeout(FlusherTimeout),
-		nats.PingInterval(PingInterval),
-		nats.MaxPingsOutstanding(MaxPingsOut),
-		nats.ConnectHandler(connected("nats connected")),
-		nats.ReconnectHandler(connected("nats reconnected")),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err == nil || quiet() { // nil: closed on purpose
-				return
-			}
-			onError(KindDisconnect)
-			rl.Warn(KindDisconnect, "nats disconnected; reconnecting (logged at most once a minute)", zap.Error(err))
-		}),
-		nats.ClosedHandler(func(*nats.Conn) { closeOnce.Do(func() { close(c.closed) }) }),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			subject := ""
-			if sub != nil {
-				subject = sub.Subject
-			}
-			if errors.Is(err, nats.ErrSlowConsumer) {
-				onError(KindSlowConsumer)
-				pending := 0
-				if sub != nil {
-					pending, _, _ = sub.Pending()
-				}
-				rl.Warn(KindSlowConsumer, "nats slow consumer: messages dropped (logged at most once a minute)",
-					zap.String("subject", subject), zap.Int("pending", pending))
-				return
-			}
-			onError(KindAsync)
-			if IsAuthError(err) {
-				c.logAuth(err)
-				return
-			}
-			rl.Warn(KindAsync, "nats async error (logged at most once a minute)", zap.String("subject", subject), zap.Error(err))
-		}),
-	}
+	h := newHandlers(o)
+	opts := append(connOptions(o.Name), h.options()...)
 	if o.NoReconnectBuffer {
 		opts = append(opts, nats.ReconnectBufSize(-1))
 	}
@@ -226,9 +160,9 @@ func Connect(o Options) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsconn: connect to %s: %w", RedactURLs(strings.Join(o.URLs, ",")), scrub(err, o.URLs))
 	}
-	c.NC = nc
-	go c.watch() // ends when the connection is closed
-	return c, nil
+	h.c.NC = nc
+	go h.c.watch() // ends when the connection is closed
+	return h.c, nil
 }
 
 // logAuth logs (rate-limited) that the server refused the credentials.

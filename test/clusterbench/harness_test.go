@@ -215,7 +215,7 @@ func (s *stack) rooms(n int) ([]string, []int) {
 			s.tb.Fatalf("could not spread %d rooms over %d masters", n, s.shape.Masters)
 		}
 		room := fmt.Sprintf("bench-%d", k)
-		key := s.names.RoomKey(room)
+		key := s.names.UsersKey(room)
 		if clusterenv.SlotOf(key) != clusterenv.SlotOf(s.names.RoomChannel(room)) {
 			s.tb.Fatalf("room %q: key and channel in different slots", room)
 		}

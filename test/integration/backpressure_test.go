@@ -120,7 +120,7 @@ func joinRaw(t *testing.T, ws *websocket.Conn, room string) {
 	_ = ws.SetReadDeadline(time.Time{})
 }
 
-// Issue #3 item 9, gateway side. A client that never reads sits in a busy
+// Slow consumers, gateway side. A client that never reads sits in a busy
 // room next to fast ones. The gateway's Redis Pub/Sub reader hands events
 // to per-connection queues without ever waiting: the fast clients get every
 // event with low latency, the stuck one is closed with 1013 (and its

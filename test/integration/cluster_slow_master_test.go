@@ -17,7 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/test/clusterenv"
 )
 
-// Issue 13 item 6 on a real Redis Cluster: one master is reached through a
+// A slow master on a real Redis Cluster: one master is reached through a
 // TCP proxy that delays every chunk by 500 ms (the master announces the
 // proxy's port, so every Cluster client, the worker's too, goes through
 // it). A worker process gets a flood of commands for a room on that master,
@@ -75,7 +75,7 @@ func TestClusterSlowMasterDoesNotDelayOtherShards(t *testing.T) {
 	var fastRooms []string
 	for k := 0; (slowRoom == "" || len(fastRooms) < 4) && k < 10000; k++ {
 		room := fmt.Sprintf("sm%d", k)
-		o := owner(n.RoomKey(room))
+		o := owner(n.UsersKey(room))
 		switch {
 		case o == slow && slowRoom == "":
 			slowRoom = room
@@ -197,7 +197,7 @@ func TestClusterSlowMasterDoesNotDelayOtherShards(t *testing.T) {
 			pub(protocol.Command{Op: protocol.OpStart, Room: room, User: user, Conn: fastConns[i], Seq: uint64(2 + round)})
 			if !waitStart(room, user, bound) {
 				t.Fatalf("round %d: the start of %s in %s (master %d) took over %v while master %d is delayed by %v",
-					round, user, room, owner(n.RoomKey(room)), bound, slow, delay)
+					round, user, room, owner(n.UsersKey(room)), bound, slow, delay)
 			}
 			t.Logf("round %d %s: %v", round, room, time.Since(sent).Round(time.Millisecond))
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/test/clusterenv"
 )
 
-// Issue #8: Ellipsis on a 3-master Redis Cluster (sharded Pub/Sub, the
+// Ellipsis on a 3-master Redis Cluster (sharded Pub/Sub, the
 // default there) and a 3-node NATS cluster, with two gateway and two worker
 // processes. The typing scenarios run over rooms spread on every master;
 // then a room's hash slot moves to another master (the gateways follow),
@@ -184,7 +184,7 @@ func roomsOnEveryMaster(t *testing.T, rc *clusterenv.RedisCluster, prefix, suffi
 	var rooms []string
 	for k := 0; len(rooms) < 3*perMaster && k < 10000; k++ {
 		room := fmt.Sprintf("c%d:%s", k, suffix)
-		owner := rc.Owner(t, clusterenv.SlotOf(n.RoomKey(room)))
+		owner := rc.Owner(t, clusterenv.SlotOf(n.UsersKey(room)))
 		if count[owner] < perMaster {
 			count[owner]++
 			rooms = append(rooms, room)

@@ -12,7 +12,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Issue #3 item 5. A gateway is SIGKILLed while two of its users type:
+// A gateway is SIGKILLed while two of its users type:
 // it sends no disconnect, so their entries expire; receivers on the other
 // gateway see both stop within ttl + 1 s. The dead gateway's clients
 // reconnect to the other gateway and get a fresh snapshot on join.
@@ -85,7 +85,7 @@ func TestGatewayCrash(t *testing.T) {
 	}
 }
 
-// Issue #3 item 6. Three workers under load (typists on two gateways plus a
+// Three workers under load (typists on two gateways plus a
 // flood of commands from a platform service); one worker is SIGKILLed. The
 // others keep serving through the queue group (a new typist is shown at
 // once), and no typist outlives ttl + 1 s after its last command, even if

@@ -73,7 +73,7 @@ func httpTyping(t *testing.T, httpAddr, room, user string) (int, string, string)
 	return resp.StatusCode, sortedCSV(us...), body.Error.Message
 }
 
-// Issue #3 item 1. Alice types on a phone (gateway 0) and a laptop (gateway
+// Alice types on a phone (gateway 0) and a laptop (gateway
 // 1). A stop, a leave and a disconnect of the phone each leave her shown to
 // receivers on both gateways while the laptop types; the laptop's stop is
 // the one that publishes typing_stop, exactly once.
@@ -175,7 +175,7 @@ func TestMultiDeviceOneTypistAcrossGateways(t *testing.T) {
 	}
 }
 
-// Issue #3 item 3. A platform service publishes a stop without conn (the
+// A platform service publishes a stop without conn (the
 // user's message was posted): every connection of the user in that room is
 // cleared at once, with one typing_stop(stopped) and no later expired stop;
 // leave stops with reason left; disconnect with disconnected, in every

@@ -34,7 +34,7 @@ func checkOneExpiredStop(t *testing.T, v *view, since int, room string, users []
 	return worst
 }
 
-// Issue #3 item 4. Every worker sweeps. Twelve typists go silent at
+// Every worker sweeps. Twelve typists go silent at
 // staggered times while workers are stopped (SIGTERM), killed (SIGKILL) and
 // started during the expiry window: each typist yields exactly one
 // typing_stop(expired), within ttl + 1 s, on receivers of both gateways.
@@ -92,7 +92,7 @@ func TestExpiryExactlyOnceWhileWorkersChurn(t *testing.T) {
 	}
 }
 
-// Issue #3 item 4. The only worker dies while two users type; their entries
+// The only worker dies while two users type; their entries
 // expire while no worker runs (no stop can be pushed). A worker started
 // later sweeps them at once: each yields exactly one typing_stop(expired).
 func TestRestartedWorkerClearsExpiredEntries(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
 
-// Issue #4, item 7: every id of docs/protocol.md's examples ("Terms and ids") works end to end
+// Every id of docs/protocol.md's examples ("Terms and ids") works end to end
 // (gateway, NATS, worker, Redis, Pub/Sub) as a room and as a user, in both
 // stores; look-alike ids never share state, and glob characters never widen
 // seed pattern 1's SCAN ("a*b?c[d]" unescaped would match "aXbYcd", "a*"

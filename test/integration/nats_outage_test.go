@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Issue #3 item 8, as separate processes on a private NATS. While NATS is
+// A NATS outage, as separate processes on a private NATS. While NATS is
 // down: /readyz says so on both services, the gateway answers typing, sync
 // and join frames with error unavailable at once (no blocking, no silent
 // drop) and never publishes those commands later. Once NATS is back both

@@ -80,7 +80,7 @@ func startDelayProxy(t *testing.T, nc *nats.Conn, from, to string, maxDelay time
 	return p
 }
 
-// Issue #3 item 2. Three workers in the queue group, and a proxy that delays
+// Three workers in the queue group, and a proxy that delays
 // each command by a random 0–40 ms, so one connection's commands are applied
 // by different workers out of order. Over many start → stop (20 ms apart)
 // rounds a stale command never overrides a newer one: users whose last

@@ -11,7 +11,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
 )
 
-// Issue 12 items 3 and 4: the gateway and the worker reach a private Redis
+// The gateway and the worker reach a private Redis
 // through a fault proxy (shared/faultproxy) that the test freezes, cuts
 // and blackholes.
 

@@ -13,7 +13,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 )
 
-// Issue 12 items 4 and 6 under a flapping Redis path (frozen and thawed
+// Joins and leaves under a flapping Redis path (frozen and thawed
 // every 300 ms, frozen 1.2 s now and then, reset now and then) while clients join and leave rooms
 // with typists in them: no frame of a room reaches a client outside its
 // membership (before its joined, or after its left), every join is

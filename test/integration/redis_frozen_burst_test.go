@@ -9,7 +9,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
 )
 
-// Issue 12 item 3 for a client that (re)joins several rooms at once, as
+// Join answers for a client that (re)joins several rooms at once, as
 // the JS client does after a reconnect: with Redis frozen and the default
 // health PING settings, five joins of new rooms and a ping sent at once
 // on one connection are each answered (joined or unavailable) within

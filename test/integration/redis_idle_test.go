@@ -45,7 +45,7 @@ func subscriberIDs(t *testing.T, addr string) []string {
 	return ids
 }
 
-// Issue 12 item 4, through the whole gateway with its own Redis client
+// An idle Pub/Sub link, through the whole gateway with its own Redis client
 // settings and the default health PINGs: 50 joined rooms, 60 idle
 // seconds, and the gateway's Pub/Sub connection is the same one at the
 // end (CLIENT LIST ids on a private Redis): it was never redialed.

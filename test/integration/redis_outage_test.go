@@ -16,7 +16,7 @@ func isPushedSnapshot(room string) func(frame) bool {
 	return func(f frame) bool { return f.Type == "typing" && f.ID == "" && f.Room == room }
 }
 
-// Issue #3 item 7, as separate processes. A private Redis is killed while a
+// A Redis outage, as separate processes. A private Redis is killed while a
 // user types and restarted a second later: both services report it on
 // /readyz and in their logs, the workers retry with backoff and count the
 // failures, and once Redis is back the gateway has resubscribed its rooms
@@ -89,7 +89,7 @@ func TestRedisOutageAndRestart(t *testing.T) {
 	}
 }
 
-// Issue #3 item 7, in process, so goroutines can be counted: ten Redis
+// Redis outages in process, so goroutines can be counted: ten Redis
 // outages in a row, each followed by the resync push and a working
 // keystroke path; afterwards the process has no more goroutines than
 // after the first. Not parallel: runtime.NumGoroutine counts the whole

@@ -19,10 +19,10 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Issue 12 item 8 (and issue #3 item 10), gateway. SIGTERM to a gateway
+// Gateway shutdown. SIGTERM to a gateway
 // with twelve clients starts its lame duck: at once /readyz is 503 and new
 // upgrades are refused (503, JSON error), while its connections are served
-// as before for ELLIPSIS_LAME_DUCK (3 s, the default): a ping is answered
+// normally for ELLIPSIS_LAME_DUCK (3 s, the default): a ping is answered
 // and a typing_start reaches a receiver on another gateway. Then the
 // clients are closed with 1001 spread over ELLIPSIS_SHUTDOWN_DRAIN (1 s
 // here), each typist's typing_stop disconnected reaches the receiver
@@ -171,7 +171,7 @@ func refusedUpgrade(t *testing.T, rawURL string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// Issue #3 item 10, worker. SIGTERM to one of two workers in the middle of
+// Worker shutdown. SIGTERM to one of two workers in the middle of
 // a burst of 10000 commands: it stops taking commands, applies every one it
 // had already received, and exits 0; not one command is lost (each of the
 // 10000 starts is published exactly once).
@@ -248,7 +248,7 @@ func TestWorkerSIGTERMFinishesInFlight(t *testing.T) {
 	t.Logf("all %d commands applied once; worker0 exited %v after SIGTERM", total, exited.Sub(term))
 }
 
-// Issue #3 item 10: Shutdown(ctx) of both servers is safe to call twice,
+// Shutdown(ctx) of both servers is safe to call twice,
 // also concurrently, and the second call does not wait for a new drain.
 func TestShutdownTwiceIsSafe(t *testing.T) {
 	t.Parallel()

@@ -10,7 +10,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 )
 
-// Issue 13, item 4 end to end: with ELLIPSIS_SNAPSHOT_MAX 2 and five
+// The snapshot cap end to end: with ELLIPSIS_SNAPSHOT_MAX 2 and five
 // typists, joined, typing (sync) and GET /v1/rooms/{room}/typing list two
 // of them, the first by user id, with total 5; the self filter takes a
 // listed typist out of both the list and the total.

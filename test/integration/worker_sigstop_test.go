@@ -16,7 +16,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Issue 13 item 5 with a real worker process frozen by SIGSTOP. Worker 0,
+// A late refresh behind a stop, with a real worker process frozen by SIGSTOP. Worker 0,
 // alone in the queue group, is given alice's refresh (sent before the
 // platform's stop) and frozen before it applies it; worker 1 then applies
 // the chat service's stop without conn ("message posted"). Resumed with

@@ -122,23 +122,11 @@ func Parse(r io.Reader) ([]Session, error) {
 	cr := csv.NewReader(r)
 	cr.ReuseRecord = true
 	cr.FieldsPerRecord = -1 // checked here, with a better message
-	header, err := cr.Read()
-	if errors.Is(err, io.EOF) {
-		return nil, &ParseError{Line: 1, Err: errors.New("empty input, want a header row")}
-	}
+	idx, err := readHeader(cr)
 	if err != nil {
-		return nil, csvError(err, 1)
+		return nil, err
 	}
-	idx, err := columnIndex(header)
-	if err != nil {
-		return nil, &ParseError{Line: 1, Err: err}
-	}
-
-	var (
-		sessions []Session
-		seen     = map[int]bool{} // session ids already closed
-		cur      *Session
-	)
+	var b sessionBuilder
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -151,85 +139,118 @@ func Parse(r io.Reader) ([]Session, error) {
 		if len(rec) != len(Columns) {
 			return nil, &ParseError{Line: line, Err: fmt.Errorf("%d fields, want %d", len(rec), len(Columns))}
 		}
-		field := func(name string) string { return rec[idx[name]] }
-		num := func(name string, min int) (int, error) {
-			v, err := strconv.Atoi(field(name))
-			if err != nil {
-				return 0, &ParseError{Line: line, Column: name, Err: fmt.Errorf("not an integer: %q", field(name))}
-			}
-			if v < min {
-				return 0, &ParseError{Line: line, Column: name, Err: fmt.Errorf("must be at least %d, got %d", min, v)}
-			}
-			return v, nil
-		}
-		sid, err := num("session", 1)
+		row, err := parseRow(rec, idx, line)
 		if err != nil {
 			return nil, err
 		}
-		subject, err := num("subject", 0)
-		if err != nil {
+		if err := b.add(row, line); err != nil {
 			return nil, err
 		}
-		visit, err := num("visit", 1)
-		if err != nil {
-			return nil, err
-		}
-		if visit > 2 {
-			return nil, &ParseError{Line: line, Column: "visit", Err: fmt.Errorf("must be 1 or 2, got %d", visit)}
-		}
-		seq, err := num("seq", 1)
-		if err != nil {
-			return nil, err
-		}
-		key := field("key") // may be empty: 2 rows of the full file name no key
-		press, err := num("press_ms", 0)
-		if err != nil {
-			return nil, err
-		}
-		release, err := num("release_ms", 0)
-		if err != nil {
-			return nil, err
-		}
-		var imputed bool
-		switch field("press_imputed") {
-		case "0":
-		case "1":
-			imputed = true
-		default:
-			return nil, &ParseError{Line: line, Column: "press_imputed", Err: fmt.Errorf("must be 0 or 1, got %q", field("press_imputed"))}
-		}
-
-		if cur == nil || cur.ID != sid {
-			if seen[sid] {
-				return nil, &ParseError{Line: line, Column: "session", Err: fmt.Errorf("session %d appears again after other sessions; rows of a session must be contiguous", sid)}
-			}
-			seen[sid] = true
-			sessions = append(sessions, Session{ID: sid, Subject: subject, Visit: visit})
-			cur = &sessions[len(sessions)-1]
-		} else if cur.Subject != subject || cur.Visit != visit {
-			return nil, &ParseError{Line: line, Column: "subject", Err: fmt.Errorf("session %d changes subject/visit from %d/%d to %d/%d", sid, cur.Subject, cur.Visit, subject, visit)}
-		}
-		if n := len(cur.Keys); n > 0 {
-			prev := cur.Keys[n-1]
-			if seq != prev.Seq+1 {
-				return nil, &ParseError{Line: line, Column: "seq", Err: fmt.Errorf("got %d after %d, want %d", seq, prev.Seq, prev.Seq+1)}
-			}
-			if p := time.Duration(press) * time.Millisecond; p < prev.Press {
-				return nil, &ParseError{Line: line, Column: "press_ms", Err: fmt.Errorf("%d goes back in time (previous press %d)", press, prev.Press.Milliseconds())}
-			}
-		}
-		cur.Keys = append(cur.Keys, Keystroke{
-			Seq:     seq,
-			Key:     key,
-			Press:   time.Duration(press) * time.Millisecond,
-			Release: time.Duration(release) * time.Millisecond,
-			Imputed: imputed,
-		})
 	}
-	if len(sessions) == 0 {
+	if len(b.sessions) == 0 {
 		return nil, ErrNoRows
 	}
-	return sessions, nil
+	return b.sessions, nil
+}
+
+// readHeader reads the header row (line 1) and returns the index of each
+// of [Columns] in it.
+func readHeader(cr *csv.Reader) (map[string]int, error) {
+	header, err := cr.Read()
+	if errors.Is(err, io.EOF) {
+		return nil, &ParseError{Line: 1, Err: errors.New("empty input, want a header row")}
+	}
+	if err != nil {
+		return nil, csvError(err, 1)
+	}
+	idx, err := columnIndex(header)
+	if err != nil {
+		return nil, &ParseError{Line: 1, Err: err}
+	}
+	return idx, nil
+}
+
+// row is one data row: its session's fields and its keystroke.
+type row struct {
+	session, subject, visit int
+	stroke                  Keystroke
+}
+
+// parseRow checks the fields of rec (on line, columns at idx) in column
+// order and returns them.
+func parseRow(rec []string, idx map[string]int, line int) (row, error) {
+	field := func(name string) string { return rec[idx[name]] }
+	var err error
+	num := func(name string, min int) int {
+		if err != nil {
+			return 0
+		}
+		v, e := strconv.Atoi(field(name))
+		switch {
+		case e != nil:
+			err = &ParseError{Line: line, Column: name, Err: fmt.Errorf("not an integer: %q", field(name))}
+		case v < min:
+			err = &ParseError{Line: line, Column: name, Err: fmt.Errorf("must be at least %d, got %d", min, v)}
+		}
+		return v
+	}
+	r := row{session: num("session", 1), subject: num("subject", 0), visit: num("visit", 1)}
+	if err == nil && r.visit > 2 {
+		return row{}, &ParseError{Line: line, Column: "visit", Err: fmt.Errorf("must be 1 or 2, got %d", r.visit)}
+	}
+	r.stroke.Seq = num("seq", 1)
+	r.stroke.Key = field("key") // may be empty: 2 rows of the full file name no key
+	r.stroke.Press = time.Duration(num("press_ms", 0)) * time.Millisecond
+	r.stroke.Release = time.Duration(num("release_ms", 0)) * time.Millisecond
+	if err != nil {
+		return row{}, err
+	}
+	switch field("press_imputed") {
+	case "0":
+	case "1":
+		r.stroke.Imputed = true
+	default:
+		return row{}, &ParseError{Line: line, Column: "press_imputed", Err: fmt.Errorf("must be 0 or 1, got %q", field("press_imputed"))}
+	}
+	return r, nil
+}
+
+// sessionBuilder collects rows into sessions, checking that a session's
+// rows are contiguous, keep its subject and visit, number seq from 1
+// upwards and never move press time backwards.
+type sessionBuilder struct {
+	sessions []Session
+	seen     map[int]bool // session ids already started
+	cur      *Session
+}
+
+// add appends r (from line) to its session, starting one when r's session
+// id differs from the previous row's.
+func (b *sessionBuilder) add(r row, line int) error {
+	if b.cur == nil || b.cur.ID != r.session {
+		if b.seen[r.session] {
+			return &ParseError{Line: line, Column: "session", Err: fmt.Errorf("session %d appears again after other sessions; rows of a session must be contiguous", r.session)}
+		}
+		if b.seen == nil {
+			b.seen = map[int]bool{}
+		}
+		b.seen[r.session] = true
+		b.sessions = append(b.sessions, Session{ID: r.session, Subject: r.subject, Visit: r.visit})
+		b.cur = &b.sessions[len(b.sessions)-1]
+	} else if b.cur.Subject != r.subject || b.cur.Visit != r.visit {
+		return &ParseError{Line: line, Column: "subject", Err: fmt.Errorf("session %d changes subject/visit from %d/%d to %d/%d", r.session, b.cur.Subject, b.cur.Visit, r.subject, r.visit)}
+	}
+	if n := len(b.cur.Keys); n > 0 {
+		prev := b.cur.Keys[n-1]
+		if r.stroke.Seq != prev.Seq+1 {
+			return &ParseError{Line: line, Column: "seq", Err: fmt.Errorf("got %d after %d, want %d", r.stroke.Seq, prev.Seq, prev.Seq+1)}
+		}
+		if r.stroke.Press < prev.Press {
+			return &ParseError{Line: line, Column: "press_ms", Err: fmt.Errorf("%d goes back in time (previous press %d)", r.stroke.Press.Milliseconds(), prev.Press.Milliseconds())}
+		}
+	}
+	b.cur.Keys = append(b.cur.Keys, r.stroke)
+	return nil
 }
 
 func columnIndex(header []string) (map[string]int, error) {

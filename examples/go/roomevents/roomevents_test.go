@@ -78,7 +78,7 @@ func TestFollow(t *testing.T) {
 					t.Fatalf("%s follower: stop reason %q", name, ev.Reason)
 				}
 			case <-time.After(stacktest.Wait):
-				t.Fatalf("%s follower: no %s within %s (does the worker publish room events on NATS? ELLIPSIS_NATS_EVENTS, issue 15 item 2)", name, want, stacktest.Wait)
+				t.Fatalf("%s follower: no %s within %s (does the worker publish room events on NATS? ELLIPSIS_NATS_EVENTS)", name, want, stacktest.Wait)
 			}
 		}
 	}

@@ -225,7 +225,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 // subscription's pending limit, so none is dropped).
 //
 // batch is the shards' cap on script calls per pipeline (Options.commandBatch):
-// 1 is one command per round trip, as before batching; 64 is
+// 1 is one command per round trip (no batching); 64 is
 // DefaultCommandBatch. One op is one command, and the commands are the same
 // sequence whatever b.N (episodes of 1,600 connections), so
 // -benchtime 20000x runs every case on the same 20,000 commands.

@@ -10,7 +10,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Issue 12 item 9: labels taken from NATS payloads stay in fixed sets,
+// Labels taken from NATS payloads stay in fixed sets,
 // whatever a publisher sends.
 func TestLabelsAreBounded(t *testing.T) {
 	m, err := newMetrics(prometheus.NewRegistry(), false)
@@ -120,5 +120,40 @@ func TestNATSConnectedGauge(t *testing.T) {
 	up = false
 	if v := value(); v != 0 {
 		t.Fatalf("disconnected: %v, want 0", v)
+	}
+}
+
+// Two workers on one registry share its collectors: their counts add up
+// in one series, and the first worker's nats_connected gauge stays.
+func TestMetricsOnASharedRegistryAddUp(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, err := newMetrics(reg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newMetrics(reg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.nats.Error(natsReplyError)
+	b.nats.Error(natsReplyError)
+	a.command(protocol.OpStart, store.Outcomes()[0])
+	b.command(protocol.OpStart, store.Outcomes()[0])
+	a.watchNATS(func() bool { return true })
+	b.watchNATS(func() bool { return false })
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{"ellipsis_worker_nats_errors_total": 2, "ellipsis_worker_commands_total": 2, "ellipsis_worker_nats_connected": 1} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
 	}
 }

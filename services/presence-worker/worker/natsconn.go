@@ -57,7 +57,7 @@ func (s *Server) connectNATS(ctx context.Context) error {
 		Name:    natsClientName,
 		Auth:    s.cfg.NATSAuth(),
 		Log:     log,
-		OnError: func(kind string) { s.m.natsErrors.WithLabelValues(kind).Inc() },
+		OnError: s.m.nats.Error,
 		Quiet:   s.stopping.Load, // our own Shutdown closed the connection
 	})
 	if err != nil {
@@ -188,7 +188,7 @@ func (s *Server) onSnapshot(msg *nats.Msg) {
 		}
 	}
 	if err := msg.Respond(data); err != nil {
-		s.m.natsErrors.WithLabelValues("reply").Inc()
+		s.m.nats.Error(natsReplyError)
 		s.rl.Warn("nats-reply", "snapshot reply failed", zap.Error(err))
 	}
 }

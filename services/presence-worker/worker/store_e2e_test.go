@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -95,20 +94,6 @@ func TestContractEndToEnd(t *testing.T) {
 					t.Fatalf("expired_stops_total %v", n)
 				}
 			})
-		}
-	}
-}
-
-// The sweeper moves older workers' sweep index through the store's
-// MigrateLegacySweep, found by a type assertion: every store has it.
-func TestStoresMigrateLegacySweep(t *testing.T) {
-	for _, kind := range storeKinds {
-		st, err := store.New(store.Options{Kind: kind, PubSub: testPubSub, TTL: time.Second, Throttle: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := st.(legacyMigrator); !ok {
-			t.Fatalf("store %s (%T) has no MigrateLegacySweep: the sweeper would never move the pre-bucket index", kind, st)
 		}
 	}
 }

@@ -73,7 +73,7 @@ type Options struct {
 
 	// commandBatch bounds the script calls of one shard's pipeline; zero
 	// means DefaultCommandBatch. Tests and benchmarks only (1 applies one
-	// command per round trip, as before batching): not a setting.
+	// command per round trip, no batching): not a setting.
 	commandBatch int
 	// sweepInterval, when positive, replaces Config.SweepInterval beyond
 	// the setting's range (at most 500 ms): tests that must find expired

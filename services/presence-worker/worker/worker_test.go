@@ -156,7 +156,7 @@ func TestStop(t *testing.T) {
 		}
 		// Nothing of alice is left in Redis but her user hash (seq, rate limit).
 		n := e.names
-		if c := e.rdb.Exists(context.Background(), store.UsersKey(n, "r"), store.PendingKey(n, "r")).Val(); c != 0 {
+		if c := e.rdb.Exists(context.Background(), n.UsersKey("r"), n.PendingKey("r")).Val(); c != 0 {
 			t.Fatalf("%d room keys left after stop", c)
 		}
 	})
@@ -197,7 +197,7 @@ func TestStopWithoutConnClearsEveryConnection(t *testing.T) {
 		if got := typists(e.snapshot("r")); !slices.Equal(got, []string{"bob/"}) {
 			t.Fatalf("snapshot: %v", got)
 		}
-		members := e.rdb.ZRange(context.Background(), store.UsersKey(e.names, "r"), 0, -1).Val()
+		members := e.rdb.ZRange(context.Background(), e.names.UsersKey("r"), 0, -1).Val()
 		if !slices.Equal(members, []string{"bob"}) {
 			t.Fatalf("room members %v", members)
 		}
@@ -361,7 +361,7 @@ func TestSnapshot(t *testing.T) {
 		e.send(start("r", "bob", "", "b", 1), start("r", "alice", "Alice", "a1", 1), start("r", "alice", "Alice", "a2", 1))
 		// Carol expired; bob and alice live until at least carolDone + 1.5 ttl.
 		time.Sleep(time.Until(carolDone.Add(testTTL + 50*time.Millisecond)))
-		if c := e.rdb.ZCard(context.Background(), store.UsersKey(e.names, "r")).Val(); c != 3 {
+		if c := e.rdb.ZCard(context.Background(), e.names.UsersKey("r")).Val(); c != 3 {
 			t.Fatalf("room holds %d users, want 3 (carol's expired entry unswept)", c)
 		}
 		r := e.snapshot("r")

@@ -119,9 +119,6 @@ func NewHS256(secret string) (*JWT, error) {
 	return NewJWT(JWTOptions{Secret: secret})
 }
 
-// Algorithms lists the accepted algs, e.g. [HS256 RS256 ES256 EdDSA].
-func (a *JWT) Algorithms() []string { return slices.Clone(a.algs) }
-
 // Authenticate implements [Authenticator]: the token comes from
 // [BearerToken].
 func (a *JWT) Authenticate(r *http.Request) (Identity, error) {

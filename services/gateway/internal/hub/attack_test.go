@@ -19,7 +19,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Adversarial tests of the hub (issue 12 items 2, 3 and 6): races of
+// Adversarial tests of the hub: races of
 // joins, leaves, syncs, fan-out and link restores on the same rooms, and
 // snapshot failures at the worst moments.
 
@@ -56,7 +56,7 @@ func newScriptedHub(t *testing.T, pending int, s *scriptedSnapshots) (*Hub, *pub
 // Events dropped while a join was held are made up for by one more
 // snapshot after joined. When that snapshot fails, the member must not be
 // left with the dropped events missing for good: the room is resynced
-// with backoff like any room whose snapshot failed (issue 12 item 6).
+// with backoff like any room whose snapshot failed.
 func TestPushAfterOverflowRetriedWhenItsSnapshotFails(t *testing.T) {
 	gate := make(chan struct{})
 	s := &scriptedSnapshots{script: func(ctx context.Context, i int64) error {

@@ -234,7 +234,7 @@ func TestFlightsCancelledByCloseAnswerClosed(t *testing.T) {
 	waitFor(t, "the second asker queued", func() bool { return f.queued("r") })
 	f.h.Close()
 	for what, ch := range map[string]<-chan error{"in flight": inFlight, "queued": queued} {
-		if err := <-ch; !errors.Is(err, ErrClosed) || IsUnavailable(err) {
+		if err := <-ch; !errors.Is(err, ErrClosed) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrSnapshot) {
 			t.Fatalf("asker of the flight %s when the hub closed: %v, want ErrClosed", what, err)
 		}
 	}

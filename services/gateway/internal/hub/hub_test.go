@@ -358,7 +358,7 @@ func TestLinkRestoredResyncsItsRooms(t *testing.T) {
 	}
 }
 
-// Issue 12 item 6: one room whose snapshot always fails beside 50 healthy
+// One room whose snapshot always fails beside 50 healthy
 // rooms: the healthy rooms are resynced once and their members get no
 // other frame; only the failing room is retried, with backoff.
 func TestFailingRoomNeverCausesFramesElsewhere(t *testing.T) {

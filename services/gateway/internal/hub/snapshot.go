@@ -137,12 +137,6 @@ func (h *Hub) push(room string, m Member) {
 	}
 }
 
-// IsUnavailable reports whether err is a subscription or snapshot failure
-// (as opposed to ErrNotMember, ErrAborted, ErrClosed).
-func IsUnavailable(err error) bool {
-	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrSnapshot)
-}
-
 // Snapshot returns room's snapshot (not self-filtered) for an asker with
 // no hold (GET /v1/rooms/{room}/typing): it shares any flight of the room
 // that started after the call, or the one queued (flights.go). It waits

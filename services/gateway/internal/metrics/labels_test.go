@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Issue 12 item 9: whatever a client sends, the labelled metrics keep a
+// Whatever a client sends, the labelled metrics keep a
 // fixed set of series.
 func TestLabelsAreBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()

@@ -18,7 +18,7 @@ import (
 
 // Network faults against a private Redis behind shared/faultproxy: a
 // flapping path, a frozen one under a burst of Subscribes, and Close
-// while Redis hangs (issue 12 items 3 and 4).
+// while Redis hangs.
 
 // A flapping path (frozen and thawed every 300 ms, and cut now and then)
 // while channels are subscribed and unsubscribed concurrently: every
@@ -125,7 +125,7 @@ func TestFlappingLinkKeepsSubscriptionsConsistent(t *testing.T) {
 	})
 }
 
-// Issue 12 item 3, many joins at once: a session serves one frame at a
+// Many joins at once: a session serves one frame at a
 // time, so a client that (re)joins five rooms while Redis is frozen makes
 // five Subscribes one after the other. Once the first batch of
 // subscriptions went unanswered for PingTimeout the link counts as

@@ -241,7 +241,7 @@ func totalConnections(t *testing.T, c *redis.Client) int {
 	return 0
 }
 
-// Issue 12 item 4: a silent partition (proxy frozen: connection open,
+// A silent partition (proxy frozen: connection open,
 // nothing forwarded) is noticed within PingInterval + PingTimeout, Health
 // turns down, and when the path heals the link redials and reports its
 // channels restored; joins meanwhile fail fast.
@@ -306,7 +306,7 @@ func TestSilentLinkDeathNoticedAndRestored(t *testing.T) {
 	})
 }
 
-// Issue 12 item 4: a healthy idle link is never redialed. 50 channels
+// A healthy idle link is never redialed. 50 channels
 // subscribed, 60 idle seconds (health PINGs every second): Redis counts no
 // new connection. Skipped with -short.
 func TestIdleLinkNeverRedialed(t *testing.T) {

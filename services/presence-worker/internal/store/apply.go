@@ -63,7 +63,7 @@ func (st *redisStore) Disconnect(ctx context.Context, cmd protocol.Command) ([]O
 // neither is: a start and a stop of one user, run again together, would
 // publish typing_start and typing_stop twice, and a late start would
 // outlive the stop that followed it. Sent alone, an unordered command is
-// retried exactly as before batching: a second run of it finds its own
+// retried on its own, in a pipeline of one: a second run of it finds its own
 // effect (a start is a throttled refresh, a stop a noop) and nothing sent
 // after it.
 func (st *redisStore) Apply(ctx context.Context, cmds []protocol.Command) ([]Outcome, []error) {

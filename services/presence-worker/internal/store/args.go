@@ -9,65 +9,9 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// Keys of the typing state besides those of shared/names (see
-// docs/ARCHITECTURE.md, "Typing state"); all of a room's keys share its
-// hash tag {enc(room)}, so one script may touch them on Redis Cluster.
-//
-//	typing:user:{R}:enc(user)  hash: the user's state in the room (scripts/lib.lua)
-//	typing:users:{R}           sorted set: enc(user) -> latest expiry (unix ms)
-//	typing:pending:{R}         sorted set: enc(user) -> when the sweeper settles
-//	                           a coalesced transition (unix ms)
-//	typing:gone:{R}            sorted set: conn -> when its tombstone ends
-//	                           (unix ms): readers' tombstones, of connections
-//	                           that left the room or disconnected without a
-//	                           record in the user hash
-//	typing:goneseq:{R}         hash: conn -> its seq when it left or
-//	                           disconnected (the tombstone)
-//	typing:gonetyped:{R}       the same two for typists' tombstones, of
-//	typing:gonetypedseq:{R}    connections that had a record (they commanded
-//	                           in the room); each class is capped on its own
-//	                           (scripts/lib.lua, bury)
-
-// userKeyPrefix is typing:user:{R}: , to which enc(user) is appended.
-func userKeyPrefix(n names.Names, room string) string {
-	return n.KeyPrefix() + "typing:user:" + names.RoomTag(room) + ":"
-}
-
-// UsersKey is typing:users:{R}, the room's users sorted set.
-func UsersKey(n names.Names, room string) string {
-	return n.KeyPrefix() + "typing:users:" + names.RoomTag(room)
-}
-
-// PendingKey is typing:pending:{R}, the room's held transitions.
-func PendingKey(n names.Names, room string) string {
-	return n.KeyPrefix() + "typing:pending:" + names.RoomTag(room)
-}
-
-// GoneKey is typing:gone:{R}, when the room's readers' tombstones end:
-// of connections that left it or disconnected without a record in their
-// user hash (scripts/lib.lua, bury).
-func GoneKey(n names.Names, room string) string {
-	return n.KeyPrefix() + "typing:gone:" + names.RoomTag(room)
-}
-
-// GoneSeqKey is typing:goneseq:{R}, the seq of each of the room's readers'
-// tombstones (scripts/lib.lua, gone).
-func GoneSeqKey(n names.Names, room string) string {
-	return n.KeyPrefix() + "typing:goneseq:" + names.RoomTag(room)
-}
-
-// GoneTypedKey is typing:gonetyped:{R}, when the room's typists'
-// tombstones end: of connections that had a record (a seq record or an
-// entry) in their user hash when they left or disconnected.
-func GoneTypedKey(n names.Names, room string) string {
-	return n.KeyPrefix() + "typing:gonetyped:" + names.RoomTag(room)
-}
-
-// GoneTypedSeqKey is typing:gonetypedseq:{R}, the seq of each of the
-// room's typists' tombstones.
-func GoneTypedSeqKey(n names.Names, room string) string {
-	return n.KeyPrefix() + "typing:gonetypedseq:" + names.RoomTag(room)
-}
+// Every key a script gets in KEYS is built by shared/names (the layout of
+// docs/protocol.md, "Redis"); all of a room's keys share its hash tag
+// {enc(room)}, so one script may touch them on Redis Cluster.
 
 // cmdArgs are the inputs of one start or stop script call (one room of a
 // disconnect): the one place where the scripts' KEYS and ARGV are built
@@ -116,9 +60,9 @@ const argEvent = 10
 // commandCall builds the script call of a (st.lua.start or st.lua.stop).
 func (st *redisStore) commandCall(script *redis.Script, a cmdArgs) scriptCall {
 	n := st.names
-	user := userKeyPrefix(n, a.Room) + names.Enc(a.User)
-	keys := []string{user, st.lay.typistKey(n, a.Room, a.User, user), UsersKey(n, a.Room), PendingKey(n, a.Room), n.RoomChannel(a.Room),
-		GoneKey(n, a.Room), GoneSeqKey(n, a.Room), GoneTypedKey(n, a.Room), GoneTypedSeqKey(n, a.Room)}
+	user := n.UserKey(a.Room, a.User)
+	keys := []string{user, st.lay.typistKey(n, a.Room, a.User, user), n.UsersKey(a.Room), n.PendingKey(a.Room), n.RoomChannel(a.Room),
+		n.GoneKey(a.Room), n.GoneSeqKey(a.Room), n.GoneTypedKey(a.Room), n.GoneTypedSeqKey(a.Room)}
 	if !st.indexAfter {
 		keys = append(keys, n.SweepKey(names.SweepBucket(a.Room)))
 	}

@@ -345,7 +345,7 @@ func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
 	})
 }
 
-// Unordered commands are retried one at a time, as before batching: the
+// Unordered commands are retried one at a time, each alone: the
 // rerun of a start that ran is a throttled refresh, of a stop a noop, and
 // nothing is published twice. (Pipelined together, the rerun of the pair
 // would publish typing_start and typing_stop a second time.)

@@ -431,8 +431,8 @@ func benchSnapshot(b *testing.B, p *privateRedis, st Store, n names.Names, typis
 
 // memoryResult is one line of BenchmarkMemoryPerTypist.
 type memoryResult struct {
-	all, state float64            // bytes per typist: every key; without seq and throttle keys
-	byKind     map[string]float64 // MEMORY USAGE per typist, by key kind
+	all    float64            // bytes per typist: every key
+	byKind map[string]float64 // MEMORY USAGE per typist, by key kind
 }
 
 // BenchmarkMemoryPerTypist measures Redis memory per typist (INFO
@@ -441,8 +441,7 @@ type memoryResult struct {
 // seed's bare patterns: pattern 1 as one string per typist (SET PX), and
 // pattern 2 as one sorted-set member per typist. Each typist has one
 // connection, a 9-byte name and a seq; B/typist counts every key the store
-// writes (state, names, seq, throttle), state-B/typist drops the seq and
-// throttle keys (the same in both stores). ns/op is meaningless here.
+// writes. ns/op is meaningless here.
 func BenchmarkMemoryPerTypist(b *testing.B) {
 	p := startPrivateRedis(b)
 	ctx := context.Background()
@@ -460,8 +459,8 @@ func BenchmarkMemoryPerTypist(b *testing.B) {
 		return 0
 	}
 	// usageByKind sums MEMORY USAGE of every key by the first segments of
-	// its name (typing:room, typing:names, typing:seq, throttle:typing,
-	// typing:{ for pattern 1's typist keys, typing:sweep).
+	// its name before the hash tag (typing:user, typing:users, typing:{
+	// for the keys store's typist keys, typing:sweep; see shared/names).
 	usageByKind := func(prefix string) map[string]float64 {
 		out := map[string]float64{}
 		iter := p.rdb.Scan(ctx, 0, prefix+"*", 10000).Iterator()
@@ -485,17 +484,6 @@ func BenchmarkMemoryPerTypist(b *testing.B) {
 		fill()
 		r := memoryResult{byKind: usageByKind(prefix)}
 		r.all = (used() - before) / total
-		var extra []string
-		iter := p.rdb.Scan(ctx, 0, prefix+"*", 10000).Iterator()
-		for iter.Next(ctx) {
-			if k := strings.TrimPrefix(iter.Val(), prefix); strings.HasPrefix(k, "typing:seq:") || strings.HasPrefix(k, "throttle:") {
-				extra = append(extra, iter.Val())
-			}
-		}
-		for i := 0; i < len(extra); i += 1000 {
-			p.rdb.Del(ctx, extra[i:min(len(extra), i+1000)]...)
-		}
-		r.state = (used() - before) / total
 		return r
 	}
 	report := func(name string, r memoryResult) {
@@ -504,7 +492,6 @@ func BenchmarkMemoryPerTypist(b *testing.B) {
 			}
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(r.all, "B/typist")
-			b.ReportMetric(r.state, "state-B/typist")
 			var parts []string
 			for _, k := range slices.Sorted(maps.Keys(r.byKind)) {
 				parts = append(parts, fmt.Sprintf("%s=%.0f", k, r.byKind[k]))
@@ -540,7 +527,7 @@ func BenchmarkMemoryPerTypist(b *testing.B) {
 			pipe := p.rdb.Pipeline()
 			exp := float64(time.Now().Add(5 * time.Second).UnixMilli())
 			for i := range total {
-				pipe.ZAdd(ctx, n.RoomKey(fmt.Sprintf("room-%06d", i/perRoom)), redis.Z{Score: exp, Member: fmt.Sprintf("user-%06d", i)})
+				pipe.ZAdd(ctx, n.UsersKey(fmt.Sprintf("room-%06d", i/perRoom)), redis.Z{Score: exp, Member: fmt.Sprintf("user-%06d", i)})
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				b.Fatal(err)

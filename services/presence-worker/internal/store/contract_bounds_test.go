@@ -22,7 +22,7 @@ import (
 // userHash reads the user hash of user in room whole.
 func (se *storeEnv) userHash(room, user string) map[string]string {
 	se.t.Helper()
-	h, err := se.rdb.HGetAll(context.Background(), userKeyPrefix(se.names, room)+names.Enc(user)).Result()
+	h, err := se.rdb.HGetAll(context.Background(), se.names.UserKey(room, user)).Result()
 	if err != nil {
 		se.t.Fatal(err)
 	}
@@ -69,14 +69,14 @@ func TestContractDisconnectRemovesConnRecords(t *testing.T) {
 			}
 			// c had a record in both rooms (a seq record in r, an entry
 			// in r2): a typist's tombstone, none among the readers'.
-			sc, err := se.rdb.ZScore(ctx, GoneTypedKey(se.names, room), "c").Result()
+			sc, err := se.rdb.ZScore(ctx, se.names.GoneTypedKey(room), "c").Result()
 			if err != nil || int64(sc) <= se.redisNowMs() {
 				t.Fatalf("%s: typist's tombstone %v, %v; want one ending after now", room, sc, err)
 			}
-			if seq, err := se.rdb.HGet(ctx, GoneTypedSeqKey(se.names, room), "c").Result(); err != nil || seq != "4" {
+			if seq, err := se.rdb.HGet(ctx, se.names.GoneTypedSeqKey(room), "c").Result(); err != nil || seq != "4" {
 				t.Fatalf("%s: tombstone seq %q, %v; want the disconnect's 4", room, seq, err)
 			}
-			if n, err := se.rdb.Exists(ctx, GoneKey(se.names, room), GoneSeqKey(se.names, room)).Result(); err != nil || n != 0 {
+			if n, err := se.rdb.Exists(ctx, se.names.GoneKey(room), se.names.GoneSeqKey(room)).Result(); err != nil || n != 0 {
 				t.Fatalf("%s: %d readers' tombstone keys, %v; want none", room, n, err)
 			}
 		}
@@ -137,7 +137,7 @@ func TestContractLeaveRemovesConnRecords(t *testing.T) {
 func TestContractVanishedConnRecordsPruned(t *testing.T) {
 	forEachKind(t, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
-		key := userKeyPrefix(se.names, "r") + names.Enc("u")
+		key := se.names.UserKey("r", "u")
 		keyPx := (stTTL + DefaultKeyGrace + stThrottle).Milliseconds()
 		old := func() {
 			t.Helper()
@@ -218,7 +218,7 @@ func TestContractChurnedUserBounded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stops := churn(t, st, p.rdb, p, userKeyPrefix(n, "r")+names.Enc("u"))
+			stops := churn(t, st, p.rdb, p, n.UserKey("r", "u"))
 			early, late := stops[0], stops[1]
 			if late > 3*early+20 {
 				t.Fatalf("stop script: %.1f µs per call after 2,000 connections against %.1f after 100; want flat (at most 3x + 20 µs)", late, early)
@@ -227,7 +227,7 @@ func TestContractChurnedUserBounded(t *testing.T) {
 		})
 		t.Run(kind+"/miniredis", func(t *testing.T) {
 			se := newStoreEnvKind(t, backend{name: "miniredis", mini: true, pubsub: testPubSub}, kind)
-			churn(t, se.st, se.rdb, nil, userKeyPrefix(se.names, "r")+names.Enc("u"))
+			churn(t, se.st, se.rdb, nil, se.names.UserKey("r", "u"))
 		})
 	}
 }
@@ -310,7 +310,7 @@ func churn(t *testing.T, st Store, rdb *redis.Client, p *privateRedis, key strin
 func TestContractTombstonesBounded(t *testing.T) {
 	forEachKind(t, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
-		ends, seqs := GoneKey(se.names, "r"), GoneSeqKey(se.names, "r")
+		ends, seqs := se.names.GoneKey("r"), se.names.GoneSeqKey("r")
 		if err := se.rdb.ZAdd(ctx, ends, redis.Z{Score: float64(se.redisNowMs() - 1), Member: "ended"}).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -419,8 +419,8 @@ func (se *storeEnv) applyEach(n int, cmdsOf func(i int) []protocol.Command) {
 func TestContractTypistTombstoneOutlivesReaders(t *testing.T) {
 	forEachKind(t, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
-		typed := tombClass{se, GoneTypedKey(se.names, "r"), GoneTypedSeqKey(se.names, "r")}
-		read := tombClass{se, GoneKey(se.names, "r"), GoneSeqKey(se.names, "r")}
+		typed := tombClass{se, se.names.GoneTypedKey("r"), se.names.GoneTypedSeqKey("r")}
+		read := tombClass{se, se.names.GoneKey("r"), se.names.GoneSeqKey("r")}
 		se.startNamed("r", "u", "", "t", 1, OutcomeStarted)
 		if _, err := se.st.Disconnect(ctx, disconnect("u", "t", 2, "r")); err != nil {
 			t.Fatal(err)
@@ -479,7 +479,7 @@ func TestContractTombstoneKeysNeverShortened(t *testing.T) {
 		}
 		shortPx := (stTTL + DefaultKeyGrace + stThrottle).Milliseconds()
 		longPx := (longTTL + DefaultKeyGrace + stThrottle).Milliseconds()
-		keys := []string{GoneKey(se.names, "r"), GoneSeqKey(se.names, "r"), GoneTypedKey(se.names, "r"), GoneTypedSeqKey(se.names, "r")}
+		keys := []string{se.names.GoneKey("r"), se.names.GoneSeqKey("r"), se.names.GoneTypedKey("r"), se.names.GoneTypedSeqKey("r")}
 		// Leaves of a reader and of a typist through st; px bounds the
 		// keys' PTTL after them.
 		buried := func(st Store, n int, px func(ms int64) bool, what string) {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -402,7 +401,7 @@ func TestContractLagShorterTTLKeepsOtherDevice(t *testing.T) {
 func TestContractLagSweepNeverLeavesAPersistentHash(t *testing.T) {
 	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
-		userKey := userKeyPrefix(se.names, "r") + names.Enc("u")
+		userKey := se.names.UserKey("r", "u")
 		se.start("r", "v", "c", 1, OutcomeStarted) // due with u, its hash then evicted
 		se.start("r", "u", "c", 1, OutcomeStarted)
 		first, err := se.score("r", "u")
@@ -412,7 +411,7 @@ func TestContractLagSweepNeverLeavesAPersistentHash(t *testing.T) {
 		se.advance(500 * time.Millisecond)
 		se.start("r", "u", "c", 2, OutcomeThrottled) // the scores lag: live entries
 		se.start("r", "v", "c", 2, OutcomeThrottled) // past them
-		vKey := userKeyPrefix(se.names, "r") + names.Enc("v")
+		vKey := se.names.UserKey("r", "v")
 		if err := se.rdb.Del(ctx, vKey).Err(); err != nil { // as an eviction would
 			t.Fatal(err)
 		}

@@ -168,14 +168,14 @@ func TestContractStop(t *testing.T) {
 		// Nothing of the typist is left but the user hash (the connection's
 		// seq and the event rate limit, until it expires) and the room in
 		// the sweep index, until the next sweep drops it.
-		if got, want := se.keys(), []string{se.names.SweepKey(names.SweepBucket("r")), userKeyPrefix(se.names, "r") + "u"}; !slices.Equal(got, want) {
+		if got, want := se.keys(), []string{se.names.SweepKey(names.SweepBucket("r")), se.names.UserKeyPrefix("r") + "u"}; !slices.Equal(got, want) {
 			t.Fatalf("keys after stop %q, want %q", got, want)
 		}
 		se.advance(stTTL + stMargin)
 		if r := se.sweep(); r.Stops != 0 || r.Rooms != 1 {
 			t.Fatalf("sweep after stop: %+v, want the room swept without a stop", r)
 		}
-		if got, want := se.keys(), []string{userKeyPrefix(se.names, "r") + "u"}; !slices.Equal(got, want) {
+		if got, want := se.keys(), []string{se.names.UserKeyPrefix("r") + "u"}; !slices.Equal(got, want) {
 			t.Fatalf("keys after the sweep %q, want %q", got, want)
 		}
 	})
@@ -599,38 +599,6 @@ func TestContractLostStartReplyStillIndexed(t *testing.T) {
 		se.advance(stTTL + stMargin)
 		if r := se.sweep(); r.Stops != 1 {
 			t.Fatalf("sweep after the expiry: %+v, want one stop", r)
-		}
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
-	})
-}
-
-// Rooms that older workers put in the one-key sweep index are moved into
-// the buckets and swept there (a rolling upgrade loses no expiry push).
-func TestContractLegacySweepIndexMigrated(t *testing.T) {
-	forEachKind(t, func(t *testing.T, se *storeEnv) {
-		ctx := context.Background()
-		s := se.subscribe("r")
-		se.start("r", "u", "c", 1, OutcomeStarted)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		// As an older worker left it: the room only in typing:sweep, plus
-		// a malformed member.
-		bucket := se.names.SweepKey(names.SweepBucket("r"))
-		due := se.rdb.ZScore(ctx, bucket, "r").Val()
-		se.rdb.ZRem(ctx, bucket, "r")
-		se.rdb.ZAdd(ctx, se.names.LegacySweepKey(), redis.Z{Score: due, Member: "r"}, redis.Z{Score: due, Member: "%zz"})
-		n, err := se.st.(*redisStore).MigrateLegacySweep(ctx)
-		if err != nil || n != 2 {
-			t.Fatalf("migrated %d, %v; want 2", n, err)
-		}
-		if c := se.rdb.Exists(ctx, se.names.LegacySweepKey()).Val(); c != 0 {
-			t.Fatal("legacy key left")
-		}
-		if got := se.rdb.ZScore(ctx, bucket, "r").Val(); got != due {
-			t.Fatalf("bucket score %v, want %v", got, due)
-		}
-		se.advance(stTTL + stMargin)
-		if r := se.sweep(); r.Stops != 1 {
-			t.Fatalf("sweep: %+v, want one stop", r)
 		}
 		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
 	})

@@ -23,7 +23,7 @@ func TestContractTypistKeyExpiresWithTheUser(t *testing.T) {
 	forEachKindTiming(t, lagTTL, lagThrottle, func(t *testing.T, se *storeEnv) {
 		ctx := context.Background()
 		key := se.names.TypistKey("r", "u")
-		userKey := userKeyPrefix(se.names, "r") + names.Enc("u")
+		userKey := se.names.UserKey("r", "u")
 		exists := func() bool {
 			t.Helper()
 			n, err := se.rdb.Exists(ctx, key).Result()
@@ -123,7 +123,7 @@ func TestContractTypistKeyExpiresWithTheUser(t *testing.T) {
 		if err := se.rdb.HSet(ctx, key, "c:phone", live).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := se.rdb.HSet(ctx, userKeyPrefix(se.names, "r")+names.Enc("u"), "p", "1", "c:phone", live).Err(); err != nil {
+		if err := se.rdb.HSet(ctx, se.names.UserKey("r", "u"), "p", "1", "c:phone", live).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if snap, err := se.st.Snapshot(ctx, "r", MaxSnapshotLimit); err != nil || len(snap.Users) != 0 || snap.Total != 0 {

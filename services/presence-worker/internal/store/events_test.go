@@ -65,10 +65,10 @@ func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
 		pub := sub.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 		// Expire the entry by hand: its score and the connection's entry
 		// in the past (the sweeper only moves a score whose entries live).
-		if err := se.rdb.ZAdd(context.Background(), UsersKey(se.names, "r"), redis.Z{Score: 1, Member: names.Enc("u")}).Err(); err != nil {
+		if err := se.rdb.ZAdd(context.Background(), se.names.UsersKey("r"), redis.Z{Score: 1, Member: names.Enc("u")}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := se.rdb.HSet(context.Background(), userKeyPrefix(se.names, "r")+names.Enc("u"), "c:c", "1").Err(); err != nil {
+		if err := se.rdb.HSet(context.Background(), se.names.UserKey("r", "u"), "c:c", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
 		call, err := st.sweepCall("r")

@@ -52,7 +52,7 @@ func (zsetLayout) typistKey(_ names.Names, _, _, userKey string) string { return
 func (zsetLayout) typistPrefix(names.Names, string) string              { return "" }
 
 func (l zsetLayout) snapshot(ctx context.Context, st *redisStore, room string, limit int) (protocol.Snapshot, error) {
-	call := scriptCall{st.lua.snapshot, []string{UsersKey(l.n, room)}, []any{userKeyPrefix(l.n, room), limit}}
+	call := scriptCall{st.lua.snapshot, []string{l.n.UsersKey(room)}, []any{l.n.UserKeyPrefix(room), limit}}
 	res, errs := st.eval(ctx, scriptSnapshot, []scriptCall{call})
 	if err := errs[0]; err != nil {
 		return protocol.Snapshot{}, snapshotFailed(err)
@@ -114,49 +114,87 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 	if err != nil {
 		return protocol.Snapshot{}, snapshotFailed(err)
 	}
-	users := make([]protocol.Typist, 0, min(limit, len(eusers)))
 	if len(eusers) == 0 {
-		return protocol.Snapshot{Users: users}, nil
+		return protocol.Snapshot{Users: []protocol.Typist{}}, nil
 	}
 	slices.Sort(eusers)
+	nowMs, ts, unsure, err := l.scores(ctx, st, room, eusers)
+	if err != nil {
+		return protocol.Snapshot{}, snapshotFailed(err)
+	}
+	// Up to unsure of the first limit + unsure may turn out expired, so
+	// reading that many in id order finds the first limit live ones, and
+	// heldReadMax more finds shown ones past held ones and counts those.
+	if err := l.read(ctx, st, room, ts, limit+unsure+heldReadMax); err != nil {
+		return protocol.Snapshot{}, snapshotFailed(err)
+	}
+	users := make([]protocol.Typist, 0, min(limit, len(eusers)))
+	total := 0
+	for _, t := range ts {
+		counted, shown, name := t.state(nowMs)
+		if counted {
+			total++
+		}
+		if !shown || len(users) == limit {
+			continue
+		}
+		u, err := names.Dec(t.eu)
+		if err != nil {
+			st.rl.Warn("snapshot-bad-member", "skipping a malformed typist key", zap.String("room", room), zap.Error(err))
+			continue
+		}
+		users = append(users, protocol.Typist{User: u, Name: name})
+	}
+	sortTypists(users)
+	return protocol.Snapshot{Users: users, Total: max(total, len(users))}, nil
+}
+
+// keysTypist is one typist key a keys snapshot found: sure when its
+// users-set score is above now (live), else read whole to decide.
+type keysTypist struct {
+	eu   string
+	sure bool
+	read *redis.SliceCmd           // p, n of a sure one among the first
+	hash *redis.MapStringStringCmd // the whole user hash of an unsure one
+}
+
+// scores reads Redis TIME (unix ms) and the users-set scores of eusers
+// (sorted) in one pipeline. A score above now is live (sure); an absent one
+// (0) was swept and is left out; the others are unsure, read whole later,
+// and so not counted until their entries are known.
+func (l *keysLayout) scores(ctx context.Context, st *redisStore, room string, eusers []string) (nowMs int64, ts []keysTypist, unsure int, err error) {
 	var now *redis.TimeCmd
 	var scores *redis.FloatSliceCmd
 	err = st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
 		pipe := st.rdb.Pipeline()
 		now = pipe.Time(ctx)
-		scores = pipe.ZMScore(ctx, UsersKey(l.n, room), eusers...)
+		scores = pipe.ZMScore(ctx, l.n.UsersKey(room), eusers...)
 		_, err := pipe.Exec(ctx)
 		return err
 	})
 	if err != nil {
-		return protocol.Snapshot{}, snapshotFailed(err)
+		return 0, nil, 0, err
 	}
-	nowMs := now.Val().UnixMilli()
-	// A score above now is live; an absent one (0) was swept; the others
-	// are read whole, and so are not counted until their entries are known.
-	type typist struct {
-		eu   string
-		sure bool
-		read *redis.SliceCmd           // p, n of a sure one among the first
-		hash *redis.MapStringStringCmd // the whole user hash of an unsure one
-	}
-	ts := make([]typist, 0, len(eusers))
-	unsure := 0
+	nowMs = now.Val().UnixMilli()
+	ts = make([]keysTypist, 0, len(eusers))
 	for i, eu := range eusers {
 		switch sc := int64(scores.Val()[i]); {
 		case sc > nowMs:
-			ts = append(ts, typist{eu: eu, sure: true})
+			ts = append(ts, keysTypist{eu: eu, sure: true})
 		case sc > 0:
-			ts = append(ts, typist{eu: eu})
+			ts = append(ts, keysTypist{eu: eu})
 			unsure++
 		}
 	}
-	// Up to unsure of the first limit + unsure may turn out expired, so
-	// reading that many in id order finds the first limit live ones, and
-	// heldReadMax more finds shown ones past held ones and counts those.
-	first := limit + unsure + heldReadMax
-	prefix := userKeyPrefix(l.n, room)
-	err = st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
+	return nowMs, ts, unsure, nil
+}
+
+// read fetches, in one pipeline, the whole user hash of every unsure typist
+// and the published state and name (p, n) of the sure ones among the first
+// first.
+func (l *keysLayout) read(ctx context.Context, st *redisStore, room string, ts []keysTypist, first int) error {
+	prefix := l.n.UserKeyPrefix(room)
+	return st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
 		pipe := st.rdb.Pipeline()
 		for i := range ts {
 			key := prefix + ts[i].eu
@@ -172,45 +210,30 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 		_, err := pipe.Exec(ctx)
 		return err
 	})
-	if err != nil {
-		return protocol.Snapshot{}, snapshotFailed(err)
+}
+
+// state is what t counts for at nowMs: shown (listed, up to the limit)
+// when an entry is live and receivers were told they type (p = '1');
+// counted in total when shown, or when sure and beyond those read (live,
+// state unknown); and the display name.
+func (t keysTypist) state(nowMs int64) (counted, shown bool, name string) {
+	var p string
+	switch {
+	case t.hash != nil:
+		h := t.hash.Val()
+		if liveUntil(h) <= nowMs {
+			return false, false, ""
+		}
+		p, name = h["p"], h["n"]
+	case t.read != nil:
+		if v := t.read.Val(); len(v) == 2 {
+			p, _ = v[0].(string)
+			name, _ = v[1].(string)
+		}
+	default: // live, beyond those read
+		return true, false, ""
 	}
-	total := 0
-	for _, t := range ts {
-		var p, name string
-		switch {
-		case t.hash != nil:
-			h := t.hash.Val()
-			if liveUntil(h) <= nowMs {
-				continue
-			}
-			p, name = h["p"], h["n"]
-		case t.read != nil:
-			v := t.read.Val()
-			if len(v) == 2 {
-				p, _ = v[0].(string)
-				name, _ = v[1].(string)
-			}
-		default: // live, beyond those read
-			total++
-			continue
-		}
-		if p != "1" {
-			continue
-		}
-		total++
-		if len(users) == limit {
-			continue
-		}
-		u, err := names.Dec(t.eu)
-		if err != nil {
-			st.rl.Warn("snapshot-bad-member", "skipping a malformed typist key", zap.String("room", room), zap.Error(err))
-			continue
-		}
-		users = append(users, protocol.Typist{User: u, Name: name})
-	}
-	sortTypists(users)
-	return protocol.Snapshot{Users: users, Total: max(total, len(users))}, nil
+	return p == "1", p == "1", name
 }
 
 // scan returns enc(user) of every typist key of room, each once.

@@ -270,8 +270,7 @@ type Options struct {
 }
 
 // New builds the store of o.Kind on o.Redis (see [Options]). It does no
-// I/O. The store it returns also has MigrateLegacySweep(ctx) (int, error),
-// which moves the sweep index of workers older than the sweep buckets.
+// I/O.
 func New(o Options) (Store, error) {
 	kind, n, ttl, throttle := o.Kind, o.Names, o.TTL, o.Throttle
 	m, log, rl := o.Metrics, o.Log, o.RateLog

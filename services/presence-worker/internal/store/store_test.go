@@ -260,10 +260,10 @@ func TestScriptParallelSweepsPushEachExpiryOnce(t *testing.T) {
 			t.Fatalf("expired_stops_total %v", n)
 		}
 		// The expired typists are gone from their rooms, and marked hidden.
-		if n := se.rdb.Exists(context.Background(), UsersKey(se.names, "r1"), UsersKey(se.names, "r2")).Val(); n != 0 {
+		if n := se.rdb.Exists(context.Background(), se.names.UsersKey("r1"), se.names.UsersKey("r2")).Val(); n != 0 {
 			t.Fatalf("%d rooms left after expiry", n)
 		}
-		if p := se.rdb.HGet(context.Background(), userKeyPrefix(se.names, "r1")+"bob", "p").Val(); p != "0" {
+		if p := se.rdb.HGet(context.Background(), se.names.UserKeyPrefix("r1")+"bob", "p").Val(); p != "0" {
 			t.Fatalf("bob's published state %q after expiry, want 0", p)
 		}
 	})
@@ -278,14 +278,14 @@ func TestScriptSweepIndexFollowsEarliestEntry(t *testing.T) {
 			return v, err == nil
 		}
 		se.start(room, "u", "c", 0, OutcomeStarted)
-		first := se.rdb.ZScore(ctx, UsersKey(se.names, room), member).Val()
+		first := se.rdb.ZScore(ctx, se.names.UsersKey(room), member).Val()
 		v0, ok := idx()
 		if !ok || v0 != first {
 			t.Fatalf("index %v %v, want the entry's expiry %v", v0, ok, first)
 		}
 		se.advance(stTTL / 2)
 		se.start(room, "u", "c", 0, OutcomeRefreshed)
-		second := se.rdb.ZScore(ctx, UsersKey(se.names, room), member).Val()
+		second := se.rdb.ZScore(ctx, se.names.UsersKey(room), member).Val()
 		if v, _ := idx(); v != v0 || second <= first {
 			t.Fatalf("index %v after refresh, want the earlier %v (entry now %v)", v, v0, second)
 		}
@@ -331,7 +331,7 @@ func TestScriptKeyTTLs(t *testing.T) {
 		ctx := context.Background()
 		se.start("r", "u", "c", 1, OutcomeStarted)
 		n := se.names
-		keys := []string{UsersKey(n, "r"), userKeyPrefix(n, "r") + "u"}
+		keys := []string{n.UsersKey("r"), n.UserKeyPrefix("r") + "u"}
 		for _, k := range keys {
 			d := se.rdb.PTTL(ctx, k).Val()
 			if d <= stTTL+DefaultKeyGrace || d > stTTL+DefaultKeyGrace+stThrottle {
@@ -434,5 +434,5 @@ func TestStopTemplate(t *testing.T) {
 // score is user's score in room's users set (ZSCORE; redis.Nil when the
 // user is not in it).
 func (se *storeEnv) score(room, user string) (float64, error) {
-	return se.rdb.ZScore(context.Background(), UsersKey(se.names, room), names.Enc(user)).Result()
+	return se.rdb.ZScore(context.Background(), se.names.UsersKey(room), names.Enc(user)).Result()
 }

@@ -163,8 +163,8 @@ func (st *redisStore) sweepCall(room string) (scriptCall, error) {
 		return scriptCall{}, err
 	}
 	n := st.names
-	keys := []string{UsersKey(n, room), PendingKey(n, room), n.RoomChannel(room)}
-	args := []any{userKeyPrefix(n, room), st.lay.typistPrefix(n, room), head, tail, st.throttleMs, st.keyPxMs, sweepRoomLimit, st.eventsFlag()}
+	keys := []string{n.UsersKey(room), n.PendingKey(room), n.RoomChannel(room)}
+	args := []any{n.UserKeyPrefix(room), st.lay.typistPrefix(n, room), head, tail, st.throttleMs, st.keyPxMs, sweepRoomLimit, st.eventsFlag()}
 	return scriptCall{st.lua.sweep, keys, args}, nil
 }
 
