@@ -38,7 +38,7 @@ func (s *Server) unregister(c *session.Conn) {
 //
 //  1. lame duck: at once, /readyz answers 503 and new WebSocket upgrades
 //     are refused (503 with a JSON error), while the open connections are
-//     served as before for cfg.LameDuck (at most half the time left
+//     served normally for cfg.LameDuck (at most half the time left
 //     before ctx's deadline), so load balancers polling /readyz stop
 //     sending clients before any is closed;
 //  2. the public listener stops accepting and in-flight HTTP requests end;

@@ -9,8 +9,8 @@
 // every data write and the pings, runs on demand: it is started when a
 // frame (or a ping) is queued and none runs, and ends when the queue is
 // empty, so an idle connection parks one goroutine, not two (a parked
-// writer's stack was about 8 KiB of every idle connection; docs/BENCHMARKS.md,
-// "Idle connections"). Pings come from a runtime
+// writer would hold a stack of about 8 KiB; docs/BENCHMARKS.md, "Idle
+// connections"). Pings come from a runtime
 // timer per connection (no goroutine), which starts the writer. A join or
 // sync, which waits on the network, runs in its room's lane (lanes.go): a
 // goroutine that lives while the room has a frame in flight and serves the
