@@ -16,6 +16,9 @@ type MetricsOpts struct {
 	Namespace, Subsystem string // "ellipsis", "gateway"
 	// Service names the connection's owner in the help texts ("gateway").
 	Service string
+	// ZeroBefore ends nats_connected's help: what the gauge reads 0 before
+	// ("Start" for the gateway, "it is made" for the worker).
+	ZeroBefore string
 	// Kinds are the kind label values, exported at zero from the start so
 	// that an alert on rate() or increase() sees the first problem (a
 	// series born at 1 has no increase to show): the Kind* constants the
@@ -51,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer, o MetricsOpts) (*Metrics, error) {
 	m.errors = errs
 	if _, err := promreg.Register(reg, o.Reuse, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: o.Namespace, Subsystem: o.Subsystem, Name: "nats_connected",
-		Help: "1 while the " + o.Service + "'s NATS connection is up, 0 while it is down or reconnecting (and before it is made).",
+		Help: "1 while the " + o.Service + "'s NATS connection is up, 0 while it is down or reconnecting (and before " + o.ZeroBefore + ").",
 	}, m.up)); err != nil {
 		return nil, err
 	}

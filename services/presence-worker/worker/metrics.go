@@ -53,7 +53,7 @@ func newMetrics(reg *prometheus.Registry, private bool) (*metrics, error) {
 		return nil, err
 	}
 	nats, err := natsconn.NewMetrics(reg, natsconn.MetricsOpts{
-		Namespace: metricNamespace, Subsystem: metricSubsystem, Service: "worker", Reuse: true,
+		Namespace: metricNamespace, Subsystem: metricSubsystem, Service: "worker", ZeroBefore: "it is made", Reuse: true,
 		Kinds: []string{natsconn.KindSlowConsumer, natsconn.KindDisconnect, natsconn.KindAsync, natsReplyError},
 	})
 	if err != nil {

@@ -22,7 +22,7 @@ type NATS = natsconn.Metrics
 // NewNATS creates the gateway's NATS metrics and registers them on reg.
 func NewNATS(reg prometheus.Registerer) (*NATS, error) {
 	return natsconn.NewMetrics(reg, natsconn.MetricsOpts{
-		Namespace: Namespace, Subsystem: Subsystem, Service: "gateway",
+		Namespace: Namespace, Subsystem: Subsystem, Service: "gateway", ZeroBefore: "Start",
 		Kinds: []string{NATSDisconnect, NATSSlowConsumer, NATSAsync},
 	})
 }
