@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ellipsis-chat/ellipsis/test/ports"
+	"github.com/ellipsis-chat/ellipsis/testkit/ports"
 )
 
 // binaries builds cmd/gateway and cmd/presence-worker once per test run.

@@ -16,10 +16,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // BenchmarkStartCommand measures the start command path against the real
@@ -34,7 +36,7 @@ import (
 //	parallel     refreshes of 1000 connections from GOMAXPROCS goroutines
 func BenchmarkStartCommand(b *testing.B) {
 	requireServices(b)
-	opts, err := redis.ParseURL(testRedisURL)
+	opts, err := redis.ParseURL(testkit.RedisURL())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -44,9 +46,9 @@ func BenchmarkStartCommand(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := names.New("t-bench-"+randHex(4)+":", "")
-	defer cleanupKeys(rdb, n.KeyPrefix())
-	st, err := store.New(store.Options{Kind: config.StoreZSet, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
+	n := names.New("t-bench-"+testkit.RandHex(4)+":", "")
+	defer testkit.CleanupKeys(rdb, n.KeyPrefix())
+	st, err := store.New(store.Options{Kind: config.StoreZSet, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -155,7 +157,7 @@ func throughputMix(room, user, conn string, seq uint64) []protocol.Command {
 // pipelining is internal/store's BenchmarkCommandThroughput.
 func BenchmarkCommandThroughput(b *testing.B) {
 	requireServices(b)
-	opts, err := redis.ParseURL(testRedisURL)
+	opts, err := redis.ParseURL(testkit.RedisURL())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -168,9 +170,9 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n := names.New("t-bench-"+randHex(4)+":", "")
-			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := store.New(store.Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
+			n := names.New("t-bench-"+testkit.RandHex(4)+":", "")
+			defer testkit.CleanupKeys(rdb, n.KeyPrefix())
+			st, err := store.New(store.Options{Kind: kind, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -241,11 +243,11 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 }
 
 func benchWorkerThroughput(b *testing.B, kind string, batch int) {
-	id := randHex(5)
+	id := testkit.RandHex(5)
 	cfg := config.Dev()
 	cfg.AdminAddr = ""
-	cfg.NATSURL = testNATSURL
-	cfg.RedisURL = testRedisURL
+	cfg.NATSURL = testkit.NATSURL()
+	cfg.RedisURL = testkit.RedisURL()
 	cfg.SubjectPrefix = "tb" + id
 	cfg.KeyPrefix = "t-bench-" + id + ":"
 	cfg.Store = kind
@@ -258,14 +260,14 @@ func benchWorkerThroughput(b *testing.B, kind string, batch int) {
 	if err := w.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	ropts, _ := redis.ParseURL(testRedisURL)
+	ropts, _ := redis.ParseURL(testkit.RedisURL())
 	rdb := redis.NewClient(ropts)
 	defer func() {
 		_ = w.Shutdown(context.Background())
-		cleanupKeys(rdb, cfg.KeyPrefix)
+		testkit.CleanupKeys(rdb, cfg.KeyPrefix)
 		rdb.Close()
 	}()
-	nc, err := nats.Connect(testNATSURL, nats.Name("presence-worker-bench"))
+	nc, err := nats.Connect(testkit.NATSURL(), nats.Name("presence-worker-bench"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -281,7 +283,7 @@ func benchWorkerThroughput(b *testing.B, kind string, batch int) {
 		}
 	}
 	payloads = payloads[:b.N]
-	processed := func() float64 { return gatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
+	processed := func() float64 { return storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
 	// At most window commands in flight: 256 per shard on average, a third of
 	// the queue depth at which a shard sheds starts (shardStartRoom), so
 	// the benchmark measures the applied rate, not dispatch dropping.
@@ -311,17 +313,17 @@ func benchWorkerThroughput(b *testing.B, kind string, batch int) {
 	// full) is counted in commands_total but never applied, so it is
 	// reported on its own, never as work done.
 	dropped := func(o store.Outcome) float64 {
-		return gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": o.String()})
+		return storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": o.String()})
 	}
 	shed, overflow := dropped(OutcomeShed), dropped(OutcomeOverflow)
 	applied := processed() - shed - overflow
 	b.ReportMetric(applied/b.Elapsed().Seconds(), "cmds/s")
 	b.ReportMetric(shed, "shed")
 	b.ReportMetric(overflow, "overflow")
-	if e := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": store.OutcomeError.String()}); e != 0 {
+	if e := storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": store.OutcomeError.String()}); e != 0 {
 		b.Fatalf("%v commands failed", e)
 	}
-	if e := gatherSum(b, reg, "ellipsis_worker_nats_errors_total", nil); e != 0 {
+	if e := storetest.GatherSum(b, reg, "ellipsis_worker_nats_errors_total", nil); e != 0 {
 		b.Fatalf("%v NATS errors (slow consumer?)", e)
 	}
 }

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,9 +20,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // The store comparison of docs/BENCHMARKS.md: seed pattern 1 (store keys)
@@ -48,7 +48,7 @@ import (
 // default 1e3,1e4,1e5 (1e6 takes a few minutes more, mostly store keys's
 // snapshot and the cleanups).
 func benchKeyspaces(b *testing.B) []int {
-	spec := envOr("ELLIPSIS_BENCH_KEYSPACE", "1e3,1e4,1e5")
+	spec := testkit.EnvOr("ELLIPSIS_BENCH_KEYSPACE", "1e3,1e4,1e5")
 	var out []int
 	for _, f := range strings.Split(spec, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
@@ -75,49 +75,19 @@ func sizeLabel(n int) string {
 
 // privateRedis is a redis-server of the benchmark's own.
 type privateRedis struct {
-	cmd  *exec.Cmd
 	addr string
 	rdb  *redis.Client
 }
 
-// startPrivateRedis starts a redis-server on a free loopback port, without
-// persistence, with DEBUG allowed from loopback, and stops it (by its pid)
-// when the benchmark (or test) ends. A missing binary fails it.
+// startPrivateRedis starts a redis-server (ELLIPSIS_BENCH_REDIS_SERVER, else
+// the one found) on a spare loopback port, without persistence, with DEBUG
+// allowed from loopback; it is killed when the benchmark (or test) ends.
 func startPrivateRedis(b testing.TB) *privateRedis {
 	b.Helper()
-	bin := envOr("ELLIPSIS_BENCH_REDIS_SERVER", "/usr/bin/redis-server")
-	if _, err := os.Stat(bin); err != nil {
-		b.Fatalf("no redis-server for a private server (%v): install it (apt-get install redis-server; .ci/run does) or set ELLIPSIS_BENCH_REDIS_SERVER", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--enable-debug-command", "local",
-		"--dir", b.TempDir(), "--daemonize", "no", "--loglevel", "warning", "--logfile", "")
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("starting %s: %v", bin, err)
-	}
-	p := &privateRedis{cmd: cmd, addr: fmt.Sprintf("127.0.0.1:%d", port)}
-	b.Cleanup(func() {
-		if p.rdb != nil {
-			p.rdb.Close()
-		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	srv := testkit.StartRedis(b, os.Getenv("ELLIPSIS_BENCH_REDIS_SERVER"), "--enable-debug-command", "local", "--logfile", "")
+	p := &privateRedis{addr: srv.Addr()}
 	p.rdb = redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: 32, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
-	deadline := time.Now().Add(10 * time.Second)
-	for p.rdb.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			b.Fatalf("private redis-server on %s did not answer", p.addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b.Cleanup(func() { p.rdb.Close() })
 	return p
 }
 
@@ -278,7 +248,7 @@ func benchStore(b *testing.B, kind string, rdb redis.UniversalClient) (Store, na
 		b.Fatal(err)
 	}
 	n := names.New("b:", "")
-	st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: time.Hour, Throttle: 30 * time.Minute, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+	st, err := New(Options{Kind: kind, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: time.Hour, Throttle: 30 * time.Minute, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -574,7 +544,7 @@ func throughputMix(room, user, conn string, seq uint64) []protocol.Command {
 // of 1,600 connections over 100 rooms.
 func BenchmarkCommandThroughput(b *testing.B) {
 	requireServices(b)
-	opts, err := redis.ParseURL(testRedisURL)
+	opts, err := redis.ParseURL(testkit.RedisURL())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -592,9 +562,9 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n := names.New("t-bench-"+randHex(4)+":", "")
-			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+			n := names.New("t-bench-"+testkit.RandHex(4)+":", "")
+			defer testkit.CleanupKeys(rdb, n.KeyPrefix())
+			st, err := New(Options{Kind: kind, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 			if err != nil {
 				b.Fatal(err)
 			}

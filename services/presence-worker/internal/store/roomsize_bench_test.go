@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -194,7 +195,7 @@ func BenchmarkRoomSize(b *testing.B) {
 			})
 			b.Run(pfx+"/op=sweep", func(b *testing.B) {
 				m, _ := newMetrics(prometheus.NewRegistry(), false)
-				short, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: p.rdb, Names: n, TTL: 20 * time.Millisecond, Throttle: 10 * time.Millisecond, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+				short, err := New(Options{Kind: kind, PubSub: storetest.PubSub, Redis: p.rdb, Names: n, TTL: 20 * time.Millisecond, Throttle: 10 * time.Millisecond, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 				if err != nil {
 					b.Fatal(err)
 				}
