@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,4 +23,15 @@ func CleanupKeys(rdb redis.UniversalClient, prefix string) {
 		rdb.Del(ctx, keys[:n]...)
 		keys = keys[n:]
 	}
+}
+
+// RedisOptions are go-redis options for [RedisURL]; a URL go-redis cannot
+// parse fails the test.
+func RedisOptions(tb testing.TB) *redis.Options {
+	tb.Helper()
+	opt, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		tb.Fatalf("ELLIPSIS_TEST_REDIS_URL: %v", err)
+	}
+	return opt
 }
