@@ -387,7 +387,7 @@ func TestDockerignore(t *testing.T) {
 					return filepath.SkipDir
 				}
 				// A directory with a go.mod of its own is another module
-				// (testkit/stack inside testkit), not part of this one.
+				// (testkit/inproc inside testkit), not part of this one.
 				if p != base {
 					if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
 						return filepath.SkipDir

@@ -8,6 +8,6 @@
 //
 // It imports no Ellipsis package, so any package's internal tests can use
 // it. The whole stack in one process (workers and gateways) is its own
-// module, testkit/stack; spare loopback ports for servers told their port
+// module, testkit/inproc; spare loopback ports for servers told their port
 // before they start are package testkit/ports.
 package testkit

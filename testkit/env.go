@@ -48,3 +48,16 @@ func RequireReachable(tb testing.TB, urls ...string) {
 		c.Close()
 	}
 }
+
+// ClosedAddr returns a 127.0.0.1 address nothing listens on (a moment
+// ago): a backend that refuses connections.
+func ClosedAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}

@@ -125,6 +125,17 @@ func (s *Server) Kill() {
 	}
 }
 
+// Name is the server's name in failure messages, e.g. "redis-server:10042".
+func (s *Server) Name() string { return s.name }
+
+// StartServer starts bin with args as the private server name on addr
+// (127.0.0.1:port), waits until ready reports true (see [Server.Restart]),
+// and kills it when the test ends.
+func StartServer(tb testing.TB, name, bin, addr string, args []string, ready func() bool) *Server {
+	tb.Helper()
+	return startServer(tb, &Server{tb: tb, name: name, bin: bin, args: args, addr: addr, ready: ready})
+}
+
 func startServer(tb testing.TB, s *Server) *Server {
 	tb.Helper()
 	tb.Cleanup(s.Kill)

@@ -1,4 +1,4 @@
-// Package stack starts Ellipsis presence workers and gateways inside one
+// Package inproc starts Ellipsis presence workers and gateways inside one
 // process, on one configuration: the dev stack of `make run` (package
 // tools/devstack adds its NATS, Redis and demo chat service around it), the
 // integration tests and benchmarks of module test, and the examples' tests.
@@ -7,10 +7,10 @@
 // services' tests use package testkit (no service imports) instead, and an
 // internal test of a service package can never import this one.
 //
-//	st, err := stack.Start(ctx, stack.Options{Config: cfg, Logger: log})
+//	st, err := inproc.Start(ctx, inproc.Options{Config: cfg, Logger: log})
 //	if err != nil { ... }
 //	defer st.Shutdown(ctx)
-package stack
+package inproc
 
 import (
 	"context"
@@ -33,8 +33,7 @@ type Options struct {
 	// Config is what every worker and gateway runs with (validated by
 	// their New).
 	Config config.Config
-	// Workers and Gateways are how many of each to start; 0 means 1, a
-	// negative number none.
+	// Workers and Gateways are how many of each to start (0: none).
 	Workers, Gateways int
 	// GatewayIDSuffix, when set, gives gateway i the GatewayID
 	// "gw<i>-<suffix>" (several gateways on one subject prefix need
@@ -55,13 +54,6 @@ type Options struct {
 type Stack struct {
 	Workers  []*worker.Server
 	Gateways []*gateway.Server
-}
-
-func count(n int) int {
-	if n == 0 {
-		return 1
-	}
-	return max(n, 0)
 }
 
 // named is log named name<i> when there are more than one of them.
@@ -88,7 +80,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		_ = s.Shutdown(sctx)
 		return nil, err
 	}
-	nw, ng := count(opts.Workers), count(opts.Gateways)
+	nw, ng := opts.Workers, opts.Gateways
 	for i := range nw {
 		wcfg := opts.Config
 		if opts.Registry != nil {

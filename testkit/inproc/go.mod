@@ -1,4 +1,4 @@
-module github.com/ellipsis-chat/ellipsis/testkit/stack
+module github.com/ellipsis-chat/ellipsis/testkit/inproc
 
 go 1.26.0
 
