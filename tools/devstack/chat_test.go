@@ -111,7 +111,7 @@ func TestDemoChat(t *testing.T) {
 func TestDemoChatOnlyWithAuthNone(t *testing.T) {
 	cfg, _ := testConfig(t, map[string]string{"ELLIPSIS_AUTH": "jwt", "ELLIPSIS_JWT_SECRET": "dev-secret-" + testkit.RandHex(6)})
 	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + testkit.ClosedAddr(t)}})
-	if code, body := get(t, st.URL()+"demo/chat/rooms/r/messages"); code != http.StatusNotFound {
+	if code, body := testkit.HTTPGet(t, st.URL()+"demo/chat/rooms/r/messages"); code != http.StatusNotFound {
 		t.Fatalf("chat with auth jwt: %d %s, want 404", code, body)
 	}
 }

@@ -3,7 +3,6 @@ package devstack_test
 import (
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -60,17 +59,6 @@ func start(t *testing.T, opts devstack.Options) *devstack.Stack {
 		}
 	})
 	return st
-}
-
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 var lineRE = regexp.MustCompile(`^\[\s*\d+\.\ds\] (\w+)\s+sees: (.*)$`)
@@ -150,17 +138,17 @@ func TestStackEmbeddedBackendsRunsDemo(t *testing.T) {
 	}
 
 	admin := "http://" + st.AdminAddr()
-	if code, body := get(t, admin+"/readyz"); code != http.StatusOK {
+	if code, body := testkit.HTTPGet(t, admin+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz = %d %s", code, body)
 	}
-	if code, _ := get(t, st.URL()); code != http.StatusOK {
+	if code, _ := testkit.HTTPGet(t, st.URL()); code != http.StatusOK {
 		t.Fatalf("demo page: %d", code)
 	}
 
 	runDemo(t, st, 6*time.Second)
 
 	// One registry, both services, served once on the gateway's admin.
-	code, metrics := get(t, admin+"/metrics")
+	code, metrics := testkit.HTTPGet(t, admin+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
 	}

@@ -136,31 +136,15 @@ func gatherSumB(m *metrics, outcome string) float64 {
 	return sum
 }
 
-// throughputMix is one typing episode of a connection: four starts (a
-// start and three refreshes) and a stop, seq from seq on.
-func throughputMix(room, user, conn string, seq uint64) []protocol.Command {
-	c := protocol.Command{V: 1, Op: "start", Room: room, User: user, Name: "Some Body", Conn: conn}
-	out := make([]protocol.Command, 0, 5)
-	for i := range 4 {
-		c.Seq = seq + uint64(i)
-		out = append(out, c)
-	}
-	c.Op, c.Seq, c.Name = "stop", seq+4, ""
-	return append(out, c)
-}
-
 // BenchmarkCommandThroughput measures the command path (decode, store
 // script, outcome metric) with 16 goroutines, the default
 // ELLIPSIS_WORKER_SHARDS, against the machine's Redis: commands per second
-// one worker's shards can apply. Workload: typing episodes (throughputMix)
+// one worker's shards can apply. Workload: typing episodes (storetest.ThroughputMix)
 // of 1,600 connections over 100 rooms. The store's ceiling with
 // pipelining is internal/store's BenchmarkCommandThroughput.
 func BenchmarkCommandThroughput(b *testing.B) {
 	requireServices(b)
-	opts, err := redis.ParseURL(testkit.RedisURL())
-	if err != nil {
-		b.Fatal(err)
-	}
+	opts := testkit.RedisOptions(b)
 	opts.PoolSize = 64
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
@@ -195,7 +179,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 						// 100 connections per goroutine, in turn; seq grows per connection.
 						conn, seq := int(g)*100+episode%100, uint64(episode/100)*5+1
 						payloads = payloads[:0]
-						for _, c := range throughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
+						for _, c := range storetest.ThroughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
 							p, _ := json.Marshal(c)
 							payloads = append(payloads, p)
 						}
@@ -277,7 +261,7 @@ func benchWorkerThroughput(b *testing.B, kind string, batch int) {
 	payloads := make([][]byte, 0, b.N+5)
 	for conn := 0; len(payloads) < b.N; conn++ {
 		c := conn % 1600
-		for _, cmd := range throughputMix(fmt.Sprintf("room-%d", c%100), fmt.Sprintf("user-%d", c), fmt.Sprintf("gw:%d", c), uint64(conn/1600)*5+1) {
+		for _, cmd := range storetest.ThroughputMix(fmt.Sprintf("room-%d", c%100), fmt.Sprintf("user-%d", c), fmt.Sprintf("gw:%d", c), uint64(conn/1600)*5+1) {
 			p, _ := json.Marshal(cmd)
 			payloads = append(payloads, p)
 		}

@@ -520,34 +520,14 @@ func BenchmarkMemoryPerTypist(b *testing.B) {
 	}
 }
 
-// throughputMix is one connection's typing episode: a start that makes
-// the user visible, three more starts, and a stop; five commands. The
-// three come at once, inside the throttle window, so they are throttled
-// refreshes (the common case of a burst, and of several devices); a client
-// refreshing every 4 s past a 2 s window is "refreshed" instead, which adds
-// one SET and one PUBLISH, about the cost of a start.
-func throughputMix(room, user, conn string, seq uint64) []protocol.Command {
-	c := protocol.Command{V: 1, Op: "start", Room: room, User: user, Name: "Some Body", Conn: conn}
-	out := make([]protocol.Command, 0, 5)
-	for i := range 4 {
-		c.Seq = seq + uint64(i)
-		out = append(out, c)
-	}
-	c.Op, c.Seq, c.Name = "stop", seq+4, ""
-	return append(out, c)
-}
-
 // BenchmarkCommandThroughput measures the command path (decode, store
 // script, outcome metric) with 16 goroutines, the default
 // ELLIPSIS_WORKER_SHARDS, against the machine's Redis: commands per second
-// one worker's shards can apply. Workload: typing episodes (throughputMix)
+// one worker's shards can apply. Workload: typing episodes (storetest.ThroughputMix)
 // of 1,600 connections over 100 rooms.
 func BenchmarkCommandThroughput(b *testing.B) {
 	requireServices(b)
-	opts, err := redis.ParseURL(testkit.RedisURL())
-	if err != nil {
-		b.Fatal(err)
-	}
+	opts := testkit.RedisOptions(b)
 	opts.PoolSize = 64
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
@@ -594,7 +574,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 				for pb.Next() {
 					if len(pending) == 0 {
 						conn, seq := int(g)*1000+episode%1000, uint64(episode/1000)*5+1
-						for _, c := range throughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
+						for _, c := range storetest.ThroughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
 							p, _ := json.Marshal(c)
 							cmd, err := protocol.DecodeCommand(p)
 							if err != nil {

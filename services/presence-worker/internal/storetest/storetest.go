@@ -226,3 +226,21 @@ func GatherSum(t testing.TB, r *prometheus.Registry, name string, want map[strin
 	}
 	return sum
 }
+
+// ThroughputMix is the throughput benchmarks' typing episode of one
+// connection, seq from seq on: a start that makes the user visible, three
+// more starts, and a stop; five commands. The three come at once, inside the
+// throttle window, so they are throttled refreshes (the common case of a
+// burst, and of several devices); a client refreshing every 4 s past a 2 s
+// window is "refreshed" instead, which adds one SET and one PUBLISH, about
+// the cost of a start.
+func ThroughputMix(room, user, conn string, seq uint64) []protocol.Command {
+	c := protocol.Command{V: 1, Op: "start", Room: room, User: user, Name: "Some Body", Conn: conn}
+	out := make([]protocol.Command, 0, 5)
+	for i := range 4 {
+		c.Seq = seq + uint64(i)
+		out = append(out, c)
+	}
+	c.Op, c.Seq, c.Name = "stop", seq+4, ""
+	return append(out, c)
+}
