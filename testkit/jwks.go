@@ -116,3 +116,16 @@ func SignJWT(tb testing.TB, m jwt.SigningMethod, key any, kid string, claims jwt
 	}
 	return s
 }
+
+// Claims returns base with extra merged in; a nil value in extra deletes
+// that claim (a token without "exp", say). base is modified and returned.
+func Claims(base, extra jwt.MapClaims) jwt.MapClaims {
+	for k, v := range extra {
+		if v == nil {
+			delete(base, k)
+		} else {
+			base[k] = v
+		}
+	}
+	return base
+}

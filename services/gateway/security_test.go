@@ -44,15 +44,7 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 	base := "ws://" + e.srv.HTTPAddr() + "/v1/ws"
 	exp := time.Now().Add(time.Hour).Unix()
 	claims := func(sub string, extra jwt.MapClaims) jwt.MapClaims {
-		c := jwt.MapClaims{"sub": sub, "exp": exp, "iss": "https://id.test", "aud": "ellipsis"}
-		for k, v := range extra {
-			if v == nil {
-				delete(c, k)
-			} else {
-				c[k] = v
-			}
-		}
-		return c
+		return testkit.Claims(jwt.MapClaims{"sub": sub, "exp": exp, "iss": "https://id.test", "aud": "ellipsis"}, extra)
 	}
 
 	valid := []struct {

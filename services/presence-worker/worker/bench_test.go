@@ -148,7 +148,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 	opts.PoolSize = 64
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		b.Run("store="+kind+"/shards=16", func(b *testing.B) {
 			m, err := newMetrics(prometheus.NewRegistry(), false)
 			if err != nil {
@@ -217,7 +217,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 // -benchtime 20000x runs every case on the same 20,000 commands.
 func BenchmarkWorkerThroughput(b *testing.B) {
 	requireServices(b)
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		for _, batch := range []int{1, 16, 64, 256} {
 			b.Run(fmt.Sprintf("store=%s/batch=%d", kind, batch), func(b *testing.B) {
 				benchWorkerThroughput(b, kind, batch)

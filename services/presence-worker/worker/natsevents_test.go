@@ -89,7 +89,7 @@ func collectUntil(t *testing.T, s *storetest.Stream, n int, d time.Duration) []s
 // order is the Redis order (one worker: one shard per connection, the
 // sweeper's events come hundreds of ms later). Both stores, every backend.
 func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newEnv(t, be, eventsOn, func(c *config.Config) {
 			c.Store = kind
 			// carol's fifth command is coalesced only if the worker applies

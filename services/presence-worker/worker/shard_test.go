@@ -145,7 +145,7 @@ func TestShardBatchesWhatIsQueued(t *testing.T) {
 // The whole worker, one shard, batches queued: every connection's commands
 // apply in order, every outcome is counted once.
 func TestBatchedCommandsKeepConnectionOrder(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newEnv(t, be, func(c *config.Config) {
 			c.Store = kind
 			c.WorkerShards = 1
@@ -188,18 +188,4 @@ func TestBatchedCommandsKeepConnectionOrder(t *testing.T) {
 
 func disconnect(user, conn string, seq uint64, rooms ...string) protocol.Command {
 	return protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: rooms, User: user, Conn: conn, Seq: seq}
-}
-
-// forEachKindAndBackend runs f as a parallel subtest per store kind and
-// backend.
-func forEachKindAndBackend(t *testing.T, f func(t *testing.T, be storetest.Backend, kind string)) {
-	t.Parallel()
-	for _, kind := range storeKinds {
-		for _, be := range storetest.Backends {
-			t.Run(kind+"/"+be.Name, func(t *testing.T) {
-				t.Parallel()
-				f(t, be, kind)
-			})
-		}
-	}
 }

@@ -15,12 +15,9 @@ import (
 // The worker on each store kind (the store's own contract suite is in
 // internal/store).
 
-// storeKinds are the store kinds ELLIPSIS_STORE selects.
-var storeKinds = []string{config.StoreZSet, config.StoreKeys}
-
 // ELLIPSIS_STORE selects the store; anything else is refused.
 func TestContractStoreSelection(t *testing.T) {
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		cfg := config.Dev()
 		cfg.Store = kind
 		if _, err := New(Options{Config: cfg}); err != nil {
@@ -38,7 +35,7 @@ func TestContractStoreSelection(t *testing.T) {
 // commands in, events and snapshots out, expiry pushed once by two workers.
 func TestContractEndToEnd(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		for _, be := range storetest.Backends {
 			t.Run(kind+"/"+be.Name, func(t *testing.T) {
 				t.Parallel()
@@ -103,7 +100,7 @@ func TestContractEndToEnd(t *testing.T) {
 // The sweeper moves older workers' sweep index through the store's
 // MigrateLegacySweep, found by a type assertion: every store has it.
 func TestStoresMigrateLegacySweep(t *testing.T) {
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		st, err := store.New(store.Options{Kind: kind, PubSub: storetest.PubSub, TTL: time.Second, Throttle: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -153,20 +153,6 @@ func newBatchEnv(t *testing.T, be storetest.Backend, kind string) *batchEnv {
 	return &batchEnv{t: t, st: st, hook: hook, rdb: rdb, reg: reg, names: n, pubsub: be.PubSub}
 }
 
-// forEachKindAndBackend runs f as a parallel subtest per store kind and
-// backend.
-func forEachKindAndBackend(t *testing.T, f func(t *testing.T, be storetest.Backend, kind string)) {
-	t.Parallel()
-	for _, kind := range storeKinds {
-		for _, be := range storetest.Backends {
-			t.Run(kind+"/"+be.Name, func(t *testing.T) {
-				t.Parallel()
-				f(t, be, kind)
-			})
-		}
-	}
-}
-
 // oneByOne applies cmds one at a time with Start, Stop and Disconnect, as
 // the shards did before batching, and returns each command's outcome as
 // Apply reports it.
@@ -235,7 +221,7 @@ func disconnect(user, conn string, seq uint64, rooms ...string) protocol.Command
 // one pipeline, an unordered one (seq 0, or a stop without conn) is sent
 // alone; the histogram counts each command under its own script.
 func TestContractApplyMatchesOneByOne(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		cmds := []protocol.Command{
 			start("r1", "alice", "Alice", "phone", 1),
 			start("r1", "alice", "Alice", "phone", 2),
@@ -311,7 +297,7 @@ func TestContractApplyMatchesOneByOne(t *testing.T) {
 // retried from the first lost reply: with seq, every rerun is stale, so
 // each event is published once.
 func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newBatchEnv(t, be, kind)
 		s := storetest.SubscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
 		e.hook.pipeFault = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
@@ -352,7 +338,7 @@ func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
 // nothing is published twice. (Pipelined together, the rerun of the pair
 // would publish typing_start and typing_stop a second time.)
 func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newBatchEnv(t, be, kind)
 		s := storetest.SubscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
 		e.hook.mu.Lock()
@@ -407,7 +393,7 @@ func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
 // it: with seq the late one is stale, as a command overtaken across
 // workers is, and the newer state stands.
 func TestApplyRetryAfterLaterCallRanIsStale(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newBatchEnv(t, be, kind)
 		s := storetest.SubscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
 		e.hook.pipeFault = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
@@ -432,7 +418,7 @@ func TestApplyRetryAfterLaterCallRanIsStale(t *testing.T) {
 // loaded and the pipeline's calls rerun: miniredis only (never flush the
 // shared Redis).
 func TestApplyReloadsFlushedScripts(t *testing.T) {
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			e := newBatchEnv(t, storetest.Backend{Name: "miniredis", Mini: true, PubSub: storetest.PubSub}, kind)
@@ -459,7 +445,7 @@ func TestApplyReloadsFlushedScripts(t *testing.T) {
 // answers throttled, without a due time: the room is still indexed, or its
 // typist's expired stop would never be pushed.
 func TestApplyLostUnorderedStartReplyStillIndexed(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newBatchEnv(t, be, kind)
 		st := e.st.(*redisStore)
 		st.indexAfter = true

@@ -283,7 +283,7 @@ func BenchmarkStores(b *testing.B) {
 	for _, size := range benchKeyspaces(b) {
 		p.populate(b, size)
 		ks := "keyspace=" + sizeLabel(size)
-		for _, kind := range storeKinds {
+		for _, kind := range storetest.Kinds {
 			st, n := benchStore(b, kind, p.rdb)
 			pfx := ks + "/store=" + kind
 			b.Run(pfx+"/op=start_new", func(b *testing.B) {
@@ -483,7 +483,7 @@ func BenchmarkMemoryPerTypist(b *testing.B) {
 		})
 	}
 	for _, perRoom := range []int{1, 10, 100} {
-		for _, kind := range storeKinds {
+		for _, kind := range storetest.Kinds {
 			r := measure(func() {
 				st, _ := benchStore(b, kind, p.rdb)
 				for i := range total {
@@ -531,7 +531,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 	opts.PoolSize = 64
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		// The store's ceiling with pipelining: each goroutine (GOMAXPROCS of
 		// them) sends 64 commands per round trip as one pipeline of scripts,
 		// as a busy shard does (DefaultCommandBatch), without NATS, decoding

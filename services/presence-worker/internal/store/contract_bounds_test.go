@@ -211,7 +211,7 @@ const churnBound = 10
 func TestContractChurnedUserBounded(t *testing.T) {
 	t.Parallel()
 	p := startPrivateRedis(t)
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		t.Run(kind+"/redis", func(t *testing.T) {
 			m, _ := newMetrics(prometheus.NewRegistry(), false)
 			n := names.New("churn-"+kind+":", "")
@@ -333,7 +333,7 @@ func TestContractTombstonesBounded(t *testing.T) {
 		if tomb("ended") || !tomb("first") {
 			t.Fatalf("after a disconnect: ended tombstone kept %v, new one kept %v; want false, true", tomb("ended"), tomb("first"))
 		}
-		if se.mr != nil || se.kind != storeKinds[0] || se.pubsub != storetest.PubSub {
+		if se.mr != nil || se.kind != storetest.Kinds[0] || se.pubsub != storetest.PubSub {
 			return
 		}
 		var cmds []protocol.Command
@@ -434,7 +434,7 @@ func TestContractTypistTombstoneOutlivesReaders(t *testing.T) {
 			t.Fatalf("classes: typist t typed %v read %v, reader early typed %v read %v; want t typed only, early read only",
 				typed.has("t"), read.has("t"), typed.has("early"), read.has("early"))
 		}
-		if se.mr != nil || se.kind != storeKinds[0] || se.pubsub != storetest.PubSub {
+		if se.mr != nil || se.kind != storetest.Kinds[0] || se.pubsub != storetest.PubSub {
 			se.startNamed("r", "u", "", "t", 1, OutcomeStale)
 			return
 		}

@@ -29,9 +29,6 @@ import (
 // checks (the sorted set's members, the sweep index's scores) stay in
 // store_test.go, which covers the scripts' own layout.
 
-// storeKinds are the Store implementations under contract.
-var storeKinds = []string{config.StoreZSet, config.StoreKeys}
-
 // forEachKind runs f as a parallel subtest per store kind and backend, on a
 // fresh store (its own key prefix; on miniredis its own server).
 func forEachKind(t *testing.T, f func(t *testing.T, se *storeEnv)) {
@@ -52,7 +49,7 @@ func forEachKindTTL(t *testing.T, ttl time.Duration, f func(t *testing.T, se *st
 func forEachKindTiming(t *testing.T, ttl, throttle time.Duration, f func(t *testing.T, se *storeEnv)) {
 	t.Helper()
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		for _, be := range storetest.Backends {
 			t.Run(kind+"/"+be.Name, func(t *testing.T) {
 				t.Parallel()

@@ -67,7 +67,7 @@ func BenchmarkRoomSize(b *testing.B) {
 		s.report(b)
 	})
 	for _, size := range []int{10, 1000, 10000} {
-		for _, kind := range storeKinds {
+		for _, kind := range storetest.Kinds {
 			pfx := "entries=" + strconv.Itoa(size) + "/store=" + kind
 			st, n := benchStore(b, kind, p.rdb)
 			fillRoom(b, st, "big", size)
@@ -216,7 +216,7 @@ func BenchmarkRoomSize(b *testing.B) {
 			p.dropPrefix(b, n.KeyPrefix())
 		}
 	}
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		b.Run("churned="+strconv.Itoa(benchChurn)+"/store="+kind+"/op=stop", func(b *testing.B) {
 			st, n := benchStore(b, kind, p.rdb)
 			defer p.dropPrefix(b, n.KeyPrefix())

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
@@ -50,6 +51,24 @@ func ForEachBackend(t *testing.T, f func(t *testing.T, be Backend)) {
 			t.Parallel()
 			f(t, be)
 		})
+	}
+}
+
+// Kinds are the store kinds ELLIPSIS_STORE selects, each under the
+// same contract.
+var Kinds = []string{config.StoreZSet, config.StoreKeys}
+
+// ForEachKindAndBackend runs f as a parallel subtest per store kind and
+// backend (t itself runs in parallel too).
+func ForEachKindAndBackend(t *testing.T, f func(t *testing.T, be Backend, kind string)) {
+	t.Parallel()
+	for _, kind := range Kinds {
+		for _, be := range Backends {
+			t.Run(kind+"/"+be.Name, func(t *testing.T) {
+				t.Parallel()
+				f(t, be, kind)
+			})
+		}
 	}
 }
 
