@@ -168,13 +168,7 @@ func (e *env) processed() float64 { return e.metric("ellipsis_worker_commands_to
 // eventually polls cond until it holds or waitLong passes.
 func (e *env) eventually(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(e.t, waitLong, what, cond)
 }
 
 // publishRaw publishes payloads on the command subject and flushes.
