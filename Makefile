@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 # Every module of the workspace (go.work); `go test ./...` at the root would
 # test none of them.
-MODULES := shared deploy services/gateway services/presence-worker clients/js tools test examples/go
+MODULES := shared deploy services/gateway services/presence-worker clients/js tools test examples/go testkit testkit/inproc
 # A count, not a duration: with a duration, Go 1.26's fuzz coordinator can
 # fail a clean run with "context deadline exceeded" at the deadline on a
 # loaded machine (golang/go#75804, fixed in Go 1.27). 50000 inputs: 1-10 s each.
@@ -68,7 +68,7 @@ test-all: vet tidy-check unit fuzz-smoke js examples-node
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
-	@set -e; for m in shared services/gateway services/presence-worker tools examples/go; do (cd $$m && GOWORK=off $(GO) build ./...); done; echo "== every module builds alone (GOWORK=off)"
+	@set -e; for m in shared services/gateway services/presence-worker tools examples/go testkit testkit/inproc; do (cd $$m && GOWORK=off $(GO) build ./...); done; echo "== every module builds alone (GOWORK=off)"
 
 ## tidy-check: every module's go.mod and go.sum are as `go mod tidy` leaves them
 tidy-check:

@@ -386,6 +386,13 @@ func TestDockerignore(t *testing.T) {
 				if d.Name() == "node_modules" || d.Name() == "testdata" || d.Name() == "test-artifacts" || d.Name() == ".git" {
 					return filepath.SkipDir
 				}
+				// A directory with a go.mod of its own is another module
+				// (testkit/inproc inside testkit), not part of this one.
+				if p != base {
+					if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+						return filepath.SkipDir
+					}
+				}
 				return nil
 			}
 			if strings.HasSuffix(rel, "_test.go") {

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/ellipsis-chat/ellipsis/shared v0.0.0
+	github.com/ellipsis-chat/ellipsis/testkit v0.0.0
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674
 	github.com/moby/patternmatcher v0.6.1
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2
@@ -44,6 +45,7 @@ require (
 	github.com/go-openapi/swag/stringutils v0.28.0 // indirect
 	github.com/go-openapi/swag/typeutils v0.28.0 // indirect
 	github.com/go-openapi/swag/yamlutils v0.28.0 // indirect
+	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/google/gnostic-models v0.7.1 // indirect
 	github.com/grafana/regexp v0.0.0-20250905093917-f7b3be9d1853 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
@@ -96,6 +98,9 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
-replace github.com/ellipsis-chat/ellipsis/shared => ../shared
+replace (
+	github.com/ellipsis-chat/ellipsis/shared => ../shared
+	github.com/ellipsis-chat/ellipsis/testkit => ../testkit
+)
 
 tool sigs.k8s.io/kustomize/kustomize/v5

@@ -71,8 +71,8 @@ func TestNeededModules(t *testing.T) {
 	// local dependency, its Dockerfile must copy it (TestDockerfiles says
 	// which line is missing) and this list changes with it.
 	for svc, want := range map[string][]string{
-		gateway.dir: {"clients/js", "services/gateway", "shared"},
-		worker.dir:  {"services/presence-worker", "shared"},
+		gateway.dir: {"clients/js", "services/gateway", "shared", "testkit"},
+		worker.dir:  {"services/presence-worker", "shared", "testkit"},
 	} {
 		got := neededModules(t, root, svc)
 		if strings.Join(got, " ") != strings.Join(want, " ") {

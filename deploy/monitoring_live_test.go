@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -16,12 +15,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // The Redis and NATS the services run against: ELLIPSIS_TEST_REDIS_URL and
@@ -111,24 +111,7 @@ type svcProc struct {
 	httpAddr  string // the gateway's public listener; "" for the worker
 	adminAddr string
 	cmd       *exec.Cmd
-	out       *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	out       *testkit.SyncBuffer
 }
 
 // startServices builds both binaries into a temporary directory and runs
@@ -182,7 +165,7 @@ func spareAddr(t *testing.T) string {
 
 func startService(t *testing.T, bin, name string, env []string, httpAddr string) *svcProc {
 	t.Helper()
-	p := &svcProc{name: name, httpAddr: httpAddr, adminAddr: spareAddr(t), out: &lockedBuffer{}}
+	p := &svcProc{name: name, httpAddr: httpAddr, adminAddr: spareAddr(t), out: &testkit.SyncBuffer{}}
 	p.cmd = exec.Command(bin)
 	p.cmd.Env = append(append([]string{}, env...), "ELLIPSIS_ADMIN_ADDR="+p.adminAddr)
 	if httpAddr != "" {

@@ -6,6 +6,8 @@ require (
 	github.com/ellipsis-chat/ellipsis/services/gateway v0.0.0
 	github.com/ellipsis-chat/ellipsis/services/presence-worker v0.0.0
 	github.com/ellipsis-chat/ellipsis/shared v0.0.0
+	github.com/ellipsis-chat/ellipsis/testkit v0.0.0
+	github.com/ellipsis-chat/ellipsis/testkit/inproc v0.0.0
 	github.com/gorilla/websocket v1.5.3
 	github.com/nats-io/jwt/v2 v2.8.2
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -46,4 +48,6 @@ replace (
 	github.com/ellipsis-chat/ellipsis/services/gateway => ../services/gateway
 	github.com/ellipsis-chat/ellipsis/services/presence-worker => ../services/presence-worker
 	github.com/ellipsis-chat/ellipsis/shared => ../shared
+	github.com/ellipsis-chat/ellipsis/testkit => ../testkit
+	github.com/ellipsis-chat/ellipsis/testkit/inproc => ../testkit/inproc
 )

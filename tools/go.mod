@@ -7,8 +7,9 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/ellipsis-chat/ellipsis/examples/go v0.0.0
 	github.com/ellipsis-chat/ellipsis/services/gateway v0.0.0
-	github.com/ellipsis-chat/ellipsis/services/presence-worker v0.0.0
 	github.com/ellipsis-chat/ellipsis/shared v0.0.0
+	github.com/ellipsis-chat/ellipsis/testkit v0.0.0
+	github.com/ellipsis-chat/ellipsis/testkit/inproc v0.0.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gorilla/websocket v1.5.3
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -32,6 +33,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/ellipsis-chat/ellipsis/clients/js v0.0.0 // indirect
+	github.com/ellipsis-chat/ellipsis/services/presence-worker v0.0.0 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
@@ -60,4 +62,6 @@ replace (
 	github.com/ellipsis-chat/ellipsis/services/gateway => ../services/gateway
 	github.com/ellipsis-chat/ellipsis/services/presence-worker => ../services/presence-worker
 	github.com/ellipsis-chat/ellipsis/shared => ../shared
+	github.com/ellipsis-chat/ellipsis/testkit => ../testkit
+	github.com/ellipsis-chat/ellipsis/testkit/inproc => ../testkit/inproc
 )

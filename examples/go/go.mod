@@ -3,9 +3,9 @@ module github.com/ellipsis-chat/ellipsis/examples/go
 go 1.26.0
 
 require (
-	github.com/ellipsis-chat/ellipsis/services/gateway v0.0.0
-	github.com/ellipsis-chat/ellipsis/services/presence-worker v0.0.0
 	github.com/ellipsis-chat/ellipsis/shared v0.0.0
+	github.com/ellipsis-chat/ellipsis/testkit v0.0.0
+	github.com/ellipsis-chat/ellipsis/testkit/inproc v0.0.0
 	github.com/gorilla/websocket v1.5.3
 	github.com/nats-io/nats.go v1.55.0
 )
@@ -16,6 +16,8 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/ellipsis-chat/ellipsis/clients/js v0.0.0 // indirect
+	github.com/ellipsis-chat/ellipsis/services/gateway v0.0.0 // indirect
+	github.com/ellipsis-chat/ellipsis/services/presence-worker v0.0.0 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
@@ -42,4 +44,6 @@ replace (
 	github.com/ellipsis-chat/ellipsis/services/gateway => ../../services/gateway
 	github.com/ellipsis-chat/ellipsis/services/presence-worker => ../../services/presence-worker
 	github.com/ellipsis-chat/ellipsis/shared => ../../shared
+	github.com/ellipsis-chat/ellipsis/testkit => ../../testkit
+	github.com/ellipsis-chat/ellipsis/testkit/inproc => ../../testkit/inproc
 )

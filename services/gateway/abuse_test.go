@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // floodResult is what a paced client saw.
@@ -157,7 +158,7 @@ func TestInboundAbuseRates(t *testing.T) {
 			if max := int(r.closedAt/time.Second) + 1; len(r.notices) > max {
 				t.Fatalf("%d rate_limited notices in %v", len(r.notices), r.closedAt)
 			}
-			eventually(t, "the abuse close to be counted", func() bool {
+			testkit.WaitFor(t, 5*time.Second, "the abuse close to be counted", func() bool {
 				return e.metric("ellipsis_gateway_abuse_closes_total") == 1 &&
 					e.metric(`ellipsis_gateway_closes_total{code="1008"}`) == 1
 			})

@@ -16,6 +16,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // The Redis Pub/Sub backplane's refusals and never-up link, end to end:
@@ -56,16 +57,16 @@ func readyz(t *testing.T, admin string) (int, map[string]any) {
 func TestJoinRefusedByRedisACL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	admin := redis.NewClient(testRedisOptions())
+	admin := redis.NewClient(testkit.RedisOptions(t))
 	t.Cleanup(func() { admin.Close() })
-	user := "ellipsis-noch-" + randHex(4)
+	user := "ellipsis-noch-" + testkit.RandHex(4)
 	// The user docs/deploy.md gives the gateways, without its channel
 	// pattern.
 	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "resetkeys", "resetchannels", "-@all", "+@connection", "+@pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
-	u, err := url.Parse(testRedisURL)
+	u, err := url.Parse(testkit.RedisURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestJoinRefusedByRedisACL(t *testing.T) {
 	})
 	e.startWorker("")
 	adminAddr := e.srv.AdminAddr()
-	eventually(t, "readyz 503 naming the refusal", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "readyz 503 naming the refusal", func() bool {
 		st, body := readyz(t, adminAddr)
 		checks, _ := body["checks"].(map[string]any)
 		why, _ := checks["redis"].(string)
@@ -101,7 +102,7 @@ func TestJoinRefusedByRedisACL(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", user, "&"+e.cfg.KeyPrefix+"chat:room:*").Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "readyz 200 once the ACL allows room channels", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "readyz 200 once the ACL allows room channels", func() bool {
 		st, _ := readyz(t, adminAddr)
 		return st == 200
 	})
@@ -117,14 +118,14 @@ func TestJoinRefusedByRedisACL(t *testing.T) {
 // turns ready once the path thaws.
 func TestReadyzRedisFrozenFromStart(t *testing.T) {
 	t.Parallel()
-	opt := testRedisOptions()
+	opt := testkit.RedisOptions(t)
 	px, err := faultproxy.New(opt.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { px.Close() })
 	px.Freeze(true)
-	u, err := url.Parse(testRedisURL)
+	u, err := url.Parse(testkit.RedisURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestReadyzRedisFrozenFromStart(t *testing.T) {
 	}
 	px.Freeze(false)
 	thawed := time.Now()
-	eventually(t, "readyz 200 once the path thawed", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "readyz 200 once the path thawed", func() bool {
 		st, _ := readyz(t, adminAddr)
 		return st == 200
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // handshake tries a WebSocket handshake and returns the HTTP status and
@@ -393,9 +394,9 @@ func TestLazySubscription(t *testing.T) {
 	b.send(`{"type":"leave","room":"42"}`)
 	b.expect(protocol.TypeLeft)
 	want = []string{e.names.RoomChannel("{x}")}
-	eventually(t, "unsubscribe after the last leave", func() bool { return slices.Equal(pubsubChannels(t, e), want) })
+	testkit.WaitFor(t, 5*time.Second, "unsubscribe after the last leave", func() bool { return slices.Equal(pubsubChannels(t, e), want) })
 	b.ws.Close() // the last member of {x} disconnects
-	eventually(t, "unsubscribe after the last disconnect", func() bool { return len(pubsubChannels(t, e)) == 0 })
+	testkit.WaitFor(t, 5*time.Second, "unsubscribe after the last disconnect", func() bool { return len(pubsubChannels(t, e)) == 0 })
 }
 
 func TestDisconnectCommand(t *testing.T) {
@@ -492,7 +493,7 @@ func TestSlowConsumer(t *testing.T) {
 		}
 		break
 	}
-	eventually(t, "metrics of the slow consumer close", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "metrics of the slow consumer close", func() bool {
 		resp, err := http.Get("http://" + e.srv.AdminAddr() + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -537,14 +538,14 @@ func TestNATSUnreachable(t *testing.T) {
 
 func TestNATSOutage(t *testing.T) {
 	t.Parallel()
-	ns := startNATSServer(t, 0)
-	e := newEnv(t, func(c *config.Config) { c.NATSURL = ns.url() })
-	e.startWorker(ns.url())
+	ns := testkit.StartNATS(t, "")
+	e := newEnv(t, func(c *config.Config) { c.NATSURL = ns.URL() })
+	e.startWorker(ns.URL())
 	e.setSnapshot("42", protocol.Typist{User: "bob"})
 	c := e.dial("alice", "")
 	c.join("42")
-	ns.stop()
-	eventually(t, "the gateway to see NATS down", func() bool {
+	ns.Kill()
+	testkit.WaitFor(t, 5*time.Second, "the gateway to see NATS down", func() bool {
 		st, _ := httpGet(t, "http://"+e.srv.AdminAddr()+"/readyz", nil)
 		return st == 503
 	})
@@ -553,8 +554,8 @@ func TestNATSOutage(t *testing.T) {
 	c.send(`{"type":"sync","room":"42","id":"s1"}`)
 	c.expectError(protocol.CodeUnavailable)
 
-	startNATSServer(t, ns.port) // the same port: the gateway reconnects
-	eventually(t, "the gateway and worker to reconnect", func() bool {
+	ns.Restart() // the same port: the gateway reconnects
+	testkit.WaitFor(t, 5*time.Second, "the gateway and worker to reconnect", func() bool {
 		st, _ := httpGet(t, "http://"+e.srv.AdminAddr()+"/readyz", nil)
 		return st == 200 && e.nc.IsConnected()
 	})
@@ -575,8 +576,8 @@ func TestNATSOutage(t *testing.T) {
 
 func TestRedisResync(t *testing.T) {
 	t.Parallel()
-	name := "gwt-resync-" + randHex(4)
-	e := newEnv(t, func(c *config.Config) { c.RedisURL = testRedisURL + "?client_name=" + name })
+	name := "gwt-resync-" + testkit.RandHex(4)
+	e := newEnv(t, func(c *config.Config) { c.RedisURL = testkit.RedisURL() + "?client_name=" + name })
 	e.startWorker("")
 	e.setSnapshot("42", protocol.Typist{User: "bob"})
 	c := e.dial("alice", "")
@@ -693,7 +694,7 @@ func TestAdmin(t *testing.T) {
 	if st, _ := httpGet(t, admin+"/healthz", nil); st != 200 {
 		t.Fatalf("healthz %d", st)
 	}
-	eventually(t, "readyz 200", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "readyz 200", func() bool {
 		st, _ := httpGet(t, admin+"/readyz", nil)
 		return st == 200
 	})

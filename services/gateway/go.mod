@@ -40,3 +40,7 @@ require (
 )
 
 replace github.com/ellipsis-chat/ellipsis/shared => ../../shared
+
+require github.com/ellipsis-chat/ellipsis/testkit v0.0.0
+
+replace github.com/ellipsis-chat/ellipsis/testkit => ../../testkit

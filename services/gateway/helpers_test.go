@@ -2,15 +2,10 @@ package gateway_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,41 +20,15 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
-// Tests run against the Redis and NATS named by ELLIPSIS_TEST_REDIS_URL and
-// ELLIPSIS_TEST_NATS_URL (`make test` starts private ones), else the
-// machine's on 6379 and 4222. Every test gets its own key prefix and subject
-// prefix, so tests (and other suites) never see each other's traffic;
-// nothing is ever flushed.
-var (
-	testRedisURL = envOr("ELLIPSIS_TEST_REDIS_URL", "redis://127.0.0.1:6379")
-	testNATSURL  = envOr("ELLIPSIS_TEST_NATS_URL", "nats://127.0.0.1:4222")
-)
+// Tests run against the Redis and NATS of the test environment
+// (testkit.RedisURL, testkit.NATSURL: `make test` starts private ones).
+// Every test gets its own key prefix and subject prefix, so tests (and other
+// suites) never see each other's traffic; nothing is ever flushed.
 
 const frameTimeout = 3 * time.Second
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-// testRedisOptions are go-redis options for testRedisURL.
-func testRedisOptions() *redis.Options {
-	opt, err := redis.ParseURL(testRedisURL)
-	if err != nil {
-		panic("ELLIPSIS_TEST_REDIS_URL: " + err.Error())
-	}
-	return opt
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // env is one gateway plus an emulated presence worker: a snapshot responder
 // and a command collector on the test's NATS subjects, and a Redis client
@@ -83,13 +52,13 @@ type envOpt func(*config.Config)
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
-	id := randHex(6)
+	id := testkit.RandHex(6)
 	cfg := config.Default()
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.AdminAddr = "127.0.0.1:0"
 	cfg.Auth = config.AuthNone
-	cfg.NATSURL = testNATSURL
-	cfg.RedisURL = testRedisURL
+	cfg.NATSURL = testkit.NATSURL()
+	cfg.RedisURL = testkit.RedisURL()
 	cfg.KeyPrefix = "gwt" + id + ":"
 	cfg.SubjectPrefix = "gwt" + id
 	cfg.GatewayID = "gw-test" + id[:4]
@@ -105,7 +74,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	e := &env{t: t, cfg: cfg, names: names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
 		cmds: make(chan protocol.Command, 1000), snap: map[string][]protocol.Typist{}}
 
-	e.rdb = redis.NewClient(testRedisOptions())
+	e.rdb = redis.NewClient(testkit.RedisOptions(t))
 	t.Cleanup(func() { e.rdb.Close() })
 
 	srv, err := gateway.New(gateway.Options{Config: cfg})
@@ -359,67 +328,6 @@ func errorOf(body map[string]any) (code, msg string) {
 	code, _ = e["code"].(string)
 	msg, _ = e["message"].(string)
 	return code, msg
-}
-
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if f() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
-// natsServer runs a private nats-server on a free port, for outage tests.
-type natsServer struct {
-	t    *testing.T
-	port int
-	cmd  *exec.Cmd
-}
-
-func startNATSServer(t *testing.T, port int) *natsServer {
-	t.Helper()
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		bin = "/usr/sbin/nats-server" // Debian's package, not always in PATH
-		if _, serr := os.Stat(bin); serr != nil {
-			t.Fatalf("nats-server not found in PATH or %s (.ci/run installs it: apt-get install nats-server): %v", bin, err)
-		}
-	}
-	if port == 0 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("nats-server: %v", err)
-	}
-	s := &natsServer{t: t, port: port, cmd: cmd}
-	t.Cleanup(s.stop)
-	eventually(t, "nats-server to listen", func() bool {
-		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return s
-}
-
-func (s *natsServer) url() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
-
-func (s *natsServer) stop() {
-	if s.cmd.ProcessState == nil {
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
-	}
 }
 
 func containsAll(s string, parts ...string) bool {

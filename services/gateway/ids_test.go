@@ -10,6 +10,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // protocolIDs are docs/protocol.md's example ids ("Terms and ids"), plus look-alikes
@@ -153,7 +154,7 @@ func TestSlowReaderDoesNotDelayOthers(t *testing.T) {
 	fast := e.dial("fast", "")
 	fast.join("busy")
 	r := readAll(fast.ws, 10000)
-	eventually(t, "the slow client to join", func() bool { return e.metric("ellipsis_gateway_joined_rooms") == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the slow client to join", func() bool { return e.metric("ellipsis_gateway_joined_rooms") == 2 })
 
 	// 3000 events of 2 KB, in bursts of 10 every 10 ms (~1000 events/s, 2
 	// MB/s to each member): 6 MB, more than the slow client's socket
@@ -206,7 +207,7 @@ func TestSlowReaderDoesNotDelayOthers(t *testing.T) {
 	}
 	// The slow client's queue overflowed: it was closed with 1013 (counted
 	// once its stuck write gave up).
-	eventually(t, "the slow client to be closed with 1013", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the slow client to be closed with 1013", func() bool {
 		return e.metric("ellipsis_gateway_slow_consumer_closes_total") == 1 &&
 			e.metric(`ellipsis_gateway_closes_total{code="1013"}`) == 1
 	})

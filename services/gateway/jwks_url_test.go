@@ -16,6 +16,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // idp is an identity provider's JWKS endpoint over TLS whose answer the
@@ -73,8 +74,8 @@ func (p *idp) setHang() {
 // or hangs the last good keys keep working and failures are counted.
 func TestJWKSURL(t *testing.T) {
 	t.Parallel()
-	k := testKeys()
-	p := newIDP(t, rsaJWK("a", k.rsa))
+	k := testkit.Keys()
+	p := newIDP(t, testkit.RSAJWK("a", &k.RSA.PublicKey))
 	e := newEnv(t, func(c *config.Config) {
 		c.Auth = config.AuthJWT
 		c.JWKSURL = p.srv.URL + "/.well-known/jwks.json"
@@ -84,29 +85,29 @@ func TestJWKSURL(t *testing.T) {
 	})
 	base := "ws://" + e.srv.HTTPAddr() + "/v1/ws?access_token="
 	exp := time.Now().Add(time.Hour).Unix()
-	tokA := signJWT(t, jwt.SigningMethodRS256, k.rsa, "a", jwt.MapClaims{"sub": "alice", "exp": exp})
-	tokB := signJWT(t, jwt.SigningMethodES256, k.ec, "b", jwt.MapClaims{"sub": "bob", "exp": exp})
+	tokA := testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "a", jwt.MapClaims{"sub": "alice", "exp": exp})
+	tokB := testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "b", jwt.MapClaims{"sub": "bob", "exp": exp})
 	status := func(tok string) (int, string) { st, _, msg := handshake(t, base+tok, nil); return st, msg }
 
 	if st, msg := status(tokA); st != 101 {
 		t.Fatalf("key a: %d %s", st, msg)
 	}
-	p.set(ecJWK("b", k.ec))
-	eventually(t, "the rotated-in key to be accepted", func() bool { st, _ := status(tokB); return st == 101 })
-	eventually(t, "the removed key to be refused", func() bool {
+	p.set(ecJWK("b", k.EC))
+	testkit.WaitFor(t, 5*time.Second, "the rotated-in key to be accepted", func() bool { st, _ := status(tokB); return st == 101 })
+	testkit.WaitFor(t, 5*time.Second, "the removed key to be refused", func() bool {
 		st, msg := status(tokA)
 		return st == 401 && strings.Contains(msg, `"a" is unknown`)
 	})
 
 	const failures = `ellipsis_gateway_jwks_refresh_failures_total`
 	p.setRaw([]byte("<html>maintenance</html>"))
-	eventually(t, "a failed refresh to be counted", func() bool { return e.metric(failures) >= 1 })
+	testkit.WaitFor(t, 5*time.Second, "a failed refresh to be counted", func() bool { return e.metric(failures) >= 1 })
 	if st, msg := status(tokB); st != 101 {
 		t.Fatalf("while the URL serves garbage: %d %s", st, msg)
 	}
 	p.setHang()
 	n := e.metric(failures)
-	eventually(t, "a timed-out refresh to be counted", func() bool { return e.metric(failures) > n })
+	testkit.WaitFor(t, 5*time.Second, "a timed-out refresh to be counted", func() bool { return e.metric(failures) > n })
 	if st, msg := status(tokB); st != 101 {
 		t.Fatalf("while the URL hangs: %d %s", st, msg)
 	}
@@ -116,8 +117,8 @@ func TestJWKSURL(t *testing.T) {
 // or its CA file is unusable; the error names the setting.
 func TestJWKSURLMustBeUsable(t *testing.T) {
 	t.Parallel()
-	k := testKeys()
-	good := newIDP(t, rsaJWK("a", k.rsa))
+	k := testkit.Keys()
+	good := newIDP(t, testkit.RSAJWK("a", &k.RSA.PublicKey))
 	garbage := newIDP(t)
 	garbage.setRaw([]byte("not json"))
 	hung := newIDP(t)

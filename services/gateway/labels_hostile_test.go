@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Label values from outside: clients close with every kind of code
@@ -45,7 +47,7 @@ func TestHostileLabelValuesBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw.Close()
-	eventually(t, "every connection to end", func() bool { return e.metric("ellipsis_gateway_connections") == 0 })
+	testkit.WaitFor(t, 5*time.Second, "every connection to end", func() bool { return e.metric("ellipsis_gateway_connections") == 0 })
 
 	allowed := map[string]map[string]bool{
 		"ellipsis_gateway_closes_total":             set("1000", "1001", "1002", "1003", "1005", "1006", "1007", "1008", "1009", "1010", "1011", "1012", "1013", "1014", "1015", "other"),

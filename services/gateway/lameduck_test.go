@@ -12,6 +12,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // The lame duck, in process: Shutdown starts a lame duck. At once
@@ -36,7 +37,7 @@ func TestLameDuck(t *testing.T) {
 		done <- e.srv.Shutdown(ctx)
 	}()
 
-	eventually(t, "/readyz to fail", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "/readyz to fail", func() bool {
 		st, body := httpGet(t, "http://"+e.srv.AdminAddr()+"/readyz", nil)
 		down, _ := body["down"].([]any)
 		return st == http.StatusServiceUnavailable && len(down) == 1 && down[0] == "shutdown"

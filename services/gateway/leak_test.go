@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // 500 connections that each join two rooms (one shared by all, one of
@@ -25,7 +27,7 @@ func TestNoLeakAfter500Connections(t *testing.T) {
 	warm := e.dial("warm", "")
 	warm.join("leak:warm")
 	warm.ws.Close()
-	eventually(t, "the warm-up connection to end", func() bool { return e.metric("ellipsis_gateway_connections") == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the warm-up connection to end", func() bool { return e.metric("ellipsis_gateway_connections") == 0 })
 	time.Sleep(200 * time.Millisecond)
 	before := runtime.NumGoroutine()
 
@@ -81,8 +83,8 @@ func TestNoLeakAfter500Connections(t *testing.T) {
 		}
 		c.ws.Close()
 	}
-	eventually(t, "every connection to end", func() bool { return e.metric("ellipsis_gateway_connections") == 0 })
-	eventually(t, "every room left", func() bool { return e.metric("ellipsis_gateway_joined_rooms") == 0 })
+	testkit.WaitFor(t, 5*time.Second, "every connection to end", func() bool { return e.metric("ellipsis_gateway_connections") == 0 })
+	testkit.WaitFor(t, 5*time.Second, "every room left", func() bool { return e.metric("ellipsis_gateway_joined_rooms") == 0 })
 	var after int
 	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if after = runtime.NumGoroutine(); after <= before+5 {

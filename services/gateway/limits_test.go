@@ -13,6 +13,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Item 6, every limit of docs/protocol.md ("Limits") just under and just over, on real
@@ -57,7 +58,7 @@ func TestFrameLimits(t *testing.T) {
 	// A close is counted when its connection ends, which can come after
 	// the client has read the close frame.
 	// utf is still open: six connections end, one stays.
-	eventually(t, "the closed connections to end", func() bool { return e.metric("ellipsis_gateway_connections") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the closed connections to end", func() bool { return e.metric("ellipsis_gateway_connections") == 1 })
 	for code, n := range map[string]float64{"1009": 1, "1003": 1, "1007": 4} {
 		if got := e.metric(`ellipsis_gateway_closes_total{code="` + code + `"}`); got != n {
 			t.Errorf("closes_total{%s} = %v, want %v", code, got, n)
@@ -199,7 +200,7 @@ func TestWriteDeadline(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // joined (the reply waits in the socket)
 	ev := e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "r", User: "bob", Name: strings.Repeat("B", 2000), TTLMs: 5000})
 	e.publishMany("r", ev, 4000) // 8 MB: more than the socket buffers hold
-	eventually(t, "the stalled connection to be dropped", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the stalled connection to be dropped", func() bool {
 		return e.metric(`ellipsis_gateway_closes_total{code="1006"}`) == 1
 	})
 	if n := e.metric(`ellipsis_gateway_closes_total{code="1013"}`); n != 0 {
@@ -219,7 +220,7 @@ func TestKeepalive(t *testing.T) {
 	r := readAll(alive.ws, 16)
 	silent := e.dialSlow(e.wsURL(url.Values{"user": {"bob"}}))
 	_ = silent
-	eventually(t, "the silent client to be dropped", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the silent client to be dropped", func() bool {
 		return e.metric(`ellipsis_gateway_closes_total{code="1006"}`) == 1
 	})
 	time.Sleep(6 * time.Second) // three pong waits
@@ -244,7 +245,7 @@ func TestMaxConnsPerGateway(t *testing.T) {
 		t.Fatalf("third connection without credentials: %d", st)
 	}
 	a.ws.Close()
-	eventually(t, "the slot to be given back", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the slot to be given back", func() bool {
 		st, _, _ := handshake(t, e.wsURL(url.Values{"user": {"carol"}}), nil)
 		return st == 101
 	})
@@ -264,7 +265,7 @@ func TestMaxConnsPerUser(t *testing.T) {
 	}
 	e.dial("bob", "") // other users are not affected
 	a.ws.Close()
-	eventually(t, "alice's slot to be given back", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "alice's slot to be given back", func() bool {
 		st, _, _ := handshake(t, e.wsURL(url.Values{"user": {"alice"}}), nil)
 		return st == 101
 	})

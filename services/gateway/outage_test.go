@@ -10,6 +10,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 func TestRedisUnreachable(t *testing.T) {
@@ -31,7 +32,7 @@ func TestRedisUnreachable(t *testing.T) {
 	// /readyz names redis only.
 	var st int
 	var body map[string]any
-	eventually(t, "readyz down [redis]", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "readyz down [redis]", func() bool {
 		st, body = httpGet(t, "http://"+e.srv.AdminAddr()+"/readyz", nil)
 		down, _ := body["down"].([]any)
 		return st == 503 && slices.Equal(down, []any{"redis"})

@@ -3,18 +3,10 @@ package gateway_test
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"encoding/base64"
 	"encoding/json"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,87 +14,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats.go"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
-// Keys for the JWKS tests, generated once per test binary.
-type jwtKeys struct {
-	rsa, rsa2 *rsa.PrivateKey
-	ec, ec2   *ecdsa.PrivateKey
-	ed, ed2   ed25519.PrivateKey
-}
-
-var testKeys = sync.OnceValue(func() jwtKeys {
-	var k jwtKeys
-	k.rsa, _ = rsa.GenerateKey(rand.Reader, 2048)
-	k.rsa2, _ = rsa.GenerateKey(rand.Reader, 2048)
-	k.ec, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	k.ec2, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	_, k.ed, _ = ed25519.GenerateKey(rand.Reader)
-	_, k.ed2, _ = ed25519.GenerateKey(rand.Reader)
-	return k
-})
-
-var b64 = base64.RawURLEncoding.EncodeToString
-
-func rsaJWK(kid string, k *rsa.PrivateKey) map[string]any {
-	return map[string]any{"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256",
-		"n": b64(k.N.Bytes()), "e": b64(big.NewInt(int64(k.E)).Bytes())}
-}
-
-func ecJWK(kid string, k *ecdsa.PrivateKey) map[string]any {
-	pub, err := k.PublicKey.ECDH()
-	if err != nil {
-		panic(err)
-	}
-	raw := pub.Bytes() // 0x04 || X || Y
-	return map[string]any{"kty": "EC", "kid": kid, "use": "sig", "alg": "ES256", "crv": "P-256", "x": b64(raw[1:33]), "y": b64(raw[33:])}
-}
-
-func edJWK(kid string, k ed25519.PrivateKey) map[string]any {
-	return map[string]any{"kty": "OKP", "kid": kid, "crv": "Ed25519", "x": b64(k.Public().(ed25519.PublicKey))}
-}
-
-// writeJWKS writes a JWK Set to path the way deployments replace files
-// (write a temporary file, rename it over the old one).
-func writeJWKS(t *testing.T, path string, keys ...map[string]any) {
-	t.Helper()
-	b, _ := json.Marshal(map[string]any{"keys": keys})
-	writeFileAtomic(t, path, b)
-}
-
-func writeFileAtomic(t *testing.T, path string, data []byte) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func tempJWKS(t *testing.T, keys ...map[string]any) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "jwks.json")
-	writeJWKS(t, p, keys...)
-	return p
-}
-
-// signJWT signs claims with m and key, naming kid in the header when set.
-func signJWT(t *testing.T, m jwt.SigningMethod, key any, kid string, claims jwt.MapClaims) string {
-	t.Helper()
-	tok := jwt.NewWithClaims(m, claims)
-	if kid != "" {
-		tok.Header["kid"] = kid
-	}
-	s, err := tok.SignedString(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+// ecJWK is k's public key as a JWK with "use": "sig" and "alg": "ES256".
+func ecJWK(kid string, k *ecdsa.PrivateKey) testkit.JWK {
+	j := testkit.ECJWK(kid, &k.PublicKey)
+	j["use"], j["alg"] = "sig", "ES256"
+	return j
 }
 
 // handshakeResp is handshake returning the whole refused response too.

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/json"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // HS256 and RS256 / ES256 / EdDSA from a JWKS file, over
@@ -28,9 +30,9 @@ import (
 func TestJWTEveryAlgorithm(t *testing.T) {
 	t.Parallel()
 	const secret = "every-alg-secret"
-	k := testKeys()
-	jwks := tempJWKS(t, rsaJWK("rsa1", k.rsa), ecJWK("ec1", k.ec), edJWK("ed1", k.ed),
-		map[string]any{"kty": "oct", "kid": "hmac", "k": b64([]byte("jwks-hmac"))}) // skipped: HS256 uses the secret only
+	k := testkit.Keys()
+	jwks := testkit.TempJWKS(t, testkit.RSAJWK("rsa1", &k.RSA.PublicKey), ecJWK("ec1", k.EC), testkit.EdJWK("ed1", k.Ed.Public().(ed25519.PublicKey)),
+		map[string]any{"kty": "oct", "kid": "hmac", "k": testkit.B64([]byte("jwks-hmac"))}) // skipped: HS256 uses the secret only
 	e := newEnv(t, func(c *config.Config) {
 		c.Auth = config.AuthJWT
 		c.JWTSecret = secret
@@ -42,27 +44,19 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 	base := "ws://" + e.srv.HTTPAddr() + "/v1/ws"
 	exp := time.Now().Add(time.Hour).Unix()
 	claims := func(sub string, extra jwt.MapClaims) jwt.MapClaims {
-		c := jwt.MapClaims{"sub": sub, "exp": exp, "iss": "https://id.test", "aud": "ellipsis"}
-		for k, v := range extra {
-			if v == nil {
-				delete(c, k)
-			} else {
-				c[k] = v
-			}
-		}
-		return c
+		return testkit.Claims(jwt.MapClaims{"sub": sub, "exp": exp, "iss": "https://id.test", "aud": "ellipsis"}, extra)
 	}
 
 	valid := []struct {
 		alg, sub, tok string
 		header        bool
 	}{
-		{"HS256", "u-hs256", signJWT(t, jwt.SigningMethodHS256, []byte(secret), "", claims("u-hs256", nil)), true},
-		{"RS256", "u-rs256", signJWT(t, jwt.SigningMethodRS256, k.rsa, "rsa1", claims("u-rs256", nil)), false},
-		{"ES256", "u-es256", signJWT(t, jwt.SigningMethodES256, k.ec, "ec1", claims("u-es256", nil)), true},
-		{"EdDSA", "u-eddsa", signJWT(t, jwt.SigningMethodEdDSA, k.ed, "ed1", claims("u-eddsa", nil)), false},
-		{"ES256 without kid", "u-es256-nokid", signJWT(t, jwt.SigningMethodES256, k.ec, "", claims("u-es256-nokid", nil)), false},
-		{"EdDSA with two audiences", "u-aud", signJWT(t, jwt.SigningMethodEdDSA, k.ed, "ed1", claims("u-aud", jwt.MapClaims{"aud": []string{"other", "ellipsis"}})), true},
+		{"HS256", "u-hs256", testkit.SignJWT(t, jwt.SigningMethodHS256, []byte(secret), "", claims("u-hs256", nil)), true},
+		{"RS256", "u-rs256", testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "rsa1", claims("u-rs256", nil)), false},
+		{"ES256", "u-es256", testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "ec1", claims("u-es256", nil)), true},
+		{"EdDSA", "u-eddsa", testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims("u-eddsa", nil)), false},
+		{"ES256 without kid", "u-es256-nokid", testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "", claims("u-es256-nokid", nil)), false},
+		{"EdDSA with two audiences", "u-aud", testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims("u-aud", jwt.MapClaims{"aud": []string{"other", "ellipsis"}})), true},
 	}
 	for _, v := range valid {
 		var c *client
@@ -78,33 +72,33 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 		}
 	}
 
-	der, _ := x509.MarshalPKIXPublicKey(&k.rsa.PublicKey)
+	der, _ := x509.MarshalPKIXPublicKey(&k.RSA.PublicKey)
 	invalid := []struct {
 		name, tok, want string
 	}{
-		{"HS256 expired", signJWT(t, jwt.SigningMethodHS256, []byte(secret), "", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
-		{"RS256 expired", signJWT(t, jwt.SigningMethodRS256, k.rsa, "rsa1", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
-		{"ES256 expired", signJWT(t, jwt.SigningMethodES256, k.ec, "ec1", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
-		{"EdDSA expired", signJWT(t, jwt.SigningMethodEdDSA, k.ed, "ed1", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
-		{"HS256 wrong secret", signJWT(t, jwt.SigningMethodHS256, []byte("other"), "", claims("u", nil)), "signature"},
-		{"RS256 wrong key", signJWT(t, jwt.SigningMethodRS256, k.rsa2, "rsa1", claims("u", nil)), "signature"},
-		{"ES256 wrong key", signJWT(t, jwt.SigningMethodES256, k.ec2, "ec1", claims("u", nil)), "signature"},
-		{"EdDSA wrong key", signJWT(t, jwt.SigningMethodEdDSA, k.ed2, "ed1", claims("u", nil)), "signature"},
-		{"RS256 unknown kid", signJWT(t, jwt.SigningMethodRS256, k.rsa, "rsa9", claims("u", nil)), `"rsa9" is unknown`},
-		{"RS256 naming the EC key", signJWT(t, jwt.SigningMethodRS256, k.rsa, "ec1", claims("u", nil)), "no usable key"},
-		{"HS256 keyed with the RSA public key", signJWT(t, jwt.SigningMethodHS256, der, "rsa1", claims("u", nil)), "signature"},
-		{"HS256 keyed with the skipped JWKS oct key", signJWT(t, jwt.SigningMethodHS256, []byte("jwks-hmac"), "hmac", claims("u", nil)), "signature"},
-		{"alg none", signJWT(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, "", claims("u", nil)), "algorithm \"none\" is not accepted"},
-		{"HS512", signJWT(t, jwt.SigningMethodHS512, []byte(secret), "", claims("u", nil)), "not accepted"},
-		{"RS512", signJWT(t, jwt.SigningMethodRS512, k.rsa, "rsa1", claims("u", nil)), "not accepted"},
-		{"PS256", signJWT(t, jwt.SigningMethodPS256, k.rsa, "rsa1", claims("u", nil)), "not accepted"},
-		{"no exp", signJWT(t, jwt.SigningMethodEdDSA, k.ed, "ed1", claims("u", jwt.MapClaims{"exp": nil})), "no exp"},
-		{"nbf ahead", signJWT(t, jwt.SigningMethodES256, k.ec, "ec1", claims("u", jwt.MapClaims{"nbf": time.Now().Add(time.Hour).Unix()})), "nbf"},
-		{"wrong iss", signJWT(t, jwt.SigningMethodRS256, k.rsa, "rsa1", claims("u", jwt.MapClaims{"iss": "https://evil.test"})), "issuer"},
-		{"no iss", signJWT(t, jwt.SigningMethodHS256, []byte(secret), "", claims("u", jwt.MapClaims{"iss": nil})), "no iss"},
-		{"wrong aud", signJWT(t, jwt.SigningMethodEdDSA, k.ed, "ed1", claims("u", jwt.MapClaims{"aud": []string{"other"}})), "audience"},
-		{"no aud", signJWT(t, jwt.SigningMethodES256, k.ec, "ec1", claims("u", jwt.MapClaims{"aud": nil})), "no aud"},
-		{"no sub", signJWT(t, jwt.SigningMethodRS256, k.rsa, "rsa1", claims("u", jwt.MapClaims{"sub": nil})), "no sub"},
+		{"HS256 expired", testkit.SignJWT(t, jwt.SigningMethodHS256, []byte(secret), "", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
+		{"RS256 expired", testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "rsa1", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
+		{"ES256 expired", testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "ec1", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
+		{"EdDSA expired", testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
+		{"HS256 wrong secret", testkit.SignJWT(t, jwt.SigningMethodHS256, []byte("other"), "", claims("u", nil)), "signature"},
+		{"RS256 wrong key", testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA2, "rsa1", claims("u", nil)), "signature"},
+		{"ES256 wrong key", testkit.SignJWT(t, jwt.SigningMethodES256, k.EC2, "ec1", claims("u", nil)), "signature"},
+		{"EdDSA wrong key", testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed2, "ed1", claims("u", nil)), "signature"},
+		{"RS256 unknown kid", testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "rsa9", claims("u", nil)), `"rsa9" is unknown`},
+		{"RS256 naming the EC key", testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "ec1", claims("u", nil)), "no usable key"},
+		{"HS256 keyed with the RSA public key", testkit.SignJWT(t, jwt.SigningMethodHS256, der, "rsa1", claims("u", nil)), "signature"},
+		{"HS256 keyed with the skipped JWKS oct key", testkit.SignJWT(t, jwt.SigningMethodHS256, []byte("jwks-hmac"), "hmac", claims("u", nil)), "signature"},
+		{"alg none", testkit.SignJWT(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, "", claims("u", nil)), "algorithm \"none\" is not accepted"},
+		{"HS512", testkit.SignJWT(t, jwt.SigningMethodHS512, []byte(secret), "", claims("u", nil)), "not accepted"},
+		{"RS512", testkit.SignJWT(t, jwt.SigningMethodRS512, k.RSA, "rsa1", claims("u", nil)), "not accepted"},
+		{"PS256", testkit.SignJWT(t, jwt.SigningMethodPS256, k.RSA, "rsa1", claims("u", nil)), "not accepted"},
+		{"no exp", testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims("u", jwt.MapClaims{"exp": nil})), "no exp"},
+		{"nbf ahead", testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "ec1", claims("u", jwt.MapClaims{"nbf": time.Now().Add(time.Hour).Unix()})), "nbf"},
+		{"wrong iss", testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "rsa1", claims("u", jwt.MapClaims{"iss": "https://evil.test"})), "issuer"},
+		{"no iss", testkit.SignJWT(t, jwt.SigningMethodHS256, []byte(secret), "", claims("u", jwt.MapClaims{"iss": nil})), "no iss"},
+		{"wrong aud", testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims("u", jwt.MapClaims{"aud": []string{"other"}})), "audience"},
+		{"no aud", testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "ec1", claims("u", jwt.MapClaims{"aud": nil})), "no aud"},
+		{"no sub", testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "rsa1", claims("u", jwt.MapClaims{"sub": nil})), "no sub"},
 		{"garbage", "abc.def.ghi", "malformed"},
 		{"too long", strings.Repeat("a", 20000), "too long"},
 		{"missing", "", "missing token"},
@@ -127,7 +121,7 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 		t.Errorf("Basic header: %d %q", st, msg)
 	}
 	// Valid credentials carrying an invalid user id: 400 naming the field.
-	bad := signJWT(t, jwt.SigningMethodEdDSA, k.ed, "ed1", claims(strings.Repeat("u", 257), nil))
+	bad := testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims(strings.Repeat("u", 257), nil))
 	if st, code, msg := handshake(t, base+"?access_token="+bad, nil); st != 400 || code != protocol.CodeBadRequest || !strings.Contains(msg, "user") {
 		t.Errorf("257-byte sub: %d %s %q", st, code, msg)
 	}
@@ -137,7 +131,7 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 
 	// Opt-out with an EdDSA token: typing is dropped, start and stop alike,
 	// while the user still sees others.
-	opt := e.dialURL(base+"?access_token="+signJWT(t, jwt.SigningMethodEdDSA, k.ed, "ed1", claims("quiet", jwt.MapClaims{"share_typing": false})), nil)
+	opt := e.dialURL(base+"?access_token="+testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims("quiet", jwt.MapClaims{"share_typing": false})), nil)
 	opt.join("r")
 	opt.send(`{"type":"typing_start","room":"r"}`)
 	opt.send(`{"type":"typing_stop","room":"r"}`)
@@ -152,9 +146,9 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 // at once, a removed one stops working, a broken file keeps the old keys.
 func TestJWKSRotation(t *testing.T) {
 	t.Parallel()
-	k := testKeys()
+	k := testkit.Keys()
 	path := filepath.Join(t.TempDir(), "jwks.json")
-	writeJWKS(t, path, rsaJWK("a", k.rsa))
+	testkit.WriteJWKS(t, path, testkit.RSAJWK("a", &k.RSA.PublicKey))
 	e := newEnv(t, func(c *config.Config) {
 		c.Auth = config.AuthJWT
 		c.JWKSFile = path
@@ -162,9 +156,9 @@ func TestJWKSRotation(t *testing.T) {
 	})
 	base := "ws://" + e.srv.HTTPAddr() + "/v1/ws?access_token="
 	exp := time.Now().Add(time.Hour).Unix()
-	tokA := signJWT(t, jwt.SigningMethodRS256, k.rsa, "a", jwt.MapClaims{"sub": "alice", "exp": exp})
-	tokB := signJWT(t, jwt.SigningMethodEdDSA, k.ed, "b", jwt.MapClaims{"sub": "bob", "exp": exp})
-	tokB2 := signJWT(t, jwt.SigningMethodEdDSA, k.ed2, "b", jwt.MapClaims{"sub": "bob", "exp": exp})
+	tokA := testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "a", jwt.MapClaims{"sub": "alice", "exp": exp})
+	tokB := testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "b", jwt.MapClaims{"sub": "bob", "exp": exp})
+	tokB2 := testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed2, "b", jwt.MapClaims{"sub": "bob", "exp": exp})
 	status := func(tok string) (int, string) { st, _, msg := handshake(t, base+tok, nil); return st, msg }
 
 	if st, msg := status(tokA); st != 101 {
@@ -174,15 +168,15 @@ func TestJWKSRotation(t *testing.T) {
 		t.Fatalf("key b before rotation: %d %s", st, msg)
 	}
 	// HS256 is not accepted without a secret.
-	if st, msg := status(signJWT(t, jwt.SigningMethodHS256, []byte("x"), "", jwt.MapClaims{"sub": "alice", "exp": exp})); st != 401 || !strings.Contains(msg, "not accepted") {
+	if st, msg := status(testkit.SignJWT(t, jwt.SigningMethodHS256, []byte("x"), "", jwt.MapClaims{"sub": "alice", "exp": exp})); st != 401 || !strings.Contains(msg, "not accepted") {
 		t.Fatalf("HS256 with JWKS only: %d %s", st, msg)
 	}
 	open := e.dialURL(base+tokA, nil) // opened before the rotation
 
 	// Rotate: b replaces a. The new kid triggers a reload at once (after
 	// the forced-reload pause that the "key b before rotation" probe used).
-	writeJWKS(t, path, edJWK("b", k.ed))
-	eventually(t, "the rotated-in key to be accepted", func() bool { st, _ := status(tokB); return st == 101 })
+	testkit.WriteJWKS(t, path, testkit.EdJWK("b", k.Ed.Public().(ed25519.PublicKey)))
+	testkit.WaitFor(t, 5*time.Second, "the rotated-in key to be accepted", func() bool { st, _ := status(tokB); return st == 101 })
 	if st, msg := status(tokA); st != 401 || !strings.Contains(msg, `"a" is unknown`) {
 		t.Fatalf("removed key a: %d %s", st, msg)
 	}
@@ -191,13 +185,13 @@ func TestJWKSRotation(t *testing.T) {
 	open.expect(protocol.TypePong)
 
 	// A key replaced under the same kid: picked up by the periodic check.
-	writeJWKS(t, path, edJWK("b", k.ed2))
-	eventually(t, "the replaced key to be accepted", func() bool { st, _ := status(tokB2); return st == 101 })
+	testkit.WriteJWKS(t, path, testkit.EdJWK("b", k.Ed2.Public().(ed25519.PublicKey)))
+	testkit.WaitFor(t, 5*time.Second, "the replaced key to be accepted", func() bool { st, _ := status(tokB2); return st == 101 })
 	if st, msg := status(tokB); st != 401 || !strings.Contains(msg, "signature") {
 		t.Fatalf("replaced key: %d %s", st, msg)
 	}
 	// A broken file keeps the keys in use.
-	writeFileAtomic(t, path, []byte(`{"keys":[{"kty":`))
+	testkit.WriteFileAtomic(t, path, []byte(`{"keys":[{"kty":`))
 	time.Sleep(400 * time.Millisecond)
 	if st, msg := status(tokB2); st != 101 {
 		t.Fatalf("after a broken rewrite: %d %s", st, msg)
@@ -227,14 +221,14 @@ func TestJWKSFileMustBeUsable(t *testing.T) {
 // time.
 func TestTokenExpiryClosesAtExp(t *testing.T) {
 	t.Parallel()
-	k := testKeys()
+	k := testkit.Keys()
 	e := newEnv(t, func(c *config.Config) {
 		c.Auth = config.AuthJWT
-		c.JWKSFile = tempJWKS(t, ecJWK("ec", k.ec))
+		c.JWKSFile = testkit.TempJWKS(t, ecJWK("ec", k.EC))
 	})
 	e.startWorker("")
 	expAt := time.Unix(time.Now().Add(2*time.Second).Unix(), 0)
-	c := e.dialURL("ws://"+e.srv.HTTPAddr()+"/v1/ws?access_token="+signJWT(t, jwt.SigningMethodES256, k.ec, "ec", jwt.MapClaims{"sub": "alice", "exp": expAt.Unix()}), nil)
+	c := e.dialURL("ws://"+e.srv.HTTPAddr()+"/v1/ws?access_token="+testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "ec", jwt.MapClaims{"sub": "alice", "exp": expAt.Unix()}), nil)
 	c.join("r")
 	c.expectClose(websocket.ClosePolicyViolation)
 	if d := time.Since(expAt); d < -50*time.Millisecond || d > time.Second {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -12,18 +11,9 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
+	"github.com/ellipsis-chat/ellipsis/testkit"
+)
 
 func TestAdminListener(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -56,24 +46,24 @@ func TestAdminListener(t *testing.T) {
 	s.Serve(ln)
 	base := "http://" + s.Addr()
 
-	if code, body := get(t, base+"/healthz"); code != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
+	if code, body := testkit.HTTPGet(t, base+"/healthz"); code != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
 		t.Fatalf("healthz %d %s", code, body)
 	}
-	if code, body := get(t, base+"/readyz"); code != 200 || strings.TrimSpace(body) != `{"ready":true,"checks":{"nats":"ok","redis":"ok"}}` {
+	if code, body := testkit.HTTPGet(t, base+"/readyz"); code != 200 || strings.TrimSpace(body) != `{"ready":true,"checks":{"nats":"ok","redis":"ok"}}` {
 		t.Fatalf("readyz %d %s", code, body)
 	}
 	redisErr.Store("dial tcp: refused")
-	code, body := get(t, base+"/readyz")
+	code, body := testkit.HTTPGet(t, base+"/readyz")
 	var rd Readiness
 	if err := json.Unmarshal([]byte(body), &rd); err != nil || code != 503 || rd.Ready || len(rd.Down) != 1 || rd.Down[0] != "redis" ||
 		rd.Checks["redis"] != "dial tcp: refused" || rd.Checks["nats"] != "ok" {
 		t.Fatalf("readyz with redis down: %d %s", code, body)
 	}
 	stopping.Store(true)
-	if code, body := get(t, base+"/readyz"); code != 503 || strings.TrimSpace(body) != `{"ready":false,"down":["shutdown"],"checks":{"shutdown":"shutting down"}}` {
+	if code, body := testkit.HTTPGet(t, base+"/readyz"); code != 503 || strings.TrimSpace(body) != `{"ready":false,"down":["shutdown"],"checks":{"shutdown":"shutting down"}}` {
 		t.Fatalf("readyz shutting down: %d %s", code, body)
 	}
-	if code, body := get(t, base+"/metrics"); code != 200 || !strings.Contains(body, "ellipsis_test_total 1") {
+	if code, body := testkit.HTTPGet(t, base+"/metrics"); code != 200 || !strings.Contains(body, "ellipsis_test_total 1") {
 		t.Fatalf("metrics %d %s", code, body)
 	}
 	if err := s.Shutdown(context.Background()); err != nil {
@@ -120,12 +110,12 @@ func TestPprofSecondsAreBounded(t *testing.T) {
 	defer s.Shutdown(context.Background())
 	base := "http://" + s.Addr() + "/debug/pprof/"
 	for _, path := range []string{"profile?seconds=31", "profile?seconds=1e9", "profile?seconds=x", "trace?seconds=600", "heap?seconds=31"} {
-		if code, body := get(t, base+path); code != http.StatusBadRequest || !strings.Contains(body, "seconds") {
+		if code, body := testkit.HTTPGet(t, base+path); code != http.StatusBadRequest || !strings.Contains(body, "seconds") {
 			t.Errorf("%s: %d %q, want 400 naming seconds", path, code, body)
 		}
 	}
 	for _, path := range []string{"heap", "trace?seconds=0.05", "cmdline"} {
-		if code, body := get(t, base+path); code != http.StatusOK {
+		if code, body := testkit.HTTPGet(t, base+path); code != http.StatusOK {
 			t.Errorf("%s: %d %.200q, want 200", path, code, body)
 		}
 	}

@@ -1,7 +1,6 @@
 package natsconn
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -26,32 +25,16 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // waitFor is how long a test waits for a connection or an error to show
 // (polled; the machine is noisy, nothing is timed as a pass condition).
 const waitFor = 20 * time.Second
 
-// logBuf collects the JSON log lines of a logger, safe for concurrent use.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *logBuf) Sync() error { return nil }
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newLogger() (*zap.Logger, *logBuf) {
-	buf := &logBuf{}
+func newLogger() (*zap.Logger, *testkit.SyncBuffer) {
+	buf := &testkit.SyncBuffer{}
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), buf, zapcore.DebugLevel)
 	return zap.New(core), buf
 }
@@ -89,7 +72,7 @@ func writeFile(t *testing.T, name, content string) string {
 // connectOK connects with o (capturing logs), waits until connected and
 // checks that a message published reaches a subscriber on the same
 // connection, through the server.
-func connectOK(t *testing.T, o Options) (*Conn, *logBuf) {
+func connectOK(t *testing.T, o Options) (*Conn, *testkit.SyncBuffer) {
 	t.Helper()
 	log, buf := newLogger()
 	o.Log, o.Name = log, "natsconn-test"

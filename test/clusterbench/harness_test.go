@@ -52,7 +52,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/test/clusterenv"
-	"github.com/ellipsis-chat/ellipsis/test/inproc"
+	"github.com/ellipsis-chat/ellipsis/testkit/inproc"
 )
 
 // Pub/Sub modes (config.Config.RedisPubSub).
@@ -115,9 +115,9 @@ type stack struct {
 	names    names.Names
 	gateways []*gateway.Server
 	workers  []*worker.Server
-	svc      *inproc.Services // nil until started
-	pids     []int            // redis-server process id of each master
-	natsPID  int              // the nats-server's process id; 0 unknown
+	svc      *inproc.Stack // nil until started
+	pids     []int         // redis-server process id of each master
+	natsPID  int           // the nats-server's process id; 0 unknown
 }
 
 // newStack starts a fresh cluster and the services. Everything stops in
@@ -153,7 +153,7 @@ func newStack(tb testing.TB, mode string, sh shape) *stack {
 
 	log := zaptest.NewLogger(tb, zaptest.Level(zap.WarnLevel), zaptest.WrapOptions(zap.WrapCore(
 		func(c zapcore.Core) zapcore.Core { return quietAuthOff{c} })))
-	s.svc = inproc.Start(tb, cfg, sh.Workers, sh.Gateways, tok, log)
+	s.svc = inproc.StartT(tb, inproc.Options{Config: cfg, Workers: sh.Workers, Gateways: sh.Gateways, GatewayIDSuffix: tok, Logger: log})
 	s.gateways, s.workers = s.svc.Gateways, s.svc.Workers
 	return s
 }
@@ -173,7 +173,7 @@ func (q quietAuthOff) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.
 
 func (s *stack) shutdown() {
 	if s.svc != nil {
-		s.svc.Shutdown(10 * time.Second)
+		s.svc.ShutdownWithin(10 * time.Second)
 	}
 }
 

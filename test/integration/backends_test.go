@@ -1,11 +1,8 @@
 package integration
 
 import (
-	"bufio"
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,166 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
-
-// Private Redis and NATS servers for outage tests. They run on spare
-// loopback ports, never on the machine's shared instances, and are always
-// killed (process group) when the test ends. A missing binary is a failure
-// with a clear message: .ci/run installs both.
-
-// findBinary returns the path of a server binary, looking in PATH and then
-// in the Debian package locations.
-func findBinary(t *testing.T, name string, fallbacks ...string) string {
-	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, p := range fallbacks {
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-			return p
-		}
-	}
-	t.Fatalf("%s not found in PATH or %v: outage tests need it (.ci/run installs it: apt-get install %s)", name, fallbacks, name)
-	return ""
-}
-
-// backendProc is one private server process that can be killed and
-// restarted on the same port.
-type backendProc struct {
-	t    *testing.T
-	name string
-	bin  string
-	args []string
-	addr string // 127.0.0.1:port
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *syncBuffer
-}
-
-func (b *backendProc) port() string { _, p, _ := net.SplitHostPort(b.addr); return p }
-
-// start runs the server and waits until ready reports true (10 s at most).
-func (b *backendProc) start(ready func() bool) {
-	b.t.Helper()
-	b.mu.Lock()
-	cmd := exec.Command(b.bin, b.args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = b.out, b.out
-	if err := cmd.Start(); err != nil {
-		b.mu.Unlock()
-		b.t.Fatalf("%s: start %s: %v", b.name, b.bin, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	b.cmd, b.done = cmd, done
-	b.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ready() {
-		select {
-		case <-done:
-			b.t.Fatalf("%s exited at start:\n%s", b.name, b.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("%s not ready on %s within 10s:\n%s", b.name, b.addr, b.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// signal sends sig to the server's process group.
-func (b *backendProc) signal(sig syscall.Signal) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.cmd != nil && b.cmd.Process != nil {
-		_ = syscall.Kill(-b.cmd.Process.Pid, sig)
-	}
-}
-
-// kill SIGKILLs the server (an outage) and waits until it is gone.
-func (b *backendProc) kill() {
-	b.t.Helper()
-	b.signal(syscall.SIGCONT) // in case it was stopped
-	b.signal(syscall.SIGKILL)
-	b.mu.Lock()
-	done := b.done
-	b.mu.Unlock()
-	if done == nil {
-		return
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		b.t.Fatalf("%s did not die", b.name)
-	}
-}
-
-// privateRedis starts redis-server without persistence on a spare loopback
-// port (docs/protocol.md, "Order and loss": typing is never persisted).
-type privateRedis struct {
-	backendProc
-}
-
-func startPrivateRedis(t *testing.T) *privateRedis {
-	t.Helper()
-	bin := findBinary(t, "redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server")
-	addr := freePort(t)
-	_, port, _ := net.SplitHostPort(addr)
-	r := &privateRedis{backendProc{t: t, name: "redis-server:" + port, bin: bin, addr: addr, out: &syncBuffer{},
-		args: []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"}}}
-	t.Cleanup(r.kill)
-	r.restart()
-	return r
-}
-
-func (r *privateRedis) url() string { return "redis://" + r.addr }
-
-func (r *privateRedis) ping() bool {
-	c := redis.NewClient(&redis.Options{Addr: r.addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	return c.Ping(ctx).Err() == nil
-}
-
-// restart starts the server (again) on its port and waits for PING.
-func (r *privateRedis) restart() { r.t.Helper(); r.start(r.ping) }
-
-// privateNATS starts nats-server on a spare loopback port.
-type privateNATS struct {
-	backendProc
-}
-
-func startPrivateNATS(t *testing.T) *privateNATS {
-	t.Helper()
-	bin := findBinary(t, "nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server", "/usr/bin/nats-server")
-	addr := freePort(t)
-	_, port, _ := net.SplitHostPort(addr)
-	n := &privateNATS{backendProc{t: t, name: "nats-server:" + port, bin: bin, addr: addr, out: &syncBuffer{},
-		args: []string{"-a", "127.0.0.1", "-p", port}}}
-	t.Cleanup(n.kill)
-	n.restart()
-	return n
-}
-
-func (n *privateNATS) url() string { return "nats://" + n.addr }
-
-func (n *privateNATS) restart() {
-	n.t.Helper()
-	n.start(func() bool {
-		c, err := net.DialTimeout("tcp", n.addr, 200*time.Millisecond)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		return err == nil && strings.HasPrefix(line, "INFO ")
-	})
-}
 
 // ---------------------------------------------------------------------------
 // Service processes: several gateways and workers, each its own process with
@@ -217,7 +56,7 @@ func (ps *procStack) startGateway(extra map[string]string) *proc {
 	ps.t.Helper()
 	name := fmt.Sprintf("gateway%d", ps.nGW)
 	ps.nGW++
-	env := mergeEnv(map[string]string{"ELLIPSIS_GATEWAY_ID": fmt.Sprintf("p%s-%s", name, randomToken()[:4])}, ps.env, extra)
+	env := mergeEnv(map[string]string{"ELLIPSIS_GATEWAY_ID": fmt.Sprintf("p%s-%s", name, testkit.RandHex(5)[:4])}, ps.env, extra)
 	p := launchProc(ps.t, name, ps.gwBin, ps.s, env, freePort(ps.t), freePort(ps.t))
 	ps.gateways = append(ps.gateways, p)
 	return p
@@ -239,7 +78,7 @@ func launchProc(t *testing.T, name, bin string, s *stack, env map[string]string,
 	t.Helper()
 	wait := env["wait"] != "no"
 	delete(env, "wait")
-	p := &proc{name: name, httpAddr: httpAddr, adminAddr: adminAddr, out: &syncBuffer{}, exited: make(chan error, 1)}
+	p := &proc{name: name, httpAddr: httpAddr, adminAddr: adminAddr, out: &testkit.SyncBuffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin)
 	base := envFor(s, nil)
 	kv := map[string]string{}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // dialTinyBuffer opens a WebSocket whose socket receive buffer is tiny, so
@@ -150,7 +151,7 @@ func TestSlowClientNeverStallsTheRoom(t *testing.T) {
 	// Flood the room's channel as workers would: 10000 events of ~600
 	// bytes (6 MB: more than the kernel buffers up for the stuck socket,
 	// 4 MB at most here) over a few seconds.
-	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL(), "redis://")})
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(testkit.RedisURL(), "redis://")})
 	defer rdb.Close()
 	channel := names.New(ps.s.cfg.KeyPrefix, "").RoomChannel(room)
 	const total, batch = 10000, 40
@@ -228,14 +229,14 @@ func TestSlowClientNeverStallsTheRoom(t *testing.T) {
 // and recovers: the stop is applied after the queued starts.
 func TestWorkerStuckShardDropsAreBoundedAndCounted(t *testing.T) {
 	t.Parallel()
-	r := startPrivateRedis(t)
-	n := startPrivateNATS(t)
-	ps := newProcStack(t, map[string]string{"ELLIPSIS_REDIS_URL": r.url(), "ELLIPSIS_NATS_URL": n.url()})
+	r := testkit.StartRedis(t, "")
+	n := testkit.StartNATS(t, "")
+	ps := newProcStack(t, map[string]string{"ELLIPSIS_REDIS_URL": r.URL(), "ELLIPSIS_NATS_URL": n.URL()})
 	w := ps.startWorker(nil)
-	nc := connectNATS(t, n.url())
+	nc := connectNATS(t, n.URL())
 	subject := names.New("", ps.s.cfg.SubjectPrefix).CommandSubject()
-	r.signal(syscall.SIGSTOP)
-	defer r.signal(syscall.SIGCONT)
+	r.Signal(syscall.SIGSTOP)
+	defer r.Signal(syscall.SIGCONT)
 	// One connection, so one shard: 1024 queued at most.
 	const flood = 20000
 	began := time.Now()
@@ -275,7 +276,7 @@ func TestWorkerStuckShardDropsAreBoundedAndCounted(t *testing.T) {
 	if code, body := readyz(w.adminAddr); !strings.Contains(body, `"nats":"ok"`) {
 		t.Fatalf("worker lost NATS under the flood: %d %s", code, body)
 	}
-	r.signal(syscall.SIGCONT)
+	r.Signal(syscall.SIGCONT)
 	waitReadyz(t, w.adminAddr, 200, 10*time.Second)
 	// The stop is applied once Redis is back: it hides the typist
 	// (stopped, or coalesced when the user's event budget is spent), or

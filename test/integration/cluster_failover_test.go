@@ -8,6 +8,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/test/clusterenv"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // clusterProcStack starts a 3-master Redis Cluster, a 3-node NATS cluster
@@ -101,7 +102,7 @@ func TestClusterPubSubReconnect(t *testing.T) {
 	n := names.New(ps.s.cfg.KeyPrefix, "")
 
 	// Two rooms whose channels share a master but not a slot.
-	tok := randomToken()
+	tok := testkit.RandHex(5)
 	var rooms, channels []string
 	var slots []int
 	master := -1
@@ -215,7 +216,7 @@ func TestClusterMasterFailover(t *testing.T) {
 	rc, ps, g0, g1 := clusterProcStack(t, func(rc *clusterenv.RedisCluster, n names.Names) {
 		// A room whose sweep bucket is on the room's master too, so the
 		// expiry after the failover is swept from the promoted master.
-		tok := randomToken()
+		tok := testkit.RandHex(5)
 		for k := 0; k < 200 && room == ""; k++ {
 			r := fmt.Sprintf("failover-%d:%s", k, tok)
 			m := rc.Owner(t, clusterenv.SlotOf(n.RoomChannel(r)))

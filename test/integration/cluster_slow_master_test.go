@@ -15,6 +15,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/test/clusterenv"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // A slow master on a real Redis Cluster: one master is reached through a
@@ -121,7 +122,7 @@ func TestClusterSlowMasterDoesNotDelayOtherShards(t *testing.T) {
 			}
 		}()
 	}
-	nc := connectNATS(t, natsURL())
+	nc := connectNATS(t, testkit.NATSURL())
 	pub := func(cmd protocol.Command) {
 		t.Helper()
 		publishCommand(t, nc, ps.s.cfg.SubjectPrefix, cmd)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/test/clusterenv"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Ellipsis on a 3-master Redis Cluster (sharded Pub/Sub, the
@@ -107,7 +108,7 @@ func TestClusterTypingScenarios(t *testing.T) {
 	// A slot move: bob stays joined on both gateways while the room's slot
 	// moves to another master; the gateways resubscribe there.
 	t.Run("slot-move", func(t *testing.T) {
-		room := "moving:" + randomToken()
+		room := "moving:" + testkit.RandHex(5)
 		slot := clusterenv.SlotOf(names.New(prefix, "").RoomChannel(room))
 		alice := dial(t, g0.wsURL("alice", "Alice"), "alice")
 		bob0 := dial(t, g0.wsURL("bob", "Bob"), "bob0")

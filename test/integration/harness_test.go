@@ -8,11 +8,8 @@ package integration
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +23,8 @@ import (
 	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
-	"github.com/ellipsis-chat/ellipsis/test/inproc"
+	"github.com/ellipsis-chat/ellipsis/testkit"
+	"github.com/ellipsis-chat/ellipsis/testkit/inproc"
 )
 
 // Test timing: short, and obeying throttle < refresh < ttl like production.
@@ -39,22 +37,6 @@ const (
 	expiryBound = testTTL + time.Second
 )
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func redisURL() string { return envOr("ELLIPSIS_TEST_REDIS_URL", "redis://127.0.0.1:6379") }
-func natsURL() string  { return envOr("ELLIPSIS_TEST_NATS_URL", "nats://127.0.0.1:4222") }
-
-func randomToken() string {
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // testConfig returns a dev config on loopback port 0 with a private key
 // prefix and subject prefix.
 func testConfig(t *testing.T, keyPrefix, subjectPrefix string) config.Config {
@@ -62,8 +44,8 @@ func testConfig(t *testing.T, keyPrefix, subjectPrefix string) config.Config {
 	c := config.Dev()
 	c.HTTPAddr = "127.0.0.1:0"
 	c.AdminAddr = "127.0.0.1:0"
-	c.NATSURL = natsURL()
-	c.RedisURL = redisURL()
+	c.NATSURL = testkit.NATSURL()
+	c.RedisURL = testkit.RedisURL()
 	c.KeyPrefix = keyPrefix
 	c.SubjectPrefix = subjectPrefix
 	c.TypingTTL = testTTL
@@ -84,13 +66,13 @@ type stack struct {
 	cfg      config.Config
 	gateways []*gateway.Server
 	workers  []*worker.Server
-	svc      *inproc.Services // nil until started
+	svc      *inproc.Stack // nil until started
 	rdb      *redis.Client
 }
 
 func newStack(t *testing.T, nGateways, nWorkers int, mutate ...func(*config.Config)) *stack {
 	t.Helper()
-	tok := randomToken()
+	tok := testkit.RandHex(5)
 	cfg := testConfig(t, "it-"+tok+":", "it"+tok)
 	for _, m := range mutate {
 		m(&cfg)
@@ -102,14 +84,14 @@ func newStack(t *testing.T, nGateways, nWorkers int, mutate ...func(*config.Conf
 	s := &stack{t: t, cfg: cfg, rdb: redis.NewClient(opt)}
 	t.Cleanup(s.cleanup)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	s.svc = inproc.Start(t, cfg, nWorkers, nGateways, tok, log)
+	s.svc = inproc.StartT(t, inproc.Options{Config: cfg, Workers: nWorkers, Gateways: nGateways, GatewayIDSuffix: tok, Logger: log})
 	s.gateways, s.workers = s.svc.Gateways, s.svc.Workers
 	return s
 }
 
 func (s *stack) cleanup() {
 	if s.svc != nil {
-		s.svc.Shutdown(10 * time.Second)
+		s.svc.ShutdownWithin(10 * time.Second)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -321,7 +303,7 @@ func (c *client) drain(d time.Duration) []frame {
 
 func (c *client) join(room string) frame {
 	c.t.Helper()
-	id := "j-" + randomToken()
+	id := "j-" + testkit.RandHex(5)
 	c.send(map[string]any{"type": "join", "room": room, "id": id})
 	return c.next(func(f frame) bool { return f.Type == "joined" && f.ID == id }, 5*time.Second, "joined "+room)
 }
@@ -333,7 +315,7 @@ func (c *client) joinRetrying(room string, within time.Duration) frame {
 	c.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		id := "j-" + randomToken()
+		id := "j-" + testkit.RandHex(5)
 		c.send(map[string]any{"type": "join", "room": room, "id": id})
 		f := c.next(func(f frame) bool { return f.ID == id && (f.Type == "joined" || f.Type == "error") }, 5*time.Second, "an answer to join "+room)
 		switch {

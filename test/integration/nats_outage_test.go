@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // A NATS outage, as separate processes on a private NATS. While NATS is
@@ -16,8 +18,8 @@ import (
 // with an error that says so.
 func TestNATSOutageAndRestart(t *testing.T) {
 	t.Parallel()
-	n := startPrivateNATS(t)
-	ps := newProcStack(t, map[string]string{"ELLIPSIS_NATS_URL": n.url(), "ELLIPSIS_SNAPSHOT_TIMEOUT": "700ms"})
+	n := testkit.StartNATS(t, "")
+	ps := newProcStack(t, map[string]string{"ELLIPSIS_NATS_URL": n.URL(), "ELLIPSIS_SNAPSHOT_TIMEOUT": "700ms"})
 	w := ps.startWorker(nil)
 	g := ps.startGateway(nil)
 	room := "nats:outage"
@@ -31,7 +33,7 @@ func TestNATSOutageAndRestart(t *testing.T) {
 	bob.waitShown(room, "", 2*time.Second)
 	startsBefore := metric(t, w.adminAddr, "ellipsis_worker_commands_total", `op="start"`)
 
-	n.kill()
+	n.Kill()
 	down := time.Now()
 	for _, p := range []*proc{g, w} {
 		at := waitReadyz(t, p.adminAddr, 503, 3*time.Second, "nats")
@@ -70,7 +72,7 @@ func TestNATSOutageAndRestart(t *testing.T) {
 
 	since := bob.mark()
 	back := time.Now()
-	n.restart()
+	n.Restart()
 	for _, p := range []*proc{g, w} {
 		at := waitReadyz(t, p.adminAddr, 200, 10*time.Second)
 		t.Logf("%s reconnected (/readyz 200) %v after NATS was back", p.name, at.Sub(back))
@@ -84,7 +86,7 @@ func TestNATSOutageAndRestart(t *testing.T) {
 			t.Fatal("typing never worked again after NATS came back")
 		}
 		m, ma := bob.mark(), alice.mark()
-		id := "s-" + randomToken()
+		id := "s-" + testkit.RandHex(5)
 		alice.c.send(map[string]any{"type": "typing_start", "room": room, "id": id})
 		// Either an error reply (still down) or the start reaches bob.
 		alice.tryUntil(time.Second, func() bool { return len(alice.log) > ma && alice.log[len(alice.log)-1].ID == id })

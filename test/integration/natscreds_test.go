@@ -1,14 +1,12 @@
 package integration
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,22 +17,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/ellipsis-chat/ellipsis/test/inproc"
+	"github.com/ellipsis-chat/ellipsis/testkit"
+	"github.com/ellipsis-chat/ellipsis/testkit/inproc"
 )
-
-// lockedBuf collects log output from many goroutines.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuf) Sync() error    { return nil }
-func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // operatorNATS starts an embedded nats-server in operator mode (memory
 // resolver) with one account, and returns its URL and a function minting
@@ -108,10 +93,10 @@ func operatorNATS(t *testing.T) (url string, mint func(known bool) (path, userJW
 // or /readyz body holds the seed or the JWT.
 func TestServicesWithNATSCreds(t *testing.T) {
 	url, mint := operatorNATS(t)
-	tok := randomToken()
+	tok := testkit.RandHex(5)
 
-	logs := &lockedBuf{}
-	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), logs, zapcore.InfoLevel))
+	logs := &testkit.SyncBuffer{}
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(logs), zapcore.InfoLevel))
 
 	credsPath, ujwt, seed := mint(true)
 	cfg := testConfig(t, "it-"+tok+":", "it"+tok)
@@ -126,7 +111,7 @@ func TestServicesWithNATSCreds(t *testing.T) {
 	}
 	s := &stack{t: t, cfg: cfg, rdb: redis.NewClient(opt)}
 	t.Cleanup(s.cleanup)
-	s.svc = inproc.Start(t, cfg, 1, 1, tok, log)
+	s.svc = inproc.StartT(t, inproc.Options{Config: cfg, Workers: 1, Gateways: 1, GatewayIDSuffix: tok, Logger: log})
 	s.gateways, s.workers = s.svc.Gateways, s.svc.Workers
 
 	alice := dial(t, s.wsURL(0, "alice", "Alice"), "alice")
@@ -141,8 +126,8 @@ func TestServicesWithNATSCreds(t *testing.T) {
 	bcfg := cfg
 	bcfg.NATSCreds = badPath
 	bcfg.GatewayID = "bad-" + tok
-	bad := inproc.Start(t, bcfg, 0, 1, tok+"b", log)
-	defer bad.Shutdown(10 * time.Second)
+	bad := inproc.StartT(t, inproc.Options{Config: bcfg, Gateways: 1, GatewayIDSuffix: tok + "b", Logger: log})
+	defer bad.ShutdownWithin(10 * time.Second)
 	var body string
 	deadline := time.Now().Add(20 * time.Second)
 	for {

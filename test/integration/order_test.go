@@ -13,6 +13,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // delayProxy sits between the gateways' subjects and the workers': it
@@ -88,7 +89,7 @@ func startDelayProxy(t *testing.T, nc *nats.Conn, from, to string, maxDelay time
 // typing, in the workers' state and on every receiver.
 func TestOrderAcrossThreeWorkersWithDelays(t *testing.T) {
 	t.Parallel()
-	tok := randomToken()
+	tok := testkit.RandHex(5)
 	gwPrefix, wkPrefix := "ordgw"+tok, "ordwk"+tok
 	ps := newProcStack(t, nil)
 	nc := connectNATS(t, ps.s.cfg.NATSURL)

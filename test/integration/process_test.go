@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ellipsis-chat/ellipsis/test/ports"
+	"github.com/ellipsis-chat/ellipsis/testkit"
+	"github.com/ellipsis-chat/ellipsis/testkit/ports"
 )
 
 // binaries builds cmd/gateway and cmd/presence-worker once per test run.
@@ -73,28 +74,11 @@ type proc struct {
 	cmd       *exec.Cmd
 	httpAddr  string
 	adminAddr string
-	out       *syncBuffer
+	out       *testkit.SyncBuffer
 	exited    chan error // the Wait result, put back by whoever reads it
 
 	mu       sync.Mutex
 	exitedAt time.Time
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // envFor turns a test config into the ELLIPSIS_* environment of a process.
@@ -123,7 +107,7 @@ func envFor(s *stack, extra map[string]string) []string {
 
 func startProc(t *testing.T, name, bin string, env []string, httpAddr, adminAddr string) *proc {
 	t.Helper()
-	p := &proc{name: name, httpAddr: httpAddr, adminAddr: adminAddr, out: &syncBuffer{}, exited: make(chan error, 1)}
+	p := &proc{name: name, httpAddr: httpAddr, adminAddr: adminAddr, out: &testkit.SyncBuffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin)
 	p.cmd.Env = append(env, "ELLIPSIS_ADMIN_ADDR="+adminAddr)
 	if httpAddr != "" {

@@ -9,6 +9,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // A typist's disconnect tombstone keeps its delayed start stale
@@ -46,7 +47,7 @@ func TestReaderChurnKeepsTypistTombstone(t *testing.T) {
 			publishCommand(t, nc, s.cfg.SubjectPrefix, protocol.Command{Op: protocol.OpLeave, Room: room, User: "u-reader", Conn: fmt.Sprintf("gw-r:%d", j), Seq: 1})
 		}
 		want := int64(i + chunk)
-		waitFor(t, 10*time.Second, fmt.Sprintf("%d reader leaves applied", want), func() (bool, string) {
+		testkit.WaitForWhy(t, 10*time.Second, fmt.Sprintf("%d reader leaves applied", want), func() (bool, string) {
 			_, err := s.rdb.ZScore(ctx, gone, fmt.Sprintf("gw-r:%d", want-1)).Result()
 			return err == nil, fmt.Sprint(err)
 		})

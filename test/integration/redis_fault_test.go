@@ -9,6 +9,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // The gateway and the worker reach a private Redis
@@ -21,10 +22,10 @@ const (
 )
 
 // faultStack is one gateway and one worker whose Redis sits behind px.
-func faultStack(t *testing.T) (*stack, *faultproxy.Proxy, *privateRedis) {
+func faultStack(t *testing.T) (*stack, *faultproxy.Proxy, testkit.RedisServer) {
 	t.Helper()
-	r := startPrivateRedis(t)
-	px, err := faultproxy.New(r.addr)
+	r := testkit.StartRedis(t, "")
+	px, err := faultproxy.New(r.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

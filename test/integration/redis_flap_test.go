@@ -124,7 +124,7 @@ func TestRedisFlappingKeepsRoomsConsistent(t *testing.T) {
 	n := names.New(s.cfg.KeyPrefix, s.cfg.SubjectPrefix)
 	want := []string{n.RoomChannel("flap:a"), n.RoomChannel("flap:b")}
 	slices.Sort(want)
-	direct := redis.NewClient(&redis.Options{Addr: pr.addr})
+	direct := redis.NewClient(&redis.Options{Addr: pr.Addr()})
 	defer direct.Close()
 	ctx := context.Background()
 	var got []string

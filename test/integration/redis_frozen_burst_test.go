@@ -7,6 +7,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Join answers for a client that (re)joins several rooms at once, as
@@ -16,8 +17,8 @@ import (
 // ELLIPSIS_SNAPSHOT_TIMEOUT + 1 s of being sent.
 func TestRedisFrozenJoinBurstOneConnection(t *testing.T) {
 	t.Parallel()
-	r := startPrivateRedis(t)
-	px, err := faultproxy.New(r.addr)
+	r := testkit.StartRedis(t, "")
+	px, err := faultproxy.New(r.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +51,8 @@ func TestRedisFrozenJoinBurstOneConnection(t *testing.T) {
 // them is answered before any of them.
 func TestRedisFrozenJoinBurstSubscribedRooms(t *testing.T) {
 	t.Parallel()
-	r := startPrivateRedis(t)
-	px, err := faultproxy.New(r.addr)
+	r := testkit.StartRedis(t, "")
+	px, err := faultproxy.New(r.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // subscriberIDs lists the ids of the connections of Redis at addr that
@@ -55,8 +56,8 @@ func TestGatewayIdleLinkNeverRedialed(t *testing.T) {
 		t.Skip("-short: watches an idle link for 60 s; make test runs it (no -short)")
 	}
 	t.Parallel()
-	r := startPrivateRedis(t)
-	s := newStack(t, 1, 1, func(c *config.Config) { c.RedisURL = r.url() })
+	r := testkit.StartRedis(t, "")
+	s := newStack(t, 1, 1, func(c *config.Config) { c.RedisURL = r.URL() })
 	for i := 0; i < 5; i++ { // 10 rooms per connection: under the inbound burst
 		u := "idle" + strconv.Itoa(i)
 		c := dial(t, s.wsURL(0, u, ""), u)
@@ -64,12 +65,12 @@ func TestGatewayIdleLinkNeverRedialed(t *testing.T) {
 			c.join("idle:" + strconv.Itoa(i*10+j))
 		}
 	}
-	before := subscriberIDs(t, r.addr)
+	before := subscriberIDs(t, r.Addr())
 	if len(before) == 0 {
 		t.Fatal("no subscribed connection in CLIENT LIST")
 	}
 	time.Sleep(60 * time.Second)
-	if after := subscriberIDs(t, r.addr); !slices.Equal(after, before) {
+	if after := subscriberIDs(t, r.Addr()); !slices.Equal(after, before) {
 		t.Fatalf("the gateway's Pub/Sub connections went from ids %v to %v over 60 idle seconds: redialed", before, after)
 	}
 	waitReadyz(t, s.gateways[0].AdminAddr(), 200, 5*time.Second)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // isPushedSnapshot matches an unasked typing snapshot (a resync) of room.
@@ -24,8 +25,8 @@ func isPushedSnapshot(room string) func(frame) bool {
 // typist is shown again.
 func TestRedisOutageAndRestart(t *testing.T) {
 	t.Parallel()
-	r := startPrivateRedis(t)
-	ps := newProcStack(t, map[string]string{"ELLIPSIS_REDIS_URL": r.url()})
+	r := testkit.StartRedis(t, "")
+	ps := newProcStack(t, map[string]string{"ELLIPSIS_REDIS_URL": r.URL()})
 	w0, w1 := ps.startWorker(nil), ps.startWorker(nil)
 	g := ps.startGateway(nil)
 	rooms := []string{"redis:1", "redis:2"}
@@ -39,7 +40,7 @@ func TestRedisOutageAndRestart(t *testing.T) {
 	defer stop()
 	bob.waitShown(rooms[0], "alice", 2*time.Second)
 
-	r.kill()
+	r.Kill()
 	down := time.Now()
 	for _, p := range []*proc{g, w0, w1} {
 		at := waitReadyz(t, p.adminAddr, 503, 3*time.Second, "redis")
@@ -59,7 +60,7 @@ func TestRedisOutageAndRestart(t *testing.T) {
 	}
 	since := bob.mark()
 	back := time.Now() // redis-server listens within milliseconds
-	r.restart()
+	r.Restart()
 	var pushed time.Time
 	for _, room := range rooms {
 		f := bob.waitFrame(since, isPushedSnapshot(room), 5*time.Second, "pushed typing snapshot of "+room)
@@ -95,8 +96,8 @@ func TestRedisOutageAndRestart(t *testing.T) {
 // after the first. Not parallel: runtime.NumGoroutine counts the whole
 // process, and sequential tests run before the parallel ones start.
 func TestRedisOutagesLeakNoGoroutines(t *testing.T) {
-	r := startPrivateRedis(t)
-	s := newStack(t, 1, 1, func(c *config.Config) { c.RedisURL = r.url() })
+	r := testkit.StartRedis(t, "")
+	s := newStack(t, 1, 1, func(c *config.Config) { c.RedisURL = r.URL() })
 	gwAdmin, wkAdmin := s.gateways[0].AdminAddr(), s.workers[0].AdminAddr()
 	room := "leak"
 	alice := dial(t, s.wsURL(0, "alice", ""), "alice")
@@ -124,7 +125,7 @@ func TestRedisOutagesLeakNoGoroutines(t *testing.T) {
 	}
 	outage := func(i int) time.Duration {
 		t.Helper()
-		r.kill()
+		r.Kill()
 		waitStatus(gwAdmin, 503)
 		waitStatus(wkAdmin, 503)
 		if i == 0 {
@@ -141,7 +142,7 @@ func TestRedisOutagesLeakNoGoroutines(t *testing.T) {
 		}
 		since := bob.mark()
 		back := time.Now()
-		r.restart()
+		r.Restart()
 		f := bob.waitFrame(since, isPushedSnapshot(room), 5*time.Second, "typing snapshot after the Redis restart")
 		waitStatus(gwAdmin, 200)
 		waitStatus(wkAdmin, 200)

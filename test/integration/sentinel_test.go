@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Ellipsis on Redis Sentinel: a master, one replica and three Sentinels
@@ -39,7 +41,7 @@ func testSentinelFailover(t *testing.T, manual bool) {
 	// scans the machine's shared Redis for the stack's key prefix: this test
 	// never connects to it. NATS is the machine's, under the stack's unique
 	// subject prefix, as newProcStack does.
-	tok := randomToken()
+	tok := testkit.RandHex(5)
 	cfg := testConfig(t, "it-"+tok+":", "it"+tok)
 	cfg.RedisURL = se.url()
 	gwBin, wkBin := buildBinaries(t)
@@ -51,7 +53,7 @@ func testSentinelFailover(t *testing.T, manual bool) {
 
 	scenarios := func(round string) {
 		t.Run(round+"/start-stop-across-gateways", func(t *testing.T) {
-			room := "sentinel:" + round + ":" + randomToken()
+			room := "sentinel:" + round + ":" + testkit.RandHex(5)
 			alice := dial(t, g0.wsURL("alice", "Alice"), "alice")
 			bob := dial(t, g1.wsURL("bob", "Bob"), "bob")
 			joinRetry(alice, room, 5*time.Second)
@@ -64,7 +66,7 @@ func testSentinelFailover(t *testing.T, manual bool) {
 			bob.next(isStop(room, "alice", "stopped"), 3*time.Second, "typing_stop")
 		})
 		t.Run(round+"/silent-typist-expires", func(t *testing.T) {
-			room := "sentinel:" + round + ":" + randomToken()
+			room := "sentinel:" + round + ":" + testkit.RandHex(5)
 			alice := dial(t, g0.wsURL("alice", "Alice"), "alice")
 			bob := dial(t, g1.wsURL("bob", "Bob"), "bob")
 			joinRetry(alice, room, 5*time.Second)
@@ -87,7 +89,7 @@ func testSentinelFailover(t *testing.T, manual bool) {
 	// Clients that stay connected through the failover: alice on gateway 0,
 	// bob on gateway 1 and carol on gateway 0, in one room, so both
 	// gateways' Pub/Sub connections must follow the new master.
-	room := "sentinel:through:" + randomToken()
+	room := "sentinel:through:" + testkit.RandHex(5)
 	alice := watch(dial(t, g0.wsURL("alice", "Alice"), "alice"))
 	bob := watch(dial(t, g1.wsURL("bob", "Bob"), "bob"))
 	carol := watch(dial(t, g0.wsURL("carol", "Carol"), "carol"))
@@ -103,17 +105,17 @@ func testSentinelFailover(t *testing.T, manual bool) {
 	marks := map[*view]int{bob: bob.mark(), carol: carol.mark()}
 
 	old, promoted := se.redis[0], se.redis[1]
-	how := "the SIGKILL of " + old.addr
+	how := "the SIGKILL of " + old.Addr()
 	began := time.Now()
 	if manual {
 		how = "SENTINEL FAILOVER"
 		se.failover()
 	} else {
-		old.kill()
+		old.Kill()
 	}
-	se.waitMaster(promoted.addr, 20*time.Second)
+	se.waitMaster(promoted.Addr(), 20*time.Second)
 	switched := time.Now()
-	t.Logf("sentinels report %s as the master %v after %s", promoted.addr, switched.Sub(began).Round(time.Millisecond), how)
+	t.Logf("sentinels report %s as the master %v after %s", promoted.Addr(), switched.Sub(began).Round(time.Millisecond), how)
 
 	// alice types again and again (stop, start: each start is new, so it is
 	// published) until bob and carol both see a typing_start published after
@@ -137,7 +139,7 @@ func testSentinelFailover(t *testing.T, manual bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("typing_start did not get through again within %v of the switch to %s (bob on gateway 1: %v, carol on gateway 0: %v); "+
 				"a gateway whose Pub/Sub connection stays on the old master (still up after SENTINEL FAILOVER) gets no events",
-				bound, promoted.addr, !firstStart[bob].IsZero(), !firstStart[carol].IsZero())
+				bound, promoted.Addr(), !firstStart[bob].IsZero(), !firstStart[carol].IsZero())
 		}
 	}
 	for _, v := range []*view{bob, carol} {
@@ -176,7 +178,7 @@ func joinRetry(c *client, room string, within time.Duration) frame {
 	c.t.Helper()
 	deadline := time.Now().Add(within)
 	for attempt := 1; ; attempt++ {
-		id := "j-" + randomToken()
+		id := "j-" + testkit.RandHex(5)
 		c.send(map[string]any{"type": "join", "room": room, "id": id})
 		f := c.next(func(f frame) bool { return f.ID == id }, within, "reply to join "+room)
 		if f.Type == "joined" {
@@ -197,38 +199,28 @@ func joinRetry(c *client, room string, within time.Duration) frame {
 type sentinelEnv struct {
 	t         *testing.T
 	name      string
-	redis     []*privateRedis // [0] the first master, [1] its replica
-	sentinels []*backendProc
+	redis     []testkit.RedisServer // [0] the first master, [1] its replica
+	sentinels []*testkit.Server
 }
 
 // startRedisNode starts redis-server without persistence on a spare
-// loopback port, with extra arguments.
-func startRedisNode(t *testing.T, extra ...string) *privateRedis {
+// loopback port, with extra arguments: no 5 s wait before a replica's first
+// full sync (which it stores in its directory, testkit's temporary one).
+func startRedisNode(t *testing.T, extra ...string) testkit.RedisServer {
 	t.Helper()
-	bin := findBinary(t, "redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server")
-	addr := freePort(t)
-	_, port, _ := net.SplitHostPort(addr)
-	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-		// A replica stores the RDB of its full sync in its directory.
-		"--dir", t.TempDir(),
-		// No 5 s wait before the replica's first full sync.
-		"--repl-diskless-sync-delay", "0"}, extra...)
-	r := &privateRedis{backendProc{t: t, name: "redis-server:" + port, bin: bin, addr: addr, out: &syncBuffer{}, args: args}}
-	t.Cleanup(r.kill)
-	r.restart()
-	return r
+	return testkit.StartRedis(t, "", append([]string{"--repl-diskless-sync-delay", "0"}, extra...)...)
 }
 
 func startSentinelEnv(t *testing.T, name string) *sentinelEnv {
 	t.Helper()
 	se := &sentinelEnv{t: t, name: name}
 	m := startRedisNode(t)
-	r := startRedisNode(t, "--replicaof", "127.0.0.1", m.port())
-	se.redis = []*privateRedis{m, r}
+	r := startRedisNode(t, "--replicaof", "127.0.0.1", m.Port())
+	se.redis = []testkit.RedisServer{m, r}
 	// The replica is in sync before the Sentinels start, so their first
 	// INFO of the master lists it (the next one is 10 s later).
-	waitFor(t, 10*time.Second, "replica "+r.addr+" in sync with "+m.addr, func() (bool, string) {
-		c := redis.NewClient(&redis.Options{Addr: r.addr, MaxRetries: -1})
+	testkit.WaitForWhy(t, 10*time.Second, "replica "+r.Addr()+" in sync with "+m.Addr(), func() (bool, string) {
+		c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -239,7 +231,7 @@ func startSentinelEnv(t *testing.T, name string) *sentinelEnv {
 		return strings.Contains(info, "master_link_status:up"), info
 	})
 
-	bin := findBinary(t, "redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server")
+	bin := testkit.FindBinary(t, "redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server")
 	dir := t.TempDir()
 	for i := range 3 {
 		addr := freePort(t)
@@ -251,7 +243,7 @@ func startSentinelEnv(t *testing.T, name string) *sentinelEnv {
 			"bind 127.0.0.1",
 			"daemonize no",
 			"dir " + dir,
-			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %s 2", name, m.port()),
+			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %s 2", name, m.Port()),
 			"sentinel down-after-milliseconds " + name + " 1000",
 			"sentinel failover-timeout " + name + " 5000",
 			"sentinel parallel-syncs " + name + " 1",
@@ -260,9 +252,7 @@ func startSentinelEnv(t *testing.T, name string) *sentinelEnv {
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		s := &backendProc{t: t, name: "sentinel:" + port, bin: bin, addr: addr, out: &syncBuffer{}, args: []string{conf, "--sentinel"}}
-		t.Cleanup(s.kill)
-		s.start(func() bool {
+		s := testkit.StartServer(t, "sentinel:"+port, bin, addr, []string{conf, "--sentinel"}, func() bool {
 			c := redis.NewSentinelClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -281,17 +271,17 @@ func startSentinelEnv(t *testing.T, name string) *sentinelEnv {
 	// other Sentinels (hello messages, every 2 s): a failover can start.
 	started := time.Now()
 	for _, s := range se.sentinels {
-		waitFor(t, 15*time.Second, s.name+" seeing the master, the replica and 2 sentinels", func() (bool, string) {
-			c := redis.NewSentinelClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+		testkit.WaitForWhy(t, 15*time.Second, s.Name()+" seeing the master, the replica and 2 sentinels", func() (bool, string) {
+			c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			addr, err := c.GetMasterAddrByName(ctx, name).Result()
-			if err != nil || len(addr) != 2 || net.JoinHostPort(addr[0], addr[1]) != m.addr {
+			if err != nil || len(addr) != 2 || net.JoinHostPort(addr[0], addr[1]) != m.Addr() {
 				return false, fmt.Sprintf("master %v %v", addr, err)
 			}
 			replicas, err := c.Replicas(ctx, name).Result()
-			if err != nil || len(replicas) != 1 || net.JoinHostPort(replicas[0]["ip"], replicas[0]["port"]) != r.addr ||
+			if err != nil || len(replicas) != 1 || net.JoinHostPort(replicas[0]["ip"], replicas[0]["port"]) != r.Addr() ||
 				replicas[0]["flags"] != "slave" || replicas[0]["master-link-status"] != "ok" {
 				return false, fmt.Sprintf("replicas %v %v", replicas, err)
 			}
@@ -307,16 +297,16 @@ func startSentinelEnv(t *testing.T, name string) *sentinelEnv {
 			return true, ""
 		})
 	}
-	t.Logf("sentinels see master %s, replica %s and each other %v after they started", m.addr, r.addr, time.Since(started).Round(time.Millisecond))
+	t.Logf("sentinels see master %s, replica %s and each other %v after they started", m.Addr(), r.Addr(), time.Since(started).Round(time.Millisecond))
 	return se
 }
 
 // url is the services' ELLIPSIS_REDIS_URL: the first Sentinel, the others
 // as addr= options.
 func (se *sentinelEnv) url() string {
-	u := "redis+sentinel://" + se.sentinels[0].addr + "?master_name=" + se.name
+	u := "redis+sentinel://" + se.sentinels[0].Addr() + "?master_name=" + se.name
 	for _, s := range se.sentinels[1:] {
-		u += "&addr=" + s.addr
+		u += "&addr=" + s.Addr()
 	}
 	return u
 }
@@ -325,8 +315,8 @@ func (se *sentinelEnv) url() string {
 func (se *sentinelEnv) waitMaster(addr string, within time.Duration) {
 	se.t.Helper()
 	for _, s := range se.sentinels {
-		waitFor(se.t, within, s.name+" reporting "+addr+" as the master", func() (bool, string) {
-			c := redis.NewSentinelClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+		testkit.WaitForWhy(se.t, within, s.Name()+" reporting "+addr+" as the master", func() (bool, string) {
+			c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
@@ -342,7 +332,7 @@ func (se *sentinelEnv) waitMaster(addr string, within time.Duration) {
 // failover asks the first Sentinel for a failover (SENTINEL FAILOVER).
 func (se *sentinelEnv) failover() {
 	se.t.Helper()
-	c := redis.NewSentinelClient(&redis.Options{Addr: se.sentinels[0].addr})
+	c := redis.NewSentinelClient(&redis.Options{Addr: se.sentinels[0].Addr()})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -355,24 +345,7 @@ func (se *sentinelEnv) failover() {
 func (se *sentinelEnv) logs() string {
 	var b strings.Builder
 	for _, s := range se.sentinels {
-		fmt.Fprintf(&b, "--- %s ---\n%s\n", s.name, tail(s.out.String(), 40))
+		fmt.Fprintf(&b, "--- %s ---\n%s\n", s.Name(), tail(s.Output(), 40))
 	}
 	return b.String()
-}
-
-// waitFor polls cond every 50 ms until it holds, failing after within with
-// cond's last explanation.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s within %v: %s", what, within, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Gateway shutdown. SIGTERM to a gateway
@@ -183,7 +184,7 @@ func TestWorkerSIGTERMFinishesInFlight(t *testing.T) {
 	nc := connectNATS(t, ps.s.cfg.NATSURL)
 	n := names.New(ps.s.cfg.KeyPrefix, ps.s.cfg.SubjectPrefix)
 
-	opt, _ := redis.ParseURL(redisURL())
+	opt, _ := redis.ParseURL(testkit.RedisURL())
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

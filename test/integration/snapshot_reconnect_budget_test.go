@@ -10,6 +10,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // A user's snapshots are priced whatever its connections do: a client
@@ -43,7 +44,7 @@ func TestReconnectLoopSnapshotsArePriced(t *testing.T) {
 	loops, refused := 0, 0
 	for time.Since(began) < time.Second {
 		c := dial(t, s.wsURL(0, user, ""), "c")
-		id := "j-" + randomToken()
+		id := "j-" + testkit.RandHex(5)
 		c.send(map[string]any{"type": "join", "room": room, "id": id})
 		f := c.next(func(f frame) bool { return f.ID == id && (f.Type == "joined" || f.Type == "error") }, 5*time.Second, "an answer to join "+room)
 		switch {

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Snapshots are priced (docs/protocol.md, "Snapshots"): with store keys
@@ -39,7 +40,7 @@ func TestSyncStormIsPriced(t *testing.T) {
 		// lanes alone serve a connection one sync per snapshot).
 		c.SnapshotRate, c.SnapshotBurst = 2, 4
 	})
-	fill(t, s.rdb, "itfill-"+randomToken()+":", fillerKeys)
+	fill(t, s.rdb, "itfill-"+testkit.RandHex(5)+":", fillerKeys)
 
 	// SCAN calls of one snapshot of an empty room over this keyspace.
 	scans0 := scanCalls(t, s.rdb)

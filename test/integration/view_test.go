@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // view consumes every frame of one client in a goroutine and keeps what a
@@ -199,7 +201,7 @@ func (v *view) waitFrame(since int, pred func(frame) bool, within time.Duration,
 // reply.
 func (v *view) join(room string) frame {
 	v.t.Helper()
-	id := "j-" + randomToken()
+	id := "j-" + testkit.RandHex(5)
 	since := v.mark()
 	v.c.send(map[string]any{"type": "join", "room": room, "id": id})
 	f := v.waitFrame(since, func(f frame) bool { return f.ID == id }, 5*time.Second, "joined "+room)
@@ -212,7 +214,7 @@ func (v *view) join(room string) frame {
 // request sends a frame with a fresh id and returns the reply with that id.
 func (v *view) request(msg map[string]any, within time.Duration) (frame, time.Duration) {
 	v.t.Helper()
-	id := "r-" + randomToken()
+	id := "r-" + testkit.RandHex(5)
 	msg["id"] = id
 	since := v.mark()
 	sent := time.Now()

@@ -3,7 +3,6 @@ package backends
 import (
 	"context"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 	"github.com/ellipsis-chat/ellipsis/tools/embedded"
 )
 
@@ -26,18 +26,6 @@ func load(t *testing.T, env map[string]string) config.Config {
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-// closedAddr returns a 127.0.0.1 address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 func pingNATS(t *testing.T, url string) {
@@ -66,7 +54,7 @@ func TestEmbeddedWhenNothingSet(t *testing.T) {
 	b, err := Resolve(context.Background(), Options{
 		Config:          load(t, nil),
 		Logger:          zaptest.NewLogger(t),
-		DefaultRedisURL: "redis://" + closedAddr(t),
+		DefaultRedisURL: "redis://" + testkit.ClosedAddr(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +94,7 @@ func TestDefaultRedisUsedWhenItAnswers(t *testing.T) {
 // test Redis, ELLIPSIS_TEST_REDIS_URL, standing in for 127.0.0.1:6379:
 // `make test` starts a private one).
 func TestRealRedisAsDefault(t *testing.T) {
-	url := os.Getenv("ELLIPSIS_TEST_REDIS_URL")
-	if url == "" {
-		url = config.Default().RedisURL
-	}
+	url := testkit.RedisURL()
 	if err := pingRedis(context.Background(), url, time.Second); err != nil {
 		t.Fatalf("no Redis at %s (make test starts one; or set ELLIPSIS_TEST_REDIS_URL): %v", url, err)
 	}
@@ -131,7 +116,7 @@ func TestExplicitNATSUsedAsGiven(t *testing.T) {
 	defer n.Shutdown()
 	b, err := Resolve(context.Background(), Options{
 		Config:          load(t, map[string]string{"ELLIPSIS_NATS_URL": n.URL()}),
-		DefaultRedisURL: "redis://" + closedAddr(t),
+		DefaultRedisURL: "redis://" + testkit.ClosedAddr(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +128,7 @@ func TestExplicitNATSUsedAsGiven(t *testing.T) {
 }
 
 func TestExplicitNATSUnreachableFails(t *testing.T) {
-	url := "nats://" + closedAddr(t)
+	url := "nats://" + testkit.ClosedAddr(t)
 	start := time.Now()
 	_, err := Resolve(context.Background(), Options{
 		Config:         load(t, map[string]string{"ELLIPSIS_NATS_URL": url}),
@@ -161,7 +146,7 @@ func TestExplicitNATSUnreachableFails(t *testing.T) {
 }
 
 func TestExplicitRedisUnreachableFails(t *testing.T) {
-	url := "redis://:secret@" + closedAddr(t)
+	url := "redis://:secret@" + testkit.ClosedAddr(t)
 	_, err := Resolve(context.Background(), Options{
 		Config:         load(t, map[string]string{"ELLIPSIS_REDIS_URL": url}),
 		ConnectTimeout: 500 * time.Millisecond,

@@ -6,11 +6,11 @@ import (
 	"net"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 	"github.com/ellipsis-chat/ellipsis/tools/keystrokes"
 	"github.com/ellipsis-chat/ellipsis/tools/typist"
 )
@@ -189,27 +189,9 @@ func lastLines(out string) (map[string]string, []string) {
 	return last, all
 }
 
-// syncBuffer is a bytes.Buffer safe for the demo's printer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestRunAgainstFakeGateway(t *testing.T) {
 	g := newFakeGateway(t, protocol.ClientConfig{TTLMs: 2000, RefreshMs: 1000, IdleStopMs: 600, Auth: "none"}, "")
-	var out syncBuffer
+	var out testkit.SyncBuffer
 	res, err := Run(context.Background(), Options{
 		URL:      g.wsURL(),
 		Room:     "room-1",

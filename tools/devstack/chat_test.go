@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/ellipsis-chat/ellipsis/testkit"
 	"github.com/ellipsis-chat/ellipsis/tools/backends"
 	"github.com/ellipsis-chat/ellipsis/tools/devstack"
 )
@@ -23,8 +24,8 @@ import (
 // "stopped".
 func TestDemoChat(t *testing.T) {
 	cfg, _ := testConfig(t, nil)
-	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + closedAddr(t)}})
-	room := "chat " + randHex(t) + " ☕"
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + testkit.ClosedAddr(t)}})
+	room := "chat " + testkit.RandHex(6) + " ☕"
 	chatURL := st.URL() + "demo/chat/rooms/" + url.PathEscape(room) + "/messages"
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -108,9 +109,9 @@ func TestDemoChat(t *testing.T) {
 // TestDemoChatOnlyWithAuthNone: the chat service trusts the page's user, so
 // with auth=jwt it is not served (the page keeps messages in the tab).
 func TestDemoChatOnlyWithAuthNone(t *testing.T) {
-	cfg, _ := testConfig(t, map[string]string{"ELLIPSIS_AUTH": "jwt", "ELLIPSIS_JWT_SECRET": "dev-secret-" + randHex(t)})
-	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + closedAddr(t)}})
-	if code, body := get(t, st.URL()+"demo/chat/rooms/r/messages"); code != http.StatusNotFound {
+	cfg, _ := testConfig(t, map[string]string{"ELLIPSIS_AUTH": "jwt", "ELLIPSIS_JWT_SECRET": "dev-secret-" + testkit.RandHex(6)})
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + testkit.ClosedAddr(t)}})
+	if code, body := testkit.HTTPGet(t, st.URL()+"demo/chat/rooms/r/messages"); code != http.StatusNotFound {
 		t.Fatalf("chat with auth jwt: %d %s, want 404", code, body)
 	}
 }

@@ -26,10 +26,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
-	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
-	"github.com/ellipsis-chat/ellipsis/services/presence-worker/worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
+	"github.com/ellipsis-chat/ellipsis/testkit/inproc"
 	"github.com/ellipsis-chat/ellipsis/tools/backends"
 )
 
@@ -54,14 +53,13 @@ type Options struct {
 
 // Stack is a running dev stack.
 type Stack struct {
-	cfg     config.Config
-	log     *zap.Logger
-	reg     *prometheus.Registry
-	back    *backends.Backends
-	worker  *worker.Server
-	gateway *gateway.Server
-	chat    *chat.Service  // the demo page's chat service; nil without one
-	chatNC  *natsconn.Conn // the chat service's NATS connection
+	cfg      config.Config
+	log      *zap.Logger
+	reg      *prometheus.Registry
+	back     *backends.Backends
+	services *inproc.Stack  // the worker and the gateway
+	chat     *chat.Service  // the demo page's chat service; nil without one
+	chatNC   *natsconn.Conn // the chat service's NATS connection
 
 	once sync.Once
 	err  error
@@ -114,33 +112,21 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		}
 	}()
 
-	wcfg := cfg
-	wcfg.AdminAddr = "" // one admin listener: the gateway's serves the shared registry
-	w, err := worker.New(worker.Options{Config: wcfg, Logger: log, Registry: reg})
-	if err != nil {
-		return nil, fmt.Errorf("presence worker: %w", err)
-	}
-	s.worker = w
-	if err := w.Start(ctx); err != nil {
-		return nil, fmt.Errorf("start the presence worker: %w", err)
-	}
-
-	gopts := gateway.Options{Config: cfg, Logger: log, Registry: reg}
+	sopts := inproc.Options{Config: cfg, Workers: 1, Gateways: 1, Logger: log, Registry: reg}
 	if cfg.DemoPage && cfg.Auth == config.AuthNone {
 		// The chat service trusts the user a page names: auth none only.
 		if err := s.startChat(); err != nil {
 			return nil, err
 		}
-		gopts.DemoChat = s.chat.Handler()
+		sopts.DemoChat = s.chat.Handler()
 	}
-	g, err := gateway.New(gopts)
+	// One admin listener: with a shared Registry the worker runs without
+	// its own, and the gateway's serves both services' metrics.
+	st, err := inproc.Start(ctx, sopts)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+		return nil, err
 	}
-	s.gateway = g
-	if err := g.Start(ctx); err != nil {
-		return nil, fmt.Errorf("start the gateway: %w", err)
-	}
+	s.services = st
 	ok = true
 	return s, nil
 }
@@ -190,10 +176,10 @@ func (s *Stack) Backends() *backends.Backends { return s.back }
 func (s *Stack) Registry() *prometheus.Registry { return s.reg }
 
 // HTTPAddr is the gateway's bound public address (host:port).
-func (s *Stack) HTTPAddr() string { return s.gateway.HTTPAddr() }
+func (s *Stack) HTTPAddr() string { return s.services.Gateways[0].HTTPAddr() }
 
 // AdminAddr is the gateway's bound admin address, "" when disabled.
-func (s *Stack) AdminAddr() string { return s.gateway.AdminAddr() }
+func (s *Stack) AdminAddr() string { return s.services.Gateways[0].AdminAddr() }
 
 // URL is the demo page's URL, e.g. "http://localhost:8080/".
 func (s *Stack) URL() string { return "http://" + BrowserHost(s.HTTPAddr()) + "/" }
@@ -227,14 +213,9 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 		if s.chat != nil {
 			s.chat.Close() // ends the page's message streams, which the gateway's HTTP shutdown would wait for
 		}
-		if s.gateway != nil {
-			if err := s.gateway.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("gateway shutdown: %w", err))
-			}
-		}
-		if s.worker != nil {
-			if err := s.worker.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("worker shutdown: %w", err))
+		if s.services != nil {
+			if err := s.services.Shutdown(ctx); err != nil { // the gateway, then the worker
+				errs = append(errs, err)
 			}
 		}
 		if s.chatNC != nil {

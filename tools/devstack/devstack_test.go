@@ -3,15 +3,10 @@ package devstack_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"io"
 	"net"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,25 +15,17 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 	"github.com/ellipsis-chat/ellipsis/tools/backends"
 	"github.com/ellipsis-chat/ellipsis/tools/demo"
 	"github.com/ellipsis-chat/ellipsis/tools/devstack"
 )
 
-func randHex(t *testing.T) string {
-	t.Helper()
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b[:])
-}
-
 // testConfig is the dev config on loopback ports chosen by the kernel,
 // with a unique Redis key prefix (the machine's Redis is shared).
 func testConfig(t *testing.T, env map[string]string) (config.Config, string) {
 	t.Helper()
-	prefix := "ellipsis-test-tools-" + randHex(t) + ":"
+	prefix := "ellipsis-test-tools-" + testkit.RandHex(6) + ":"
 	base := map[string]string{
 		"ELLIPSIS_HTTP_ADDR":      "127.0.0.1:0",
 		"ELLIPSIS_ADMIN_ADDR":     "127.0.0.1:0",
@@ -53,17 +40,6 @@ func testConfig(t *testing.T, env map[string]string) (config.Config, string) {
 		t.Fatal(err)
 	}
 	return cfg, prefix
-}
-
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 func start(t *testing.T, opts devstack.Options) *devstack.Stack {
@@ -85,45 +61,16 @@ func start(t *testing.T, opts devstack.Options) *devstack.Stack {
 	return st
 }
 
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-// syncBuffer collects the demo's output from its goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var lineRE = regexp.MustCompile(`^\[\s*\d+\.\ds\] (\w+)\s+sees: (.*)$`)
 
 // runDemo plays the three demo users against the stack and checks what
 // they saw and sent.
 func runDemo(t *testing.T, st *devstack.Stack, d time.Duration) {
 	t.Helper()
-	var out syncBuffer
+	var out testkit.SyncBuffer
 	res, err := demo.Run(context.Background(), demo.Options{
 		URL:      st.WebSocketURL(),
-		Room:     "demo-" + randHex(t),
+		Room:     "demo-" + testkit.RandHex(6),
 		Speed:    2,
 		Duration: d,
 		Users: []demo.User{
@@ -178,7 +125,7 @@ func runDemo(t *testing.T, st *devstack.Stack, d time.Duration) {
 
 func TestStackEmbeddedBackendsRunsDemo(t *testing.T) {
 	cfg, _ := testConfig(t, nil)
-	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + closedAddr(t)}})
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + testkit.ClosedAddr(t)}})
 	b := st.Backends()
 	if b.NATSSource != backends.Embedded || b.RedisSource != backends.Embedded {
 		t.Fatalf("backends: NATS %s (%s), Redis %s (%s); want both embedded", b.NATSURL, b.NATSSource, b.RedisURL, b.RedisSource)
@@ -191,17 +138,17 @@ func TestStackEmbeddedBackendsRunsDemo(t *testing.T) {
 	}
 
 	admin := "http://" + st.AdminAddr()
-	if code, body := get(t, admin+"/readyz"); code != http.StatusOK {
+	if code, body := testkit.HTTPGet(t, admin+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz = %d %s", code, body)
 	}
-	if code, _ := get(t, st.URL()); code != http.StatusOK {
+	if code, _ := testkit.HTTPGet(t, st.URL()); code != http.StatusOK {
 		t.Fatalf("demo page: %d", code)
 	}
 
 	runDemo(t, st, 6*time.Second)
 
 	// One registry, both services, served once on the gateway's admin.
-	code, metrics := get(t, admin+"/metrics")
+	code, metrics := testkit.HTTPGet(t, admin+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
 	}
@@ -229,10 +176,7 @@ func TestStackEmbeddedBackendsRunsDemo(t *testing.T) {
 // (ELLIPSIS_TEST_REDIS_URL, which `make test` starts), under a unique key
 // prefix.
 func TestStackLocalRedisRunsDemo(t *testing.T) {
-	url := os.Getenv("ELLIPSIS_TEST_REDIS_URL")
-	if url == "" {
-		url = config.Default().RedisURL
-	}
+	url := testkit.RedisURL()
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
@@ -283,14 +227,14 @@ func TestStartFailsWhenAdminPortInUse(t *testing.T) {
 	defer ln.Close()
 	cfg, _ := testConfig(t, map[string]string{"ELLIPSIS_ADMIN_ADDR": ln.Addr().String()})
 	_, err = devstack.Start(context.Background(), devstack.Options{Config: cfg, Logger: zaptest.NewLogger(t),
-		Backends: backends.Options{DefaultRedisURL: "redis://" + closedAddr(t)}})
+		Backends: backends.Options{DefaultRedisURL: "redis://" + testkit.ClosedAddr(t)}})
 	if err == nil || !strings.Contains(err.Error(), "ELLIPSIS_ADMIN_ADDR") {
 		t.Fatalf("Start on a busy admin port: err = %v", err)
 	}
 }
 
 func TestStartFailsWithUnreachableNATS(t *testing.T) {
-	url := "nats://" + closedAddr(t)
+	url := "nats://" + testkit.ClosedAddr(t)
 	cfg, _ := testConfig(t, map[string]string{"ELLIPSIS_NATS_URL": url})
 	_, err := devstack.Start(context.Background(), devstack.Options{Config: cfg, Backends: backends.Options{ConnectTimeout: 500 * time.Millisecond}})
 	if err == nil || !strings.Contains(err.Error(), "ELLIPSIS_NATS_URL is set to "+url) {
@@ -324,11 +268,11 @@ func TestEmbeddedRedisExpiresTypists(t *testing.T) {
 		"ELLIPSIS_TYPING_REFRESH":   "500ms",
 		"ELLIPSIS_TYPING_IDLE_STOP": "400ms",
 	})
-	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + closedAddr(t)}})
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + testkit.ClosedAddr(t)}})
 	if st.Backends().RedisSource != backends.Embedded {
 		t.Fatalf("Redis source %s, want embedded", st.Backends().RedisSource)
 	}
-	room := "expiry-" + randHex(t)
+	room := "expiry-" + testkit.RandHex(6)
 	dial := func(user string) *websocket.Conn {
 		t.Helper()
 		c, _, err := websocket.DefaultDialer.Dial(st.WebSocketURL()+"?user="+user, nil)
@@ -381,10 +325,10 @@ func waitFor(t *testing.T, c *websocket.Conn, typ string, within time.Duration) 
 // TestStackJWT: ELLIPSIS_AUTH=jwt; the demo mints HS256 tokens with the
 // stack's secret, and is refused without them.
 func TestStackJWT(t *testing.T) {
-	cfg, _ := testConfig(t, map[string]string{"ELLIPSIS_AUTH": "jwt", "ELLIPSIS_JWT_SECRET": "dev-secret-" + randHex(t)})
-	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + closedAddr(t)}})
+	cfg, _ := testConfig(t, map[string]string{"ELLIPSIS_AUTH": "jwt", "ELLIPSIS_JWT_SECRET": "dev-secret-" + testkit.RandHex(6)})
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + testkit.ClosedAddr(t)}})
 	opts := demo.Options{
-		URL: st.WebSocketURL(), Room: "jwt-" + randHex(t), Speed: 10, Messages: 1, Settle: 300 * time.Millisecond,
+		URL: st.WebSocketURL(), Room: "jwt-" + testkit.RandHex(6), Speed: 10, Messages: 1, Settle: 300 * time.Millisecond,
 		Users: []demo.User{{ID: "alice", Name: "Alice", Session: 1}, {ID: "bob", Name: "Bob", Session: 0}},
 	}
 	if _, err := demo.Run(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "-jwt-secret") {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
+	"github.com/ellipsis-chat/ellipsis/testkit"
 	"github.com/ellipsis-chat/ellipsis/tools/backends"
 	"github.com/ellipsis-chat/ellipsis/tools/devstack"
 )
@@ -40,7 +41,7 @@ func TestStackDemoChatUsesNATSCredentials(t *testing.T) {
 		"ELLIPSIS_NATS_URL":  "nats://" + srv.Addr().(*net.TCPAddr).String(),
 		"ELLIPSIS_NATS_NKEY": seedFile,
 	})
-	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + closedAddr(t)}})
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + testkit.ClosedAddr(t)}})
 	if st.Backends().NATSSource == backends.Embedded {
 		t.Fatal("the stack ignored ELLIPSIS_NATS_URL")
 	}

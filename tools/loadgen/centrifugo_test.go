@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -20,6 +21,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // fakeCentrifugo is a small Centrifugo stand-in speaking the JSON
@@ -213,7 +215,10 @@ func TestCentrifugoAgainstFake(t *testing.T) {
 	if d.Pings != 20 {
 		t.Errorf("%d pings answered, want 20 (one per connection)", d.Pings)
 	}
-	waitFor(t, func() bool { return f.pongs.Load() == 20 }, "20 pongs at the server, got %d", func() any { return f.pongs.Load() })
+	testkit.WaitForWhy(t, 20*time.Second, "20 pongs at the server", func() (bool, string) {
+		n := f.pongs.Load()
+		return n == 20, fmt.Sprintf("got %d", n)
+	})
 	if n := f.badCmds.Load(); n != 0 {
 		t.Errorf("the server read %d malformed commands", n)
 	}
@@ -233,17 +238,6 @@ func TestCentrifugoConnectError(t *testing.T) {
 	}
 	if res != nil && res.Connected != 0 {
 		t.Errorf("%d connected with a wrong secret", res.Connected)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool, format string, arg func() any) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf(format, arg())
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -16,10 +16,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // BenchmarkStartCommand measures the start command path against the real
@@ -34,7 +36,7 @@ import (
 //	parallel     refreshes of 1000 connections from GOMAXPROCS goroutines
 func BenchmarkStartCommand(b *testing.B) {
 	requireServices(b)
-	opts, err := redis.ParseURL(testRedisURL)
+	opts, err := redis.ParseURL(testkit.RedisURL())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -44,9 +46,9 @@ func BenchmarkStartCommand(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := names.New("t-bench-"+randHex(4)+":", "")
-	defer cleanupKeys(rdb, n.KeyPrefix())
-	st, err := store.New(store.Options{Kind: config.StoreZSet, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
+	n := names.New("t-bench-"+testkit.RandHex(4)+":", "")
+	defer testkit.CleanupKeys(rdb, n.KeyPrefix())
+	st, err := store.New(store.Options{Kind: config.StoreZSet, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,43 +136,27 @@ func gatherSumB(m *metrics, outcome string) float64 {
 	return sum
 }
 
-// throughputMix is one typing episode of a connection: four starts (a
-// start and three refreshes) and a stop, seq from seq on.
-func throughputMix(room, user, conn string, seq uint64) []protocol.Command {
-	c := protocol.Command{V: 1, Op: "start", Room: room, User: user, Name: "Some Body", Conn: conn}
-	out := make([]protocol.Command, 0, 5)
-	for i := range 4 {
-		c.Seq = seq + uint64(i)
-		out = append(out, c)
-	}
-	c.Op, c.Seq, c.Name = "stop", seq+4, ""
-	return append(out, c)
-}
-
 // BenchmarkCommandThroughput measures the command path (decode, store
 // script, outcome metric) with 16 goroutines, the default
 // ELLIPSIS_WORKER_SHARDS, against the machine's Redis: commands per second
-// one worker's shards can apply. Workload: typing episodes (throughputMix)
+// one worker's shards can apply. Workload: typing episodes (storetest.ThroughputMix)
 // of 1,600 connections over 100 rooms. The store's ceiling with
 // pipelining is internal/store's BenchmarkCommandThroughput.
 func BenchmarkCommandThroughput(b *testing.B) {
 	requireServices(b)
-	opts, err := redis.ParseURL(testRedisURL)
-	if err != nil {
-		b.Fatal(err)
-	}
+	opts := testkit.RedisOptions(b)
 	opts.PoolSize = 64
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		b.Run("store="+kind+"/shards=16", func(b *testing.B) {
 			m, err := newMetrics(prometheus.NewRegistry(), false)
 			if err != nil {
 				b.Fatal(err)
 			}
-			n := names.New("t-bench-"+randHex(4)+":", "")
-			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := store.New(store.Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
+			n := names.New("t-bench-"+testkit.RandHex(4)+":", "")
+			defer testkit.CleanupKeys(rdb, n.KeyPrefix())
+			st, err := store.New(store.Options{Kind: kind, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -193,7 +179,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 						// 100 connections per goroutine, in turn; seq grows per connection.
 						conn, seq := int(g)*100+episode%100, uint64(episode/100)*5+1
 						payloads = payloads[:0]
-						for _, c := range throughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
+						for _, c := range storetest.ThroughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
 							p, _ := json.Marshal(c)
 							payloads = append(payloads, p)
 						}
@@ -231,7 +217,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 // -benchtime 20000x runs every case on the same 20,000 commands.
 func BenchmarkWorkerThroughput(b *testing.B) {
 	requireServices(b)
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		for _, batch := range []int{1, 16, 64, 256} {
 			b.Run(fmt.Sprintf("store=%s/batch=%d", kind, batch), func(b *testing.B) {
 				benchWorkerThroughput(b, kind, batch)
@@ -241,11 +227,11 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 }
 
 func benchWorkerThroughput(b *testing.B, kind string, batch int) {
-	id := randHex(5)
+	id := testkit.RandHex(5)
 	cfg := config.Dev()
 	cfg.AdminAddr = ""
-	cfg.NATSURL = testNATSURL
-	cfg.RedisURL = testRedisURL
+	cfg.NATSURL = testkit.NATSURL()
+	cfg.RedisURL = testkit.RedisURL()
 	cfg.SubjectPrefix = "tb" + id
 	cfg.KeyPrefix = "t-bench-" + id + ":"
 	cfg.Store = kind
@@ -258,14 +244,14 @@ func benchWorkerThroughput(b *testing.B, kind string, batch int) {
 	if err := w.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	ropts, _ := redis.ParseURL(testRedisURL)
+	ropts, _ := redis.ParseURL(testkit.RedisURL())
 	rdb := redis.NewClient(ropts)
 	defer func() {
 		_ = w.Shutdown(context.Background())
-		cleanupKeys(rdb, cfg.KeyPrefix)
+		testkit.CleanupKeys(rdb, cfg.KeyPrefix)
 		rdb.Close()
 	}()
-	nc, err := nats.Connect(testNATSURL, nats.Name("presence-worker-bench"))
+	nc, err := nats.Connect(testkit.NATSURL(), nats.Name("presence-worker-bench"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -275,13 +261,13 @@ func benchWorkerThroughput(b *testing.B, kind string, batch int) {
 	payloads := make([][]byte, 0, b.N+5)
 	for conn := 0; len(payloads) < b.N; conn++ {
 		c := conn % 1600
-		for _, cmd := range throughputMix(fmt.Sprintf("room-%d", c%100), fmt.Sprintf("user-%d", c), fmt.Sprintf("gw:%d", c), uint64(conn/1600)*5+1) {
+		for _, cmd := range storetest.ThroughputMix(fmt.Sprintf("room-%d", c%100), fmt.Sprintf("user-%d", c), fmt.Sprintf("gw:%d", c), uint64(conn/1600)*5+1) {
 			p, _ := json.Marshal(cmd)
 			payloads = append(payloads, p)
 		}
 	}
 	payloads = payloads[:b.N]
-	processed := func() float64 { return gatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
+	processed := func() float64 { return storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
 	// At most window commands in flight: 256 per shard on average, a third of
 	// the queue depth at which a shard sheds starts (shardStartRoom), so
 	// the benchmark measures the applied rate, not dispatch dropping.
@@ -311,17 +297,17 @@ func benchWorkerThroughput(b *testing.B, kind string, batch int) {
 	// full) is counted in commands_total but never applied, so it is
 	// reported on its own, never as work done.
 	dropped := func(o store.Outcome) float64 {
-		return gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": o.String()})
+		return storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": o.String()})
 	}
 	shed, overflow := dropped(OutcomeShed), dropped(OutcomeOverflow)
 	applied := processed() - shed - overflow
 	b.ReportMetric(applied/b.Elapsed().Seconds(), "cmds/s")
 	b.ReportMetric(shed, "shed")
 	b.ReportMetric(overflow, "overflow")
-	if e := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": store.OutcomeError.String()}); e != 0 {
+	if e := storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": store.OutcomeError.String()}); e != 0 {
 		b.Fatalf("%v commands failed", e)
 	}
-	if e := gatherSum(b, reg, "ellipsis_worker_nats_errors_total", nil); e != 0 {
+	if e := storetest.GatherSum(b, reg, "ellipsis_worker_nats_errors_total", nil); e != 0 {
 		b.Fatalf("%v NATS errors (slow consumer?)", e)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
@@ -223,13 +224,13 @@ func testSlowShard(t *testing.T, delay time.Duration) {
 	}
 
 	drops := func(outcome string) int64 {
-		return int64(gatherSum(t, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": outcome}))
+		return int64(storetest.GatherSum(t, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": outcome}))
 	}
 	shed, overflow := drops(OutcomeShed.String()), drops(OutcomeOverflow.String())
 	if shed == 0 || overflow == 0 {
 		t.Fatalf("shed %d, overflow %d: the slow shard's %d commands should have filled its queue", shed, overflow, slowConns*slowCmds)
 	}
-	if d := gatherSum(t, reg, "ellipsis_worker_queued_commands", nil); d > shardQueue {
+	if d := storetest.GatherSum(t, reg, "ellipsis_worker_queued_commands", nil); d > shardQueue {
 		t.Fatalf("queued_commands %v, more than one shard's queue (%d)", d, shardQueue)
 	}
 
@@ -243,7 +244,7 @@ func testSlowShard(t *testing.T, delay time.Duration) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if d := gatherSum(t, reg, "ellipsis_worker_queued_commands", nil); d != 0 {
+	if d := storetest.GatherSum(t, reg, "ellipsis_worker_queued_commands", nil); d != 0 {
 		t.Errorf("queued_commands %v after every queue drained, want 0", d)
 	}
 
@@ -270,7 +271,7 @@ func TestDispatchOverflowRule(t *testing.T) {
 	s, reg := dispatchServer(t, &fakeStore{}, 1)
 	s.shards = []chan protocol.Command{make(chan protocol.Command, shardQueue)}
 	count := func(op, outcome string) float64 {
-		return gatherSum(t, reg, "ellipsis_worker_commands_total", map[string]string{"op": op, "outcome": outcome})
+		return storetest.GatherSum(t, reg, "ellipsis_worker_commands_total", map[string]string{"op": op, "outcome": outcome})
 	}
 	done := make(chan struct{})
 	go func() {
@@ -308,7 +309,7 @@ func TestDispatchOverflowRule(t *testing.T) {
 			t.Errorf("commands_total{op=%s,outcome=%s} = %v, want %v", c.op, c.outcome, got, c.want)
 		}
 	}
-	if d := gatherSum(t, reg, "ellipsis_worker_queued_commands", nil); d != shardQueue {
+	if d := storetest.GatherSum(t, reg, "ellipsis_worker_queued_commands", nil); d != shardQueue {
 		t.Errorf("queued_commands %v, want %d", d, shardQueue)
 	}
 	// The queue's order is the order taken: the starts, then the stops.
@@ -365,7 +366,7 @@ func BenchmarkOnCommand(b *testing.B) {
 	for i := range b.N {
 		s.onCommand(msgs[i%len(msgs)])
 		if i%512 == 511 {
-			for gatherSum(b, reg, "ellipsis_worker_queued_commands", nil) > 4096 {
+			for storetest.GatherSum(b, reg, "ellipsis_worker_queued_commands", nil) > 4096 {
 				time.Sleep(50 * time.Microsecond) // let the shards catch up: measure dispatch, not drops
 			}
 		}
@@ -374,8 +375,8 @@ func BenchmarkOnCommand(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cmds/s")
 	close(s.quit)
 	s.shardWG.Wait()
-	if d := gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeShed.String()}) +
-		gatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeOverflow.String()}); d != 0 {
+	if d := storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeShed.String()}) +
+		storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeOverflow.String()}); d != 0 {
 		b.Logf("%v commands dropped (shards slower than the loop)", d)
 	}
 }

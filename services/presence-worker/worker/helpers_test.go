@@ -2,12 +2,7 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"net"
-	"net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,21 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
-	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
-)
-
-// The tests run against the Redis and NATS of this machine (override with
-// ELLIPSIS_TEST_REDIS_URL and ELLIPSIS_TEST_NATS_URL), with a unique key
-// prefix and subject prefix per test, and against miniredis (one server per
-// test) for the same contract. Set ELLIPSIS_TEST_LOG=1 to see worker logs.
-var (
-	testRedisURL = envOr("ELLIPSIS_TEST_REDIS_URL", "redis://127.0.0.1:6379")
-	testNATSURL  = envOr("ELLIPSIS_TEST_NATS_URL", "nats://127.0.0.1:4222")
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Test timings: short, and valid for config.Validate (throttle < refresh <
@@ -47,120 +33,23 @@ const (
 	waitLong = 5 * time.Second
 )
 
-func envOr(k, def string) string {
-	if v, ok := os.LookupEnv(k); ok && v != "" {
-		return v
-	}
-	return def
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-var (
-	servicesOnce sync.Once
-	servicesErr  string
-)
-
-// requireServices skips the test when the machine's Redis or NATS is not
-// reachable (say so loudly: these tests are the contract).
+// requireServices fails the test when the test Redis or NATS is not
+// reachable (never a skip: a skipped contract test would read as a pass).
 func requireServices(t testing.TB) {
 	t.Helper()
-	servicesOnce.Do(func() {
-		for _, u := range []string{testRedisURL, testNATSURL} {
-			p, err := url.Parse(u)
-			if err != nil {
-				servicesErr = err.Error()
-				return
-			}
-			c, err := net.DialTimeout("tcp", p.Host, time.Second)
-			if err != nil {
-				servicesErr = "service not reachable: " + err.Error()
-				return
-			}
-			c.Close()
-		}
-	})
-	if servicesErr != "" {
-		// Never skip: .ci/run starts Redis and NATS, and a skipped contract
-		// test would read as a pass.
-		t.Fatalf("Redis and NATS are required (%s); start them (.ci/run does) or set ELLIPSIS_TEST_REDIS_URL / ELLIPSIS_TEST_NATS_URL", servicesErr)
-	}
-}
-
-// backend is where Redis state lives in a test.
-type backend struct {
-	name   string
-	mini   bool
-	pubsub string // redisconn.PubSubClassic or PubSubSharded
-}
-
-// testPubSub is the Pub/Sub mode of tests that do not vary it.
-const testPubSub = redisconn.PubSubClassic
-
-// backends: Redis 7 with each Pub/Sub mode, and miniredis (classic only:
-// it has no SPUBLISH).
-var backends = []backend{
-	{name: "redis", pubsub: redisconn.PubSubClassic},
-	{name: "redis-sharded", pubsub: redisconn.PubSubSharded},
-	{name: "miniredis", mini: true, pubsub: redisconn.PubSubClassic},
-}
-
-// forEachBackend runs f as a parallel subtest per backend: the same
-// contract on Redis 7 and on miniredis.
-func forEachBackend(t *testing.T, f func(t *testing.T, be backend)) {
-	t.Helper()
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			f(t, be)
-		})
-	}
-}
-
-func testLogger() *zap.Logger {
-	if os.Getenv("ELLIPSIS_TEST_LOG") != "" {
-		l, _ := zap.NewDevelopment()
-		return l
-	}
-	return zap.NewNop()
-}
-
-// redisURLFor returns the Redis URL of a backend, starting a miniredis
-// (with ClockTTL, so key TTLs run on its clock) for the mini one.
-func redisURLFor(t testing.TB, be backend) (string, *miniredis.Miniredis) {
-	if !be.mini {
-		return testRedisURL, nil
-	}
-	mr := miniredis.RunT(t)
-	mr.ClockTTL(true)
-	return "redis://" + mr.Addr(), mr
-}
-
-// cleanupKeys deletes every key under prefix (SCAN, never KEYS).
-func cleanupKeys(rdb redis.UniversalClient, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		rdb.Del(ctx, keys[:n]...)
-		keys = keys[n:]
-	}
+	testkit.RequireReachable(t, testkit.RedisURL(), testkit.NATSURL())
 }
 
 // env is one test's world: a config with unique prefixes, Redis and NATS
 // clients of the test itself, and the workers it started.
+// The tests run against the Redis and NATS of the test environment
+// (testkit.RedisURL, testkit.NATSURL), with a unique key prefix and subject
+// prefix per test, and against miniredis (one server per test) for the same
+// contract: the backends of package storetest. Set ELLIPSIS_TEST_LOG=1 to
+// see worker logs.
 type env struct {
 	t     *testing.T
-	be    backend
+	be    storetest.Backend
 	mr    *miniredis.Miniredis
 	cfg   config.Config
 	names names.Names
@@ -172,13 +61,13 @@ type env struct {
 	regs    []*prometheus.Registry
 }
 
-func newEnv(t *testing.T, be backend, mods ...func(*config.Config)) *env {
+func newEnv(t *testing.T, be storetest.Backend, mods ...func(*config.Config)) *env {
 	t.Helper()
 	requireServices(t)
-	id := randHex(5)
+	id := testkit.RandHex(5)
 	cfg := config.Dev()
 	cfg.AdminAddr = ""
-	cfg.NATSURL = testNATSURL
+	cfg.NATSURL = testkit.NATSURL()
 	cfg.SubjectPrefix = "t" + id
 	cfg.KeyPrefix = "t-" + id + ":"
 	cfg.TypingTTL = testTTL
@@ -189,8 +78,8 @@ func newEnv(t *testing.T, be backend, mods ...func(*config.Config)) *env {
 	cfg.WorkerShards = 4
 	cfg.LogLevel = "warn"
 	var mr *miniredis.Miniredis
-	cfg.RedisURL, mr = redisURLFor(t, be)
-	cfg.RedisPubSub = be.pubsub
+	cfg.RedisURL, mr = storetest.RedisURLFor(t, be)
+	cfg.RedisPubSub = be.PubSub
 	for _, m := range mods {
 		m(&cfg)
 	}
@@ -202,7 +91,7 @@ func newEnv(t *testing.T, be backend, mods ...func(*config.Config)) *env {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(ropts)
-	nc, err := nats.Connect(testNATSURL, nats.Name("presence-worker-test"))
+	nc, err := nats.Connect(testkit.NATSURL(), nats.Name("presence-worker-test"))
 	if err != nil {
 		t.Fatalf("nats: %v", err)
 	}
@@ -219,8 +108,8 @@ func newEnv(t *testing.T, be backend, mods ...func(*config.Config)) *env {
 			cancel()
 		}
 		nc.Close()
-		if !be.mini {
-			cleanupKeys(rdb, cfg.KeyPrefix)
+		if !be.Mini {
+			testkit.CleanupKeys(rdb, cfg.KeyPrefix)
 		}
 		rdb.Close()
 	})
@@ -244,7 +133,7 @@ func (e *env) startWorkerWith(opts Options, mods ...func(*config.Config)) *Serve
 		m(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	opts.Config, opts.Logger, opts.Registry = cfg, testLogger(), reg
+	opts.Config, opts.Logger, opts.Registry = cfg, testkit.Logger(), reg
 	w, err := New(opts)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
@@ -267,41 +156,7 @@ func (e *env) metric(name string, want map[string]string) float64 {
 	e.mu.Unlock()
 	var sum float64
 	for _, r := range regs {
-		sum += gatherSum(e.t, r, name, want)
-	}
-	return sum
-}
-
-func gatherSum(t testing.TB, r *prometheus.Registry, name string, want map[string]string) float64 {
-	mfs, err := r.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue series
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			case m.Gauge != nil:
-				sum += m.Gauge.GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.Histogram.GetSampleCount())
-			}
-		}
+		sum += storetest.GatherSum(e.t, r, name, want)
 	}
 	return sum
 }
@@ -313,13 +168,7 @@ func (e *env) processed() float64 { return e.metric("ellipsis_worker_commands_to
 // eventually polls cond until it holds or waitLong passes.
 func (e *env) eventually(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(e.t, waitLong, what, cond)
 }
 
 // publishRaw publishes payloads on the command subject and flushes.
@@ -404,115 +253,9 @@ func typists(r protocol.SnapshotReply) []string {
 	return out
 }
 
-// received is one room event off Redis Pub/Sub.
-type received struct {
-	ev  protocol.RoomEvent
-	raw string
-	err error
-	at  time.Time
-}
-
-// stream receives the events of some rooms' channels, as a gateway does.
-type stream struct {
-	t  *testing.T
-	ch chan received
-}
-
 // subscribe subscribes to the rooms' channels and returns once Redis has
 // confirmed every subscription.
-func (e *env) subscribe(rooms ...string) *stream {
+func (e *env) subscribe(rooms ...string) *storetest.Stream {
 	e.t.Helper()
-	return subscribeRooms(e.t, e.rdb, e.names, e.be.pubsub, rooms...)
-}
-
-// subscribeRooms subscribes rooms' channels with SUBSCRIBE, or SSUBSCRIBE
-// when pubsub is redisconn.PubSubSharded.
-func subscribeRooms(t *testing.T, rdb *redis.Client, n names.Names, pubsub string, rooms ...string) *stream {
-	t.Helper()
-	ctx := context.Background()
-	var chans []string
-	for _, r := range rooms {
-		chans = append(chans, n.RoomChannel(r))
-	}
-	var ps *redis.PubSub
-	if pubsub == redisconn.PubSubSharded {
-		ps = rdb.SSubscribe(ctx, chans...)
-	} else {
-		ps = rdb.Subscribe(ctx, chans...)
-	}
-	for range chans {
-		if _, err := ps.Receive(ctx); err != nil {
-			t.Fatalf("subscribe: %v", err)
-		}
-	}
-	s := &stream{t: t, ch: make(chan received, 4096)}
-	msgs := ps.Channel()
-	go func() {
-		defer close(s.ch)
-		for m := range msgs {
-			ev, err := protocol.DecodeRoomEvent([]byte(m.Payload))
-			if err == nil && m.Channel != n.RoomChannel(ev.Room) {
-				err = &protocol.FieldError{Field: "room", Reason: "event on channel " + m.Channel}
-			}
-			s.ch <- received{ev: ev, raw: m.Payload, err: err, at: time.Now()}
-		}
-	}()
-	t.Cleanup(func() { ps.Close() })
-	return s
-}
-
-// next returns the next event within d.
-func (s *stream) next(d time.Duration) (received, bool) {
-	select {
-	case r, ok := <-s.ch:
-		if ok && r.err != nil {
-			s.t.Fatalf("bad room event %q: %v", r.raw, r.err)
-		}
-		return r, ok
-	case <-time.After(d):
-		return received{}, false
-	}
-}
-
-// expect asserts that the next event, within d, is typ for (room, user),
-// with reason for typing_stop.
-func (s *stream) expect(typ, room, user, reason string, d time.Duration) received {
-	s.t.Helper()
-	r, ok := s.next(d)
-	if !ok {
-		s.t.Fatalf("no %s %s/%s %s within %s", typ, room, user, reason, d)
-	}
-	ev := r.ev
-	if ev.Type != typ || ev.Room != room || ev.User != user || ev.Reason != reason {
-		s.t.Fatalf("got %s, want %s room=%q user=%q reason=%q", r.raw, typ, room, user, reason)
-	}
-	return r
-}
-
-// expectNone asserts that no event arrives within d.
-func (s *stream) expectNone(d time.Duration) {
-	s.t.Helper()
-	if r, ok := s.next(d); ok {
-		s.t.Fatalf("unexpected event %s", r.raw)
-	}
-}
-
-// drain returns every event arriving within d.
-func (s *stream) drain(d time.Duration) []received {
-	var out []received
-	deadline := time.After(d)
-	for {
-		select {
-		case r, ok := <-s.ch:
-			if !ok {
-				return out
-			}
-			if r.err != nil {
-				s.t.Fatalf("bad room event %q: %v", r.raw, r.err)
-			}
-			out = append(out, r)
-		case <-deadline:
-			return out
-		}
-	}
+	return storetest.SubscribeRooms(e.t, e.rdb, e.names, e.be.PubSub, rooms...)
 }

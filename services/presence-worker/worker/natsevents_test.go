@@ -15,10 +15,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // natsMsgs collects the messages of one NATS subscription.
@@ -62,15 +64,15 @@ func eventsOn(c *config.Config) { c.NATSEvents = true }
 
 // collectUntil reads the Redis stream until n events arrived (or waitLong
 // after the last one: then fails).
-func collectUntil(t *testing.T, s *stream, n int, d time.Duration) []received {
+func collectUntil(t *testing.T, s *storetest.Stream, n int, d time.Duration) []storetest.Received {
 	t.Helper()
-	var out []received
+	var out []storetest.Received
 	for len(out) < n {
-		r, ok := s.next(d)
+		r, ok := s.Next(d)
 		if !ok {
 			var raws []string
 			for _, r := range out {
-				raws = append(raws, r.raw)
+				raws = append(raws, r.Raw)
 			}
 			t.Fatalf("got %d Redis events, want %d: %v", len(out), n, raws)
 		}
@@ -87,7 +89,7 @@ func collectUntil(t *testing.T, s *stream, n int, d time.Duration) []received {
 // order is the Redis order (one worker: one shard per connection, the
 // sweeper's events come hundreds of ms later). Both stores, every backend.
 func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newEnv(t, be, eventsOn, func(c *config.Config) {
 			c.Store = kind
 			// carol's fifth command is coalesced only if the worker applies
@@ -121,13 +123,13 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 		}
 		// alice 2, bob 2, dave 4, carol 4 + trailing start + expired stop.
 		redisEvs := collectUntil(t, s, 14, expiryBound+waitLong)
-		s.expectNone(3 * testSweep)
+		s.ExpectNone(3 * testSweep)
 		natsEvs := all.drain(3 * testSweep)
 
 		type ev struct{ subject, key, raw string }
 		var fromRedis, fromNATS []ev
 		for _, r := range redisEvs {
-			fromRedis = append(fromRedis, ev{e.names.RoomEventSubject(r.ev.Room), r.ev.Room + "/" + r.ev.User, r.raw})
+			fromRedis = append(fromRedis, ev{e.names.RoomEventSubject(r.Ev.Room), r.Ev.Room + "/" + r.Ev.User, r.Raw})
 		}
 		for _, m := range natsEvs {
 			re, err := protocol.DecodeRoomEvent(m.Data)
@@ -168,16 +170,16 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 		// What the test meant to cover did happen.
 		var expired, trailing int
 		for i, r := range redisEvs {
-			if r.ev.Reason == protocol.ReasonExpired {
+			if r.Ev.Reason == protocol.ReasonExpired {
 				expired++
 			}
-			if r.ev.User == "carol" && r.ev.Type == protocol.TypeTypingStart && i > 0 && pr["r1/carol"][4] == r.raw {
+			if r.Ev.User == "carol" && r.Ev.Type == protocol.TypeTypingStart && i > 0 && pr["r1/carol"][4] == r.Raw {
 				trailing++
 			}
 		}
 		var disconnected int
 		for _, r := range redisEvs {
-			if r.ev.Reason == protocol.ReasonDisconnected {
+			if r.Ev.Reason == protocol.ReasonDisconnected {
 				disconnected++
 			}
 		}
@@ -202,7 +204,7 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 func TestNATSRoomEventSubjectTokens(t *testing.T) {
 	// Nothing expires meanwhile: the drains below take about a second on a
 	// loaded machine, and an expiry's typing_stop would be a tenth event.
-	e := newEnv(t, backends[0], eventsOn, func(c *config.Config) { c.TypingTTL = 20 * time.Second })
+	e := newEnv(t, storetest.Backends[0], eventsOn, func(c *config.Config) { c.TypingTTL = 20 * time.Second })
 	e.startWorker()
 	p := e.cfg.SubjectPrefix + ".typing.v1.room."
 	rooms := map[string]string{
@@ -264,7 +266,7 @@ func TestNATSRoomEventsOffByDefault(t *testing.T) {
 	if config.Default().NATSEvents || config.Dev().NATSEvents {
 		t.Fatal("ELLIPSIS_NATS_EVENTS must default to false")
 	}
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		w := e.startWorker()
 		if w.events != nil {
@@ -341,7 +343,7 @@ func TestNATSEventsQueue(t *testing.T) {
 	case <-time.After(waitLong):
 		t.Fatal("RoomEvent blocked on a full queue")
 	}
-	dropped := gatherSum(t, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventDropped})
+	dropped := storetest.GatherSum(t, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventDropped})
 	// The goroutine may not have taken the first event yet: 100 or 101.
 	if dropped != 100 && dropped != 101 {
 		t.Fatalf("dropped = %v, want 100 (or 101)", dropped)
@@ -358,14 +360,14 @@ func TestNATSEventsQueue(t *testing.T) {
 			t.Fatalf("publish %d = %q, want %q (order kept)", i, g, want)
 		}
 	}
-	if n := gatherSum(t, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); int(n) != len(got) {
+	if n := storetest.GatherSum(t, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); int(n) != len(got) {
 		t.Fatalf("published counted %v, want %d", n, len(got))
 	}
 
 	// NATS gone (a closed connection, as after the worker's drain): the
 	// publish fails and is counted, nothing blocks.
 	requireServices(t)
-	nc, err := nats.Connect(testNATSURL)
+	nc, err := nats.Connect(testkit.NATSURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +376,7 @@ func TestNATSEventsQueue(t *testing.T) {
 	e2.RoomEvent("r", []byte("x")) // before start: waits in the queue
 	e2.start(nc)
 	e2.stop()
-	if n := gatherSum(t, reg2, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventFailed}); n != 1 {
+	if n := storetest.GatherSum(t, reg2, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventFailed}); n != 1 {
 		t.Fatalf("failed = %v, want 1", n)
 	}
 	e3, _ := newTestEvents(t)
@@ -421,7 +423,7 @@ func BenchmarkNATSEventsRoomEvent(b *testing.B) {
 			ev.RoomEvent("42", event)
 		}
 		b.StopTimer()
-		if d := gatherSum(b, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventDropped}); d != 0 {
+		if d := storetest.GatherSum(b, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventDropped}); d != 0 {
 			b.Fatalf("%v events dropped", d)
 		}
 	})
@@ -431,7 +433,7 @@ func BenchmarkNATSEventsRoomEvent(b *testing.B) {
 			ev.publish(discardPublisher{}, natsEvent{"42", event})
 		}
 		b.StopTimer()
-		if n := gatherSum(b, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); n == 0 {
+		if n := storetest.GatherSum(b, reg, "ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); n == 0 {
 			b.Fatal("nothing published")
 		}
 	})
@@ -445,7 +447,7 @@ func BenchmarkNATSEventsRoomEvent(b *testing.B) {
 func TestNATSRoomEventsOfCommandsQueuedAtShutdown(t *testing.T) {
 	requireServices(t)
 	t.Parallel()
-	e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, eventsOn)
+	e := newEnv(t, storetest.Backend{Name: "redis", PubSub: storetest.PubSub}, eventsOn)
 	w := e.startWorker()
 	all := e.subscribeNATS(e.names.RoomEventsWildcard())
 	const n = 300

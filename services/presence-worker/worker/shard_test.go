@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
@@ -144,7 +145,7 @@ func TestShardBatchesWhatIsQueued(t *testing.T) {
 // The whole worker, one shard, batches queued: every connection's commands
 // apply in order, every outcome is counted once.
 func TestBatchedCommandsKeepConnectionOrder(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newEnv(t, be, func(c *config.Config) {
 			c.Store = kind
 			c.WorkerShards = 1
@@ -187,18 +188,4 @@ func TestBatchedCommandsKeepConnectionOrder(t *testing.T) {
 
 func disconnect(user, conn string, seq uint64, rooms ...string) protocol.Command {
 	return protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: rooms, User: user, Conn: conn, Seq: seq}
-}
-
-// forEachKindAndBackend runs f as a parallel subtest per store kind and
-// backend.
-func forEachKindAndBackend(t *testing.T, f func(t *testing.T, be backend, kind string)) {
-	t.Parallel()
-	for _, kind := range storeKinds {
-		for _, be := range backends {
-			t.Run(kind+"/"+be.name, func(t *testing.T) {
-				t.Parallel()
-				f(t, be, kind)
-			})
-		}
-	}
 }

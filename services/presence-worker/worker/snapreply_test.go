@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -135,7 +136,7 @@ func TestSnapshotReplyFitsServerMaxPayload(t *testing.T) {
 		maxPayload = 64 << 10
 	)
 	url := startSmallNATS(t, maxPayload)
-	e := newEnv(t, backends[0], func(c *config.Config) {
+	e := newEnv(t, storetest.Backends[0], func(c *config.Config) {
 		c.NATSURL = url
 		c.TypingTTL = 10 * time.Minute // the room must outlive its filling, however slow
 		c.TypingThrottle = 2 * time.Second

@@ -36,14 +36,14 @@ func (r *soakRun) pump() {
 	}
 	for {
 		select {
-		case rcv, ok := <-r.s.ch:
+		case rcv, ok := <-r.s.C():
 			if !ok {
 				r.t.Fatalf("soak store %s: Pub/Sub subscription closed", r.kind)
 			}
-			if rcv.err != nil {
-				r.t.Fatalf("soak store %s: bad room event %q: %v", r.kind, rcv.raw, rcv.err)
+			if rcv.Err != nil {
+				r.t.Fatalf("soak store %s: bad room event %q: %v", r.kind, rcv.Raw, rcv.Err)
 			}
-			r.onEvent(rcv.ev)
+			r.onEvent(rcv.Ev)
 		default:
 			r.checkGhosts(time.Now().UnixMilli())
 			return

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -97,7 +98,7 @@ type soakRun struct {
 	kind   string
 	seed   int64
 	m      *soakModel
-	s      *stream
+	s      *storetest.Stream
 	step   int
 	ttlMin int64 // ms
 	ttlMax int64 // ms
@@ -111,7 +112,7 @@ type soakRun struct {
 }
 
 func runSoak(t *testing.T, kind string, seed int64, d time.Duration) {
-	e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, func(c *config.Config) {
+	e := newEnv(t, storetest.Backend{Name: "redis", PubSub: storetest.PubSub}, func(c *config.Config) {
 		c.Store = kind
 		c.TypingTTL = soakTTL
 		c.TypingThrottle = soakThrottle

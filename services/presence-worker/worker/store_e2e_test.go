@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -13,12 +14,9 @@ import (
 // The worker on each store kind (the store's own contract suite is in
 // internal/store).
 
-// storeKinds are the store kinds ELLIPSIS_STORE selects.
-var storeKinds = []string{config.StoreZSet, config.StoreKeys}
-
 // ELLIPSIS_STORE selects the store; anything else is refused.
 func TestContractStoreSelection(t *testing.T) {
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		cfg := config.Dev()
 		cfg.Store = kind
 		if _, err := New(Options{Config: cfg}); err != nil {
@@ -36,9 +34,9 @@ func TestContractStoreSelection(t *testing.T) {
 // commands in, events and snapshots out, expiry pushed once by two workers.
 func TestContractEndToEnd(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
-		for _, be := range backends {
-			t.Run(kind+"/"+be.name, func(t *testing.T) {
+	for _, kind := range storetest.Kinds {
+		for _, be := range storetest.Backends {
+			t.Run(kind+"/"+be.Name, func(t *testing.T) {
 				t.Parallel()
 				e := newEnv(t, be, func(c *config.Config) { c.Store = kind })
 				e.startWorker()
@@ -47,17 +45,17 @@ func TestContractEndToEnd(t *testing.T) {
 				e.send(start("42", "alice", "Alice", "phone", 1), start("42", "bob", "", "b1", 1), start("café ☕", "a*b?c[d]", "", "x", 1))
 				got := map[string]bool{}
 				for range 3 {
-					r, ok := s.next(waitLong)
-					if !ok || r.ev.Type != protocol.TypeTypingStart {
-						t.Fatalf("want starts, got %s", r.raw)
+					r, ok := s.Next(waitLong)
+					if !ok || r.Ev.Type != protocol.TypeTypingStart {
+						t.Fatalf("want starts, got %s", r.Raw)
 					}
-					got[r.ev.Room+"/"+r.ev.User] = true
+					got[r.Ev.Room+"/"+r.Ev.User] = true
 				}
 				// next skips the refreshes of alice (throttled or not: timing).
-				next := func(d time.Duration) (received, bool) {
+				next := func(d time.Duration) (storetest.Received, bool) {
 					for {
-						r, ok := s.next(d)
-						if !ok || r.ev.Type != protocol.TypeTypingStart || r.ev.User != "alice" {
+						r, ok := s.Next(d)
+						if !ok || r.Ev.Type != protocol.TypeTypingStart || r.Ev.User != "alice" {
 							return r, ok
 						}
 					}
@@ -65,8 +63,8 @@ func TestContractEndToEnd(t *testing.T) {
 				sent := time.Now()
 				e.send(start("42", "alice", "Alice", "laptop", 1))
 				e.send(stop("42", "alice", "phone", 2), stop("42", "bob", "", 0))
-				if r, ok := next(waitLong); !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.User != "bob" || r.ev.Reason != protocol.ReasonStopped {
-					t.Fatalf("want bob's stop, got %s", r.raw)
+				if r, ok := next(waitLong); !ok || r.Ev.Type != protocol.TypeTypingStop || r.Ev.User != "bob" || r.Ev.Reason != protocol.ReasonStopped {
+					t.Fatalf("want bob's stop, got %s", r.Raw)
 				}
 				if got := typists(e.snapshot("42")); !slices.Equal(got, []string{"alice/Alice"}) {
 					t.Fatalf("snapshot %v, want alice (laptop)", got)
@@ -78,15 +76,15 @@ func TestContractEndToEnd(t *testing.T) {
 					if !ok {
 						t.Fatalf("expired stops %v within ttl+1s", stops)
 					}
-					if r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonExpired {
-						t.Fatalf("event %s", r.raw)
+					if r.Ev.Type != protocol.TypeTypingStop || r.Ev.Reason != protocol.ReasonExpired {
+						t.Fatalf("event %s", r.Raw)
 					}
-					stops[r.ev.Room+"/"+r.ev.User]++
+					stops[r.Ev.Room+"/"+r.Ev.User]++
 				}
 				if stops["42/alice"] != 1 || stops["café ☕/a*b?c[d]"] != 1 {
 					t.Fatalf("stops %v", stops)
 				}
-				s.expectNone(3 * testSweep)
+				s.ExpectNone(3 * testSweep)
 				if got := typists(e.snapshot("42")); len(got) != 0 {
 					t.Fatalf("snapshot after expiry %v", got)
 				}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
@@ -99,7 +100,7 @@ func (p *pauseProxy) resume() {
 // it drops the refresh (superseded, counted) and the user never reappears.
 // A start that waited longer than ttl is dropped and counted as late.
 func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		u, err := url.Parse(e.cfg.RedisURL)
 		if err != nil {
@@ -112,7 +113,7 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 		first := start("r", "alice", "Alice", "c1", 1)
 		first.TsMs = time.Now().UnixMilli()
 		e.send(first)
-		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
 
 		proxy.pause()
 		held := start("r", "alice", "Alice", "c1", 2)
@@ -124,14 +125,14 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 
 		// Another worker applies the chat service's "message posted".
 		m, _ := newMetrics(prometheus.NewRegistry(), false)
-		other, err := store.New(store.Options{Kind: e.cfg.Store, PubSub: be.pubsub, Redis: e.rdb, Names: e.names, TTL: testTTL, Throttle: testThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Second)})
+		other, err := store.New(store.Options{Kind: e.cfg.Store, PubSub: be.PubSub, Redis: e.rdb, Names: e.names, TTL: testTTL, Throttle: testThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if out, err := other.Stop(context.Background(), stop("r", "alice", "", 0), protocol.ReasonStopped); err != nil || out != store.OutcomeStopped {
 			t.Fatalf("platform stop: %q, %v", out, err)
 		}
-		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
 
 		proxy.resume()
 		defer func() {
@@ -144,7 +145,7 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 		e.eventually("the held start dropped as superseded", func() bool {
 			return e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": store.OutcomeSuperseded.String()}) == 1
 		})
-		s.expectNone(300 * time.Millisecond)
+		s.ExpectNone(300 * time.Millisecond)
 		if got := typists(e.snapshot("r")); len(got) != 0 {
 			t.Fatalf("snapshot after the stop: %v", got)
 		}
@@ -156,7 +157,7 @@ func TestFrozenWorkerNeverShowsStaleStart(t *testing.T) {
 		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": store.OutcomeLate.String()}); n != 1 {
 			t.Fatalf("commands_total{start,late} = %v", n)
 		}
-		s.expectNone(200 * time.Millisecond)
+		s.ExpectNone(200 * time.Millisecond)
 		if got := typists(e.snapshot("r")); len(got) != 0 {
 			t.Fatalf("snapshot %v", got)
 		}

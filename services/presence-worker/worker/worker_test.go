@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/admin"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
@@ -25,23 +26,23 @@ import (
 // snapshot replies out, on both backends.
 
 func TestStartPublishesTypingStart(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("42")
 		before := time.Now().UnixMilli()
 		e.send(start("42", "alice", "Alice", "gw-a:1", 1))
-		r := s.expect(protocol.TypeTypingStart, "42", "alice", "", waitLong)
-		if r.ev.V != 1 || r.ev.Name != "Alice" || r.ev.TTLMs != testTTL.Milliseconds() {
-			t.Fatalf("event %s: want v 1, name Alice, ttl_ms %d", r.raw, testTTL.Milliseconds())
+		r := s.Expect(protocol.TypeTypingStart, "42", "alice", "", waitLong)
+		if r.Ev.V != 1 || r.Ev.Name != "Alice" || r.Ev.TTLMs != testTTL.Milliseconds() {
+			t.Fatalf("event %s: want v 1, name Alice, ttl_ms %d", r.Raw, testTTL.Milliseconds())
 		}
 		// ts_ms is Redis TIME; on this machine it is the same clock.
-		if r.ev.TsMs < before-1000 || r.ev.TsMs > time.Now().UnixMilli()+1000 {
-			t.Fatalf("ts_ms %d not near now %d", r.ev.TsMs, before)
+		if r.Ev.TsMs < before-1000 || r.Ev.TsMs > time.Now().UnixMilli()+1000 {
+			t.Fatalf("ts_ms %d not near now %d", r.Ev.TsMs, before)
 		}
 		want := `{"v":1,"type":"typing_start","room":"42","user":"alice","name":"Alice","ttl_ms":1000,"ts_ms":`
-		if !strings.HasPrefix(r.raw, want) {
-			t.Fatalf("raw event %s, want prefix %s", r.raw, want)
+		if !strings.HasPrefix(r.Raw, want) {
+			t.Fatalf("raw event %s, want prefix %s", r.Raw, want)
 		}
 		if got := typists(e.snapshot("42")); !slices.Equal(got, []string{"alice/Alice"}) {
 			t.Fatalf("snapshot %v", got)
@@ -56,7 +57,7 @@ func TestStartPublishesTypingStart(t *testing.T) {
 }
 
 func TestRefreshBurstIsThrottledButExtends(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("r")
@@ -80,15 +81,15 @@ func TestRefreshBurstIsThrottledButExtends(t *testing.T) {
 		if got := typists(e.snapshot("r")); !slices.Equal(got, []string{"alice/Alice"}) {
 			t.Fatalf("snapshot after the first entry's ttl: %v (refreshes did not extend it)", got)
 		}
-		var starts []received
-		var stopEv *received
-		for _, r := range s.drain(time.Until(last.Add(expiryBound))) {
-			switch r.ev.Type {
+		var starts []storetest.Received
+		var stopEv *storetest.Received
+		for _, r := range s.Drain(time.Until(last.Add(expiryBound))) {
+			switch r.Ev.Type {
 			case protocol.TypeTypingStart:
 				starts = append(starts, r)
 			case protocol.TypeTypingStop:
 				if stopEv != nil {
-					t.Fatalf("second stop %s", r.raw)
+					t.Fatalf("second stop %s", r.Raw)
 				}
 				stopEv = &r
 			}
@@ -99,15 +100,15 @@ func TestRefreshBurstIsThrottledButExtends(t *testing.T) {
 			t.Fatalf("%d typing_start events for 10 starts over %s, want 2..%d", len(starts), sent.Sub(first), maxStarts)
 		}
 		for i := 1; i < len(starts); i++ {
-			if gap := starts[i].ev.TsMs - starts[i-1].ev.TsMs; gap < testThrottle.Milliseconds() {
+			if gap := starts[i].Ev.TsMs - starts[i-1].Ev.TsMs; gap < testThrottle.Milliseconds() {
 				t.Fatalf("typing_start %d and %d only %d ms apart (< throttle)", i-1, i, gap)
 			}
 		}
-		if stopEv == nil || stopEv.ev.Reason != protocol.ReasonExpired {
+		if stopEv == nil || stopEv.Ev.Reason != protocol.ReasonExpired {
 			t.Fatalf("want one expired stop within ttl+1s of the last refresh, got %+v", stopEv)
 		}
-		if stopEv.at.Before(last.Add(testTTL - 50*time.Millisecond)) {
-			t.Fatalf("expired %s after the last refresh, before its ttl", stopEv.at.Sub(last))
+		if stopEv.At.Before(last.Add(testTTL - 50*time.Millisecond)) {
+			t.Fatalf("expired %s after the last refresh, before its ttl", stopEv.At.Sub(last))
 		}
 		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "throttled"}); n < float64(9-maxStarts) {
 			t.Fatalf("commands_total{throttled} = %v, want >= %d", n, 9-maxStarts)
@@ -116,7 +117,7 @@ func TestRefreshBurstIsThrottledButExtends(t *testing.T) {
 }
 
 func TestStartStopStartIsNotThrottled(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("r")
@@ -125,32 +126,32 @@ func TestStartStopStartIsNotThrottled(t *testing.T) {
 		if d := time.Since(began); d > 300*time.Millisecond {
 			t.Logf("note: the three commands took %s", d)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
-		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
-		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
-		s.expectNone(200 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.ExpectNone(200 * time.Millisecond)
 	})
 }
 
 func TestStop(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("r")
 		e.send(start("r", "alice", "Alice", "c1", 1))
-		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
 		e.send(stop("r", "alice", "c1", 2))
-		r := s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		r := s.Expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
 		want := `{"v":1,"type":"typing_stop","room":"r","user":"alice","reason":"stopped","ts_ms":`
-		if !strings.HasPrefix(r.raw, want) {
-			t.Fatalf("raw %s", r.raw)
+		if !strings.HasPrefix(r.Raw, want) {
+			t.Fatalf("raw %s", r.Raw)
 		}
 		if got := typists(e.snapshot("r")); len(got) != 0 {
 			t.Fatalf("snapshot after stop: %v", got)
 		}
 		// A second stop changes nothing visible.
 		e.send(stop("r", "alice", "c1", 3))
-		s.expectNone(200 * time.Millisecond)
+		s.ExpectNone(200 * time.Millisecond)
 		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "stop", "outcome": "noop"}); n != 1 {
 			t.Fatalf("commands_total{stop,noop} = %v", n)
 		}
@@ -163,37 +164,37 @@ func TestStop(t *testing.T) {
 }
 
 func TestMultiDevice(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("r")
 		e.send(start("r", "alice", "Alice", "phone", 1))
-		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
 		e.send(start("r", "alice", "Alice", "laptop", 1)) // a refresh of a visible user: throttled
 		e.send(stop("r", "alice", "phone", 2))
-		s.expectNone(300 * time.Millisecond)
+		s.ExpectNone(300 * time.Millisecond)
 		if got := typists(e.snapshot("r")); !slices.Equal(got, []string{"alice/Alice"}) {
 			t.Fatalf("snapshot with the laptop still typing: %v", got)
 		}
 		e.send(stop("r", "alice", "laptop", 2))
-		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
-		s.expectNone(200 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		s.ExpectNone(200 * time.Millisecond)
 	})
 }
 
 func TestStopWithoutConnClearsEveryConnection(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("r")
 		e.send(start("r", "alice", "", "phone", 1))
 		e.send(start("r", "alice", "", "laptop", 7))
 		e.send(start("r", "bob", "", "b1", 1))
-		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
-		s.expect(protocol.TypeTypingStart, "r", "bob", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "bob", "", waitLong)
 		e.send(stop("r", "alice", "", 0)) // the chat service: alice posted her message
-		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
-		s.expectNone(200 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		s.ExpectNone(200 * time.Millisecond)
 		if got := typists(e.snapshot("r")); !slices.Equal(got, []string{"bob/"}) {
 			t.Fatalf("snapshot: %v", got)
 		}
@@ -205,68 +206,68 @@ func TestStopWithoutConnClearsEveryConnection(t *testing.T) {
 }
 
 func TestLeave(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("r")
 		e.send(start("r", "alice", "", "c1", 1))
-		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
 		e.send(protocol.Command{V: 1, Op: protocol.OpLeave, Room: "r", User: "alice", Conn: "c1", Seq: 2})
-		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonLeft, waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonLeft, waitLong)
 	})
 }
 
 func TestDisconnectStopsEveryRoom(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("r1", "r2", "r3")
 		e.send(start("r1", "alice", "", "c1", 1), start("r2", "alice", "", "c1", 2))
 		got := map[string]bool{}
 		for range 2 {
-			r, ok := s.next(waitLong)
-			if !ok || r.ev.Type != protocol.TypeTypingStart {
-				t.Fatalf("want two starts, got %s", r.raw)
+			r, ok := s.Next(waitLong)
+			if !ok || r.Ev.Type != protocol.TypeTypingStart {
+				t.Fatalf("want two starts, got %s", r.Raw)
 			}
-			got[r.ev.Room] = true
+			got[r.Ev.Room] = true
 		}
 		e.send(protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: []string{"r1", "r2", "r3"}, User: "alice", Conn: "c1", Seq: 3})
 		stops := map[string]bool{}
 		for range 2 {
-			r, ok := s.next(waitLong)
-			if !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonDisconnected || r.ev.User != "alice" {
-				t.Fatalf("want disconnected stops, got %s", r.raw)
+			r, ok := s.Next(waitLong)
+			if !ok || r.Ev.Type != protocol.TypeTypingStop || r.Ev.Reason != protocol.ReasonDisconnected || r.Ev.User != "alice" {
+				t.Fatalf("want disconnected stops, got %s", r.Raw)
 			}
-			stops[r.ev.Room] = true
+			stops[r.Ev.Room] = true
 		}
 		if !stops["r1"] || !stops["r2"] {
 			t.Fatalf("stops in %v, want r1 and r2", stops)
 		}
-		s.expectNone(200 * time.Millisecond) // nothing for r3, where alice never typed
+		s.ExpectNone(200 * time.Millisecond) // nothing for r3, where alice never typed
 		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "disconnect", "outcome": "stopped"}); n != 1 {
 			t.Fatalf("commands_total{disconnect,stopped} = %v", n)
 		}
 		// A start from before the disconnect, arriving late, stays ignored.
 		e.send(start("r1", "alice", "", "c1", 2))
-		s.expectNone(200 * time.Millisecond)
+		s.ExpectNone(200 * time.Millisecond)
 	})
 }
 
 func TestStaleSeqIsIgnored(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("a", "b")
 		// start seq 2, then a late stop seq 1: still typing.
 		e.send(start("a", "alice", "", "c1", 2), stop("a", "alice", "c1", 1))
-		s.expect(protocol.TypeTypingStart, "a", "alice", "", waitLong)
-		s.expectNone(200 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "a", "alice", "", waitLong)
+		s.ExpectNone(200 * time.Millisecond)
 		if got := typists(e.snapshot("a")); !slices.Equal(got, []string{"alice/"}) {
 			t.Fatalf("room a after a stale stop: %v", got)
 		}
 		// stop seq 2, then a late start seq 1: not typing.
 		e.send(stop("b", "alice", "c1", 2), start("b", "alice", "", "c1", 1))
-		s.expectNone(200 * time.Millisecond)
+		s.ExpectNone(200 * time.Millisecond)
 		if got := typists(e.snapshot("b")); len(got) != 0 {
 			t.Fatalf("room b after a stale start: %v", got)
 		}
@@ -279,7 +280,7 @@ func TestStaleSeqIsIgnored(t *testing.T) {
 // With two workers the queue group splits a connection's commands, so the
 // order of application is anyone's; seq still decides the end state.
 func TestStaleSeqAcrossWorkers(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		e.startWorker()
@@ -297,7 +298,7 @@ func TestStaleSeqAcrossWorkers(t *testing.T) {
 }
 
 func TestExpiryPushesOneStopWithTwoSweepers(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		e.startWorker()
@@ -308,32 +309,32 @@ func TestExpiryPushesOneStopWithTwoSweepers(t *testing.T) {
 		startsSeen, stopsSeen := map[string]int{}, map[string]int{}
 		deadline := sent.Add(expiryBound)
 		for len(stopsSeen) < len(want) {
-			r, ok := s.next(time.Until(deadline))
+			r, ok := s.Next(time.Until(deadline))
 			if !ok {
 				t.Fatalf("expired stops seen %v within ttl+1s, want %v", stopsSeen, want)
 			}
-			k := r.ev.Room + "/" + r.ev.User
+			k := r.Ev.Room + "/" + r.Ev.User
 			if !want[k] {
-				t.Fatalf("event for %s: %s", k, r.raw)
+				t.Fatalf("event for %s: %s", k, r.Raw)
 			}
-			switch r.ev.Type {
+			switch r.Ev.Type {
 			case protocol.TypeTypingStart:
 				startsSeen[k]++
 			case protocol.TypeTypingStop:
-				if r.ev.Reason != protocol.ReasonExpired {
-					t.Fatalf("stop %s, want reason expired", r.raw)
+				if r.Ev.Reason != protocol.ReasonExpired {
+					t.Fatalf("stop %s, want reason expired", r.Raw)
 				}
 				stopsSeen[k]++
 				if stopsSeen[k] > 1 {
 					t.Fatalf("second expired stop for %s", k)
 				}
-				if d := r.at.Sub(sent); d < testTTL-50*time.Millisecond {
+				if d := r.At.Sub(sent); d < testTTL-50*time.Millisecond {
 					t.Fatalf("%s expired after %s, before its ttl", k, d)
 				}
 			}
 		}
 		// Several sweep intervals later, still exactly one stop each.
-		s.expectNone(5 * testSweep)
+		s.ExpectNone(5 * testSweep)
 		if n := e.metric("ellipsis_worker_expired_stops_total", nil); n != 3 {
 			t.Fatalf("expired_stops_total over both workers = %v, want 3", n)
 		}
@@ -350,7 +351,7 @@ func TestExpiryPushesOneStopWithTwoSweepers(t *testing.T) {
 }
 
 func TestSnapshot(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		// No sweeper in time: an expired entry stays in Redis, and the
 		// snapshot must leave it out by its score.
@@ -396,7 +397,7 @@ func TestSnapshot(t *testing.T) {
 }
 
 func TestInvalidPayloadsAreCountedAndDropped(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe("r")
@@ -435,10 +436,10 @@ func TestInvalidPayloadsAreCountedAndDropped(t *testing.T) {
 		if got := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "invalid"}); got != float64(len(payloads)) {
 			t.Errorf("commands_total{invalid} = %v, want %d", got, len(payloads))
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 		// The worker keeps working.
 		e.send(start("r", "u", "", "c", 1))
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 	})
 }
 
@@ -448,7 +449,7 @@ func TestIDsEndToEnd(t *testing.T) {
 	ids := []string{"42", "room:42", "!abc:matrix.org", "a*b?c[d]", "{x}", "café ☕", "a b",
 		// look-alikes of the above after encoding or tag parsing:
 		"x", "a%20b", "a%2520b", "room%3A42", "%7Bx%7D", "a\\b", `q"uote`}
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be)
 		e.startWorker()
 		s := e.subscribe(ids...)
@@ -461,11 +462,11 @@ func TestIDsEndToEnd(t *testing.T) {
 		e.send(cmds...)
 		seen := map[string]bool{}
 		for range ids {
-			r, ok := s.next(waitLong)
-			if !ok || r.ev.Type != protocol.TypeTypingStart || r.ev.User != r.ev.Room || r.ev.Name != "N "+r.ev.Room {
-				t.Fatalf("start event %s", r.raw)
+			r, ok := s.Next(waitLong)
+			if !ok || r.Ev.Type != protocol.TypeTypingStart || r.Ev.User != r.Ev.Room || r.Ev.Name != "N "+r.Ev.Room {
+				t.Fatalf("start event %s", r.Raw)
 			}
-			seen[r.ev.Room] = true
+			seen[r.Ev.Room] = true
 		}
 		if len(seen) != len(ids) {
 			t.Fatalf("starts for %d rooms, want %d", len(seen), len(ids))
@@ -502,11 +503,11 @@ func TestIDsEndToEnd(t *testing.T) {
 		// Expiry, built in Lua from enc(user): exact users and rooms.
 		stops := map[string]bool{}
 		for range ids {
-			r, ok := s.next(time.Until(sent.Add(expiryBound)))
-			if !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonExpired || r.ev.User != r.ev.Room {
-				t.Fatalf("expired stop event %s (ok %v)", r.raw, ok)
+			r, ok := s.Next(time.Until(sent.Add(expiryBound)))
+			if !ok || r.Ev.Type != protocol.TypeTypingStop || r.Ev.Reason != protocol.ReasonExpired || r.Ev.User != r.Ev.Room {
+				t.Fatalf("expired stop event %s (ok %v)", r.Raw, ok)
 			}
-			stops[r.ev.Room] = true
+			stops[r.Ev.Room] = true
 		}
 		if len(stops) != len(ids) {
 			t.Fatalf("expired stops for %d rooms, want %d", len(stops), len(ids))
@@ -515,7 +516,7 @@ func TestIDsEndToEnd(t *testing.T) {
 }
 
 func TestAdminEndpoints(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		e := newEnv(t, be, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
 		w := e.startWorker()
 		base := "http://" + w.AdminAddr()
@@ -569,7 +570,7 @@ func TestReadyzNamesWhatIsDown(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
+			e := newEnv(t, storetest.Backend{Name: "redis", PubSub: storetest.PubSub}, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
 			w := e.startWorker(tc.mod) // Start succeeds with a backend down
 			// NATS connects in the background after Start (natsconn.Connect
 			// returns at once): until it has, "nats" may be down beside
@@ -605,7 +606,7 @@ func TestReadyzNamesWhatIsDown(t *testing.T) {
 func TestReadyzWhileStarting(t *testing.T) {
 	requireServices(t)
 	t.Parallel()
-	e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
+	e := newEnv(t, storetest.Backend{Name: "redis", PubSub: storetest.PubSub}, func(c *config.Config) { c.AdminAddr = "127.0.0.1:0" })
 	w := e.startWorker()
 	if code, body := waitReady(t, "http://"+w.AdminAddr()); code != 200 {
 		t.Fatalf("readyz once started %d %s", code, body)
@@ -625,7 +626,7 @@ func TestReadyzWhileStarting(t *testing.T) {
 func TestRedisDownCommandsFailAndSnapshotsSayUnavailable(t *testing.T) {
 	requireServices(t)
 	t.Parallel()
-	e := newEnv(t, backend{name: "redis", pubsub: testPubSub}, func(c *config.Config) { c.RedisURL = "redis://127.0.0.1:1" })
+	e := newEnv(t, storetest.Backend{Name: "redis", PubSub: storetest.PubSub}, func(c *config.Config) { c.RedisURL = "redis://127.0.0.1:1" })
 	e.startWorker()
 	e.send(start("r", "u", "", "c", 1)) // retried with backoff, then dropped
 	if n := e.metric("ellipsis_worker_commands_total", map[string]string{"op": "start", "outcome": "error"}); n != 1 {
@@ -690,7 +691,7 @@ func httpGet(t *testing.T, u string) (int, string) {
 func TestLifecycle(t *testing.T) {
 	requireServices(t)
 	t.Parallel()
-	e := newEnv(t, backend{name: "redis", pubsub: testPubSub})
+	e := newEnv(t, storetest.Backend{Name: "redis", PubSub: storetest.PubSub})
 	cfg := e.cfg
 
 	// Shutdown before Start, twice; Start afterwards is refused.
@@ -746,7 +747,7 @@ func TestPrivateRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := gatherSum(t, w.reg, "go_goroutines", nil); n == 0 {
+	if n := storetest.GatherSum(t, w.reg, "go_goroutines", nil); n == 0 {
 		t.Fatal("a private registry has no Go runtime metrics")
 	}
 	// Two workers on one shared registry share the collectors.
@@ -756,7 +757,7 @@ func TestPrivateRegistry(t *testing.T) {
 			t.Fatalf("second worker on a shared registry: %v", err)
 		}
 	}
-	if n := gatherSum(t, reg, "go_goroutines", nil); n != 0 {
+	if n := storetest.GatherSum(t, reg, "go_goroutines", nil); n != 0 {
 		t.Fatal("a shared registry got the Go collector from the worker")
 	}
 }

@@ -7,15 +7,13 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
-// TestMain runs the command itself when re-executed by a test.
-func TestMain(m *testing.M) {
-	if os.Getenv("ELLIPSIS_DEMO_TEST_MAIN") == "1" {
-		os.Exit(run())
-	}
-	os.Exit(m.Run())
-}
+// TestMain runs the command itself when re-executed by a test
+// (ELLIPSIS_DEMO_TEST_MAIN=1).
+func TestMain(m *testing.M) { testkit.MainOrCommand(m, "ELLIPSIS_DEMO_TEST_MAIN", run) }
 
 func TestStackNotRunning(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

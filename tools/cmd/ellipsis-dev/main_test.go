@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -15,16 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/testkit"
 	"github.com/ellipsis-chat/ellipsis/tools/embedded"
 )
 
-// TestMain runs the command itself when re-executed by a test.
-func TestMain(m *testing.M) {
-	if os.Getenv("ELLIPSIS_DEV_TEST_MAIN") == "1" {
-		os.Exit(run())
-	}
-	os.Exit(m.Run())
-}
+// TestMain runs the command itself when re-executed by a test
+// (ELLIPSIS_DEV_TEST_MAIN=1).
+func TestMain(m *testing.M) { testkit.MainOrCommand(m, "ELLIPSIS_DEV_TEST_MAIN", run) }
 
 func command(t *testing.T, env []string, args ...string) *exec.Cmd {
 	t.Helper()
@@ -77,9 +72,7 @@ func TestServesUntilSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	cmd := command(t, []string{"ELLIPSIS_REDIS_URL=" + r.URL(), "ELLIPSIS_KEY_PREFIX=test-dev-" + hex.EncodeToString(b[:]) + ":"},
+	cmd := command(t, []string{"ELLIPSIS_REDIS_URL=" + r.URL(), "ELLIPSIS_KEY_PREFIX=test-dev-" + testkit.RandHex(6) + ":"},
 		"-http-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-shutdown-drain", "100ms")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

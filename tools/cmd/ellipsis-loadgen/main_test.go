@@ -5,15 +5,14 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
-// TestMain runs the command itself when re-executed by a test.
+// TestMain runs the command itself when re-executed by a test
+// (ELLIPSIS_LOADGEN_TEST_MAIN=1).
 func TestMain(m *testing.M) {
-	if os.Getenv("ELLIPSIS_LOADGEN_TEST_MAIN") == "1" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	testkit.MainOrCommand(m, "ELLIPSIS_LOADGEN_TEST_MAIN", func() int { main(); return 0 })
 }
 
 // -h never prints the JWT secret taken from ELLIPSIS_JWT_SECRET (the flag

@@ -1,18 +1,14 @@
 // Package stacktest runs a private Ellipsis stack for the examples' tests:
 // a presence worker and a gateway (auth none, in this process) against the
 // Redis and NATS named by ELLIPSIS_TEST_REDIS_URL and ELLIPSIS_TEST_NATS_URL
-// (`make test` starts private ones; else 127.0.0.1:6379 and :4222), with a
+// (package testkit: `make test` starts private ones), with a
 // Redis key prefix and a NATS subject prefix of their own, and WebSocket
 // users that type and watch.
 package stacktest
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,23 +16,16 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats.go"
 
-	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
-	"github.com/ellipsis-chat/ellipsis/services/presence-worker/worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/testkit"
+	"github.com/ellipsis-chat/ellipsis/testkit/inproc"
 )
 
 // Wait bounds every wait of a test (a deadline, not a pass condition).
 const Wait = 10 * time.Second
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-// NATSURL is the tests' NATS server.
-func NATSURL() string { return envOr("ELLIPSIS_TEST_NATS_URL", "nats://127.0.0.1:4222") }
+// NATSURL is the tests' NATS server (testkit.NATSURL).
+func NATSURL() string { return testkit.NATSURL() }
 
 // Stack is a running private stack.
 type Stack struct {
@@ -52,12 +41,10 @@ type Stack struct {
 // ELLIPSIS_AUTHZ=nats) and stops them when the test ends.
 func Start(t *testing.T, env map[string]string) *Stack {
 	t.Helper()
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
+	id := testkit.RandHex(5)
 	vars := map[string]string{
 		"ELLIPSIS_NATS_URL":       NATSURL(),
-		"ELLIPSIS_REDIS_URL":      envOr("ELLIPSIS_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
+		"ELLIPSIS_REDIS_URL":      testkit.RedisURL(),
 		"ELLIPSIS_KEY_PREFIX":     "examples-" + id + ":",
 		"ELLIPSIS_SUBJECT_PREFIX": "examples" + id,
 		"ELLIPSIS_HTTP_ADDR":      "127.0.0.1:0",
@@ -74,37 +61,13 @@ func Start(t *testing.T, env map[string]string) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	w, err := worker.New(worker.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, Wait)
-		defer cancel()
-		_ = w.Shutdown(sctx)
-	})
-	g, err := gateway.New(gateway.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, Wait)
-		defer cancel()
-		_ = g.Shutdown(sctx)
-	})
+	st := inproc.StartT(t, inproc.Options{Config: cfg, Workers: 1, Gateways: 1})
 	nc, err := nats.Connect(NATSURL(), nats.Timeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	return &Stack{Prefix: cfg.SubjectPrefix, HTTPAddr: g.HTTPAddr(), NC: nc}
+	return &Stack{Prefix: cfg.SubjectPrefix, HTTPAddr: st.Gateways[0].HTTPAddr(), NC: nc}
 }
 
 // User is one WebSocket connection of a user.

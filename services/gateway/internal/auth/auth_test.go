@@ -11,6 +11,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 func TestNone(t *testing.T) {
@@ -68,17 +69,9 @@ func TestJWTClaimChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	claims := func(extra jwt.MapClaims) jwt.MapClaims {
-		c := jwt.MapClaims{"sub": "u", "exp": now.Add(time.Hour).Unix(), "iss": "https://id.test", "aud": "chat"}
-		for k, v := range extra {
-			if v == nil {
-				delete(c, k)
-			} else {
-				c[k] = v
-			}
-		}
-		return c
+		return testkit.Claims(jwt.MapClaims{"sub": "u", "exp": now.Add(time.Hour).Unix(), "iss": "https://id.test", "aud": "chat"}, extra)
 	}
-	sign := func(c jwt.MapClaims) string { return signWith(t, jwt.SigningMethodHS256, []byte("s"), "", c) }
+	sign := func(c jwt.MapClaims) string { return testkit.SignJWT(t, jwt.SigningMethodHS256, []byte("s"), "", c) }
 
 	id, err := a.Verify(sign(claims(jwt.MapClaims{"rooms": []string{"42", "team/*"}})))
 	if err != nil || !slices.Equal(id.Rooms, []string{"42", "team/*"}) || !id.Expires.Equal(now.Add(time.Hour+5*time.Second)) {

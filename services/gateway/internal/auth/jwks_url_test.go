@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // jwksServer is an identity provider's JWKS endpoint whose answer the test
@@ -108,38 +110,26 @@ func urlJWKS(t *testing.T, srv *jwksServer, reload, timeout time.Duration, failu
 	return j
 }
 
-// eventually polls cond for up to 20 s (a loaded machine is slow).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 type urlTokens struct{ a, b, c string }
 
 func newURLTokens(t *testing.T) urlTokens {
-	k := keysOnce()
+	k := testkit.Keys()
 	c := jwt.MapClaims{"sub": "u", "exp": time.Now().Add(time.Hour).Unix()}
 	return urlTokens{
-		a: signWith(t, jwt.SigningMethodRS256, k.rsa, "a", c),
-		b: signWith(t, jwt.SigningMethodEdDSA, k.ed, "b", c),
-		c: signWith(t, jwt.SigningMethodES256, k.ec, "c", c),
+		a: testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "a", c),
+		b: testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "b", c),
+		c: testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "c", c),
 	}
 }
 
-func jwkA() map[string]any { return rsaJWK("a", &keysOnce().rsa.PublicKey) }
-func jwkB() map[string]any { return edJWK("b", keysOnce().ed.Public().(ed25519.PublicKey)) }
-func jwkC() map[string]any { return ecJWK("c", &keysOnce().ec.PublicKey) }
+func jwkA() map[string]any { return testkit.RSAJWK("a", &testkit.Keys().RSA.PublicKey) }
+func jwkB() map[string]any { return testkit.EdJWK("b", testkit.Keys().Ed.Public().(ed25519.PublicKey)) }
+func jwkC() map[string]any { return testkit.ECJWK("c", &testkit.Keys().EC.PublicKey) }
 
 // A token naming an unknown kid fetches the URL at once, one fetch for
 // all the verifications waiting on it, and at most once per interval.
 func TestJWKSURLUnknownKID(t *testing.T) {
-	srv := newJWKSServer(t, true, jwksJSON(jwkA()))
+	srv := newJWKSServer(t, true, testkit.JWKSJSON(jwkA()))
 	j := urlJWKS(t, srv, time.Hour, 10*time.Second, nil)
 	now := time.Now()
 	var clock sync.Mutex
@@ -156,7 +146,7 @@ func TestJWKSURLUnknownKID(t *testing.T) {
 
 	// Rotation: b replaces a. Many handshakes with the new kid at once
 	// cause one fetch; a is gone afterwards.
-	srv.serve(200, jwksJSON(jwkB()))
+	srv.serve(200, testkit.JWKSJSON(jwkB()))
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
 	for range 20 {
@@ -180,7 +170,7 @@ func TestJWKSURLUnknownKID(t *testing.T) {
 	}
 
 	// Within the interval, unknown kids fetch nothing and are refused.
-	srv.serve(200, jwksJSON(jwkB(), jwkC()))
+	srv.serve(200, testkit.JWKSJSON(jwkB(), jwkC()))
 	for range 5 {
 		if err := verify(tok.c); err == nil {
 			t.Fatal("unknown-kid fetch not rate limited")
@@ -202,12 +192,12 @@ func TestJWKSURLUnknownKID(t *testing.T) {
 
 // The refresh goroutine picks up a rotation and drops removed keys.
 func TestJWKSURLPeriodicRefresh(t *testing.T) {
-	srv := newJWKSServer(t, true, jwksJSON(jwkA()))
+	srv := newJWKSServer(t, true, testkit.JWKSJSON(jwkA()))
 	j := urlJWKS(t, srv, 100*time.Millisecond, 10*time.Second, nil)
 	a, _ := NewJWT(JWTOptions{JWKS: j})
 	tok := newURLTokens(t)
-	srv.serve(200, jwksJSON(jwkB()))
-	eventually(t, "the refresh to pick up kid b", func() bool { return slices.Equal(j.KeyIDs(), []string{"b"}) })
+	srv.serve(200, testkit.JWKSJSON(jwkB()))
+	testkit.WaitFor(t, 20*time.Second, "the refresh to pick up kid b", func() bool { return slices.Equal(j.KeyIDs(), []string{"b"}) })
 	before := srv.fetches.Load()
 	if _, err := a.Verify(tok.b); err != nil {
 		t.Fatal(err)
@@ -240,13 +230,13 @@ func TestJWKSURLHangingServer(t *testing.T) {
 		t.Fatalf("start took %s with a 300ms timeout", d)
 	}
 
-	srv.serve(200, jwksJSON(jwkA()))
+	srv.serve(200, testkit.JWKSJSON(jwkA()))
 	var failures atomic.Int64
 	j := urlJWKS(t, srv, 100*time.Millisecond, 2*time.Second, &failures)
 	a, _ := NewJWT(JWTOptions{JWKS: j})
 	tok := newURLTokens(t)
 	srv.hangUp()
-	eventually(t, "two failed refreshes", func() bool { return failures.Load() >= 2 })
+	testkit.WaitFor(t, 20*time.Second, "two failed refreshes", func() bool { return failures.Load() >= 2 })
 	if _, err := a.Verify(tok.a); err != nil {
 		t.Fatalf("old key while the URL hangs: %v", err)
 	}
@@ -255,8 +245,8 @@ func TestJWKSURLHangingServer(t *testing.T) {
 		t.Fatalf("unknown kid while the URL hangs: %v", err)
 	}
 	// Recovery.
-	srv.serve(200, jwksJSON(jwkA(), jwkB()))
-	eventually(t, "recovery", func() bool { return slices.Equal(j.KeyIDs(), []string{"a", "b"}) })
+	srv.serve(200, testkit.JWKSJSON(jwkA(), jwkB()))
+	testkit.WaitFor(t, 20*time.Second, "recovery", func() bool { return slices.Equal(j.KeyIDs(), []string{"a", "b"}) })
 }
 
 // A server that answers garbage: the start fails naming the problem; after
@@ -273,7 +263,7 @@ func TestJWKSURLGarbage(t *testing.T) {
 		{"empty set", 200, []byte(`{"keys":[]}`), "no usable"},
 		{"no keys", 200, []byte(`{}`), "no usable"},
 		{"only symmetric", 200, []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`), "no usable"},
-		{"server error", 500, jwksJSON(jwkA()), "HTTP 500"},
+		{"server error", 500, testkit.JWKSJSON(jwkA()), "HTTP 500"},
 		{"too large", 200, big, "larger than"},
 	}
 	for _, c := range cases {
@@ -286,7 +276,7 @@ func TestJWKSURLGarbage(t *testing.T) {
 		}
 	}
 
-	srv := newJWKSServer(t, true, jwksJSON(jwkA()))
+	srv := newJWKSServer(t, true, testkit.JWKSJSON(jwkA()))
 	var failures atomic.Int64
 	j := urlJWKS(t, srv, 100*time.Millisecond, 5*time.Second, &failures)
 	a, _ := NewJWT(JWTOptions{JWKS: j})
@@ -294,7 +284,7 @@ func TestJWKSURLGarbage(t *testing.T) {
 	for _, c := range cases {
 		srv.serve(c.status, c.body)
 		n := failures.Load()
-		eventually(t, "a failed refresh with "+c.name, func() bool { return failures.Load() > n })
+		testkit.WaitFor(t, 20*time.Second, "a failed refresh with "+c.name, func() bool { return failures.Load() > n })
 		if _, err := a.Verify(tok.a); err != nil {
 			t.Fatalf("old key after %s: %v", c.name, err)
 		}
@@ -304,7 +294,7 @@ func TestJWKSURLGarbage(t *testing.T) {
 // The start fails without trusting the server's certificate, and on a
 // URL that is neither https nor loopback http.
 func TestJWKSURLRefusals(t *testing.T) {
-	srv := newJWKSServer(t, true, jwksJSON(jwkA()))
+	srv := newJWKSServer(t, true, testkit.JWKSJSON(jwkA()))
 	if _, err := NewJWKS(context.Background(), JWKSOptions{URL: srv.URL}); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("untrusted certificate: %v", err)
 	}
@@ -325,7 +315,7 @@ func TestJWKSURLRefusals(t *testing.T) {
 		t.Errorf("redirect to http: %v", err)
 	}
 	// Plain http to loopback works (development).
-	plain := newJWKSServer(t, false, jwksJSON(jwkA()))
+	plain := newJWKSServer(t, false, testkit.JWKSJSON(jwkA()))
 	j, err := NewJWKS(context.Background(), JWKSOptions{URL: plain.URL})
 	if err != nil {
 		t.Fatalf("loopback http: %v", err)
@@ -347,23 +337,23 @@ func TestJWKSURLRefusals(t *testing.T) {
 func TestJWKSURLConditional(t *testing.T) {
 	srv := newJWKSServer(t, true, nil)
 	srv.conditional = true
-	srv.serve(200, jwksJSON(jwkA()))
+	srv.serve(200, testkit.JWKSJSON(jwkA()))
 	var failures atomic.Int64
 	j := urlJWKS(t, srv, 100*time.Millisecond, 5*time.Second, &failures)
 	a, _ := NewJWT(JWTOptions{JWKS: j})
 	tok := newURLTokens(t)
-	eventually(t, "304 answers", func() bool { return srv.notModified.Load() >= 3 })
+	testkit.WaitFor(t, 20*time.Second, "304 answers", func() bool { return srv.notModified.Load() >= 3 })
 	if _, err := a.Verify(tok.a); err != nil || failures.Load() != 0 {
 		t.Fatalf("after 304s: %v, %d failures", err, failures.Load())
 	}
 	srv.serve(200, []byte("<html>oops</html>"))
-	eventually(t, "failures to keep being counted", func() bool { return failures.Load() >= 3 })
-	srv.serve(200, jwksJSON(jwkA())) // back to the set in use: 304 again
+	testkit.WaitFor(t, 20*time.Second, "failures to keep being counted", func() bool { return failures.Load() >= 3 })
+	srv.serve(200, testkit.JWKSJSON(jwkA())) // back to the set in use: 304 again
 	n := srv.notModified.Load()
-	eventually(t, "304 for the set in use", func() bool { return srv.notModified.Load() > n })
+	testkit.WaitFor(t, 20*time.Second, "304 for the set in use", func() bool { return srv.notModified.Load() > n })
 	if _, err := a.Verify(tok.a); err != nil {
 		t.Fatal(err)
 	}
-	srv.serve(200, jwksJSON(jwkA(), jwkB()))
-	eventually(t, "the changed set", func() bool { return slices.Equal(j.KeyIDs(), []string{"a", "b"}) })
+	srv.serve(200, testkit.JWKSJSON(jwkA(), jwkB()))
+	testkit.WaitFor(t, 20*time.Second, "the changed set", func() bool { return slices.Equal(j.KeyIDs(), []string{"a", "b"}) })
 }

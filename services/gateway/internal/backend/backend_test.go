@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,16 +15,8 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
-
-// Tests run against the machine's NATS (ELLIPSIS_TEST_NATS_URL), each on
-// its own subject prefix.
-func natsURL() string {
-	if u := os.Getenv("ELLIPSIS_TEST_NATS_URL"); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
 
 func newNATS(t *testing.T, timeout time.Duration) (*NATS, *nats.Conn, names.Names) {
 	t.Helper()
@@ -33,7 +24,7 @@ func newNATS(t *testing.T, timeout time.Duration) (*NATS, *nats.Conn, names.Name
 	_, _ = rand.Read(b)
 	n := names.New("", "presencetest"+hex.EncodeToString(b))
 	var errs atomic.Int64
-	c, err := Connect([]string{natsURL()}, natsconn.Auth{}, n, timeout, zap.NewNop(), func(string) { errs.Add(1) })
+	c, err := Connect([]string{testkit.NATSURL()}, natsconn.Auth{}, n, timeout, zap.NewNop(), func(string) { errs.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +36,11 @@ func newNATS(t *testing.T, timeout time.Duration) (*NATS, *nats.Conn, names.Name
 	deadline := time.Now().Add(5 * time.Second)
 	for !c.Connected() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not connected to NATS at %s", natsURL())
+			t.Fatalf("not connected to NATS at %s", testkit.NATSURL())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	nc, err := nats.Connect(natsURL())
+	nc, err := nats.Connect(testkit.NATSURL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // A NATS that stops reading (a silent partition: connection open, nothing
@@ -24,7 +25,7 @@ import (
 // within a second, and a Publish must return within a few seconds
 // instead of nats.go's default one-minute write timeout.
 func TestFrozenNATSNeverBlocksStatusOrPublishLong(t *testing.T) {
-	u, err := url.Parse(natsURL())
+	u, err := url.Parse(testkit.NATSURL())
 	if err != nil {
 		t.Fatal(err)
 	}

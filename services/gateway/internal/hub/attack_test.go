@@ -17,6 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Adversarial tests of the hub: races of
@@ -77,7 +78,7 @@ func TestPushAfterOverflowRetriedWhenItsSnapshotFails(t *testing.T) {
 	m := &member{user: "m"}
 	done := make(chan error, 1)
 	go func() { done <- h.Sync(context.Background(), SyncJoin, "r", m, "j", nil) }()
-	waitFor(t, "join waiting for its snapshot", func() bool { return s.n.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "join waiting for its snapshot", func() bool { return s.n.Load() == 1 })
 	for i := 0; i < 3; i++ { // PendingLimit 1: the buffer overflows
 		if !b.Publish(n.RoomChannel("r"), event("r", "x", i)) {
 			t.Fatal("not published")
@@ -87,7 +88,7 @@ func TestPushAfterOverflowRetriedWhenItsSnapshotFails(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a typing snapshot after joined, making up for the dropped events", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "a typing snapshot after joined, making up for the dropped events", func() bool {
 		fr := m.frames()
 		for _, f := range fr[1:] {
 			if strings.Contains(f, `"type":"typing"`) {

@@ -6,11 +6,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // snapshotsCounted is snapshots_total{result} of the fixture's hub.
@@ -58,13 +60,13 @@ func TestConcurrentSyncsShareOneRequest(t *testing.T) {
 	base := f.snap.count("r") // the joins' flights
 	unblock := f.blockSnapshots()
 	first := f.httpAsk("r")
-	waitFor(t, "the first flight in flight", func() bool { return f.snap.count("r") == base+1 })
+	testkit.WaitFor(t, 5*time.Second, "the first flight in flight", func() bool { return f.snap.count("r") == base+1 })
 	requested, shared := f.snapshotsCounted(metrics.SnapshotRequested), f.snapshotsCounted(metrics.SnapshotShared)
 	done := make(chan error, n)
 	for i, m := range ms {
 		go func() { done <- f.h.Sync(context.Background(), SyncAsked, "r", m, "s"+strconv.Itoa(i), nil) }()
 	}
-	waitFor(t, "every sync waiting", func() bool { return f.snapshotsCounted(metrics.SnapshotShared) == shared+n-1 })
+	testkit.WaitFor(t, 5*time.Second, "every sync waiting", func() bool { return f.snapshotsCounted(metrics.SnapshotShared) == shared+n-1 })
 	if r := f.snapshotsCounted(metrics.SnapshotRequested); r != requested+1 {
 		t.Fatalf("%d requests made for %d concurrent syncs, want 1", r-requested, n)
 	}
@@ -100,16 +102,16 @@ func TestAskerDoesNotShareAFlightStartedBeforeItsHold(t *testing.T) {
 	f.join(t, "r", m)
 	unblock := f.blockSnapshots()
 	first := f.httpAsk("r") // reads the room: nobody types
-	waitFor(t, "the first flight in flight", func() bool { return f.snap.count("r") == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the first flight in flight", func() bool { return f.snap.count("r") == 2 })
 	// bob starts after that read; alice is not held and gets the event.
 	f.snap.mu.Lock()
 	f.snap.typing["r"] = []protocol.Typist{{User: "bob"}}
 	f.snap.mu.Unlock()
 	f.publish("r", event("r", "bob", 1))
-	waitFor(t, "alice got bob's start", func() bool { return len(m.frames()) == 2 })
+	testkit.WaitFor(t, 5*time.Second, "alice got bob's start", func() bool { return len(m.frames()) == 2 })
 	done := make(chan error, 1)
 	go func() { done <- f.h.Sync(context.Background(), SyncAsked, "r", m, "s", nil) }()
-	waitFor(t, "alice's sync queued", func() bool { return f.queued("r") })
+	testkit.WaitFor(t, 5*time.Second, "alice's sync queued", func() bool { return f.queued("r") })
 	unblock()
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -134,12 +136,12 @@ func TestHTTPAskersShareTheQueuedFlight(t *testing.T) {
 	f := newFixture(t, 0)
 	unblock := f.blockSnapshots()
 	first := f.httpAsk("r")
-	waitFor(t, "the first flight in flight", func() bool { return f.snap.count("r") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the first flight in flight", func() bool { return f.snap.count("r") == 1 })
 	var rest []<-chan error
 	for range 5 {
 		rest = append(rest, f.httpAsk("r"))
 	}
-	waitFor(t, "the askers waiting", func() bool { return f.snapshotsCounted(metrics.SnapshotShared) == 4 })
+	testkit.WaitFor(t, 5*time.Second, "the askers waiting", func() bool { return f.snapshotsCounted(metrics.SnapshotShared) == 4 })
 	unblock()
 	for _, ch := range append(rest, first) {
 		if err := <-ch; err != nil {
@@ -161,7 +163,7 @@ func TestFlightErrorGoesToEveryAsker(t *testing.T) {
 	}
 	unblock := f.blockSnapshots()
 	first := f.httpAsk("r")
-	waitFor(t, "the first flight in flight", func() bool { return f.snap.count("r") == 4 })
+	testkit.WaitFor(t, 5*time.Second, "the first flight in flight", func() bool { return f.snap.count("r") == 4 })
 	f.snap.mu.Lock()
 	f.snap.fail["r"] = true
 	f.snap.mu.Unlock()
@@ -169,7 +171,7 @@ func TestFlightErrorGoesToEveryAsker(t *testing.T) {
 	for _, m := range ms {
 		go func() { done <- f.h.Sync(context.Background(), SyncAsked, "r", m, "s", nil) }()
 	}
-	waitFor(t, "the syncs waiting", func() bool { return f.queued("r") && f.snapshotsCounted(metrics.SnapshotShared) == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the syncs waiting", func() bool { return f.queued("r") && f.snapshotsCounted(metrics.SnapshotShared) == 2 })
 	unblock()
 	if err := <-first; err != nil {
 		t.Fatalf("first asker (its flight read the room before the failure): %v", err)
@@ -196,16 +198,16 @@ func TestAskerCancelLeavesTheFlightToOthers(t *testing.T) {
 	f := newFixture(t, 0)
 	unblock := f.blockSnapshots()
 	first := f.httpAsk("r")
-	waitFor(t, "the first flight in flight", func() bool { return f.snap.count("r") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the first flight in flight", func() bool { return f.snap.count("r") == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	quitter := make(chan error, 1)
 	go func() {
 		_, err := f.h.Snapshot(ctx, "r")
 		quitter <- err
 	}()
-	waitFor(t, "the quitter queued", func() bool { return f.queued("r") })
+	testkit.WaitFor(t, 5*time.Second, "the quitter queued", func() bool { return f.queued("r") })
 	stayer := f.httpAsk("r") // shares the quitter's queued flight
-	waitFor(t, "the stayer sharing it", func() bool { return f.snapshotsCounted(metrics.SnapshotShared) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the stayer sharing it", func() bool { return f.snapshotsCounted(metrics.SnapshotShared) == 1 })
 	cancel()
 	if err := <-quitter; !errors.Is(err, ErrSnapshot) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled asker: %v, want ErrSnapshot wrapping context.Canceled", err)
@@ -229,9 +231,9 @@ func TestFlightsCancelledByCloseAnswerClosed(t *testing.T) {
 	f := newFixture(t, 0)
 	f.blockSnapshots()
 	inFlight := f.httpAsk("r")
-	waitFor(t, "the first flight in flight", func() bool { return f.snap.count("r") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the first flight in flight", func() bool { return f.snap.count("r") == 1 })
 	queued := f.httpAsk("r")
-	waitFor(t, "the second asker queued", func() bool { return f.queued("r") })
+	testkit.WaitFor(t, 5*time.Second, "the second asker queued", func() bool { return f.queued("r") })
 	f.h.Close()
 	for what, ch := range map[string]<-chan error{"in flight": inFlight, "queued": queued} {
 		if err := <-ch; !errors.Is(err, ErrClosed) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrSnapshot) {

@@ -17,6 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/pubsub"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Unit tests of the hub's logic on the in-memory broker (run with -race);
@@ -131,16 +132,6 @@ func event(room, user string, i int) string {
 	return string(protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: room, User: user, TTLMs: 5000})) + strconv.Itoa(i) + "}"
 }
 
-func waitFor(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if f() {
-			return
-		}
-	}
-	t.Fatalf("timed out: %s", what)
-}
-
 func TestHoldBuffersAndOverflows(t *testing.T) {
 	f := newFixture(t, 2)
 	m := &member{user: "alice"}
@@ -174,7 +165,7 @@ func TestSyncJoinsSelfFiltersAndPushesAfterOverflow(t *testing.T) {
 	m := &member{user: "zed"} // the snapshot's typist: filtered out of its own frame
 	done := make(chan error, 1)
 	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, "7", nil) }()
-	waitFor(t, "member held", func() bool { return f.h.Members("r") == 1 && f.snap.count("r") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "member held", func() bool { return f.h.Members("r") == 1 && f.snap.count("r") == 1 })
 	f.publish("r", event("r", "bob", 1))
 	f.publish("r", event("r", "bob", 2)) // over PendingLimit 1: a push follows
 	close(f.snap.block)
@@ -347,7 +338,7 @@ func TestLinkRestoredResyncsItsRooms(t *testing.T) {
 	}
 	f.b.SetDown(false)
 	for _, m := range []*member{a, b} {
-		waitFor(t, m.user+" resynced", func() bool {
+		testkit.WaitFor(t, 5*time.Second, m.user+" resynced", func() bool {
 			fr := m.frames()
 			return len(fr) == 2 && strings.Contains(fr[1], `"type":"typing"`)
 		})
@@ -374,9 +365,9 @@ func TestFailingRoomNeverCausesFramesElsewhere(t *testing.T) {
 	f.snap.fail["bad"] = true
 	f.snap.mu.Unlock()
 	f.h.Resync()
-	waitFor(t, "failing room retried", func() bool { return f.snap.count("bad") >= 4 })
+	testkit.WaitFor(t, 5*time.Second, "failing room retried", func() bool { return f.snap.count("bad") >= 4 })
 	for i, m := range ms {
-		waitFor(t, "ok"+strconv.Itoa(i)+" resynced", func() bool { return len(m.frames()) >= 2 })
+		testkit.WaitFor(t, 5*time.Second, "ok"+strconv.Itoa(i)+" resynced", func() bool { return len(m.frames()) >= 2 })
 	}
 	time.Sleep(500 * time.Millisecond) // room for frames that should not come
 	for i, m := range ms {
@@ -410,11 +401,11 @@ func TestNoResyncBeforeJoined(t *testing.T) {
 	m := &member{user: "new"}
 	done := make(chan error, 1)
 	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil) }()
-	waitFor(t, "join waiting for its snapshot", func() bool { return f.snap.count("r") == 2 })
+	testkit.WaitFor(t, 5*time.Second, "join waiting for its snapshot", func() bool { return f.snap.count("r") == 2 })
 	f.h.HandleRestored([]string{f.n.RoomChannel("r")})
 	// The resync's holds came after the join's flight started: it waits
 	// in the queue for the next flight (flights.go).
-	waitFor(t, "resync queued", func() bool { return f.queued("r") })
+	testkit.WaitFor(t, 5*time.Second, "resync queued", func() bool { return f.queued("r") })
 	f.snap.mu.Lock()
 	close(f.snap.block)
 	f.snap.block = nil
@@ -422,8 +413,8 @@ func TestNoResyncBeforeJoined(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "old member resynced", func() bool { return len(old.frames()) == 2 })
-	waitFor(t, "the postponed snapshot", func() bool { return len(m.frames()) == 2 })
+	testkit.WaitFor(t, 5*time.Second, "old member resynced", func() bool { return len(old.frames()) == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the postponed snapshot", func() bool { return len(m.frames()) == 2 })
 	if c := f.snap.count("r"); c != 4 {
 		t.Fatalf("%d snapshot requests, want 4 (old's join, new's join, the resync, the push after new's joined)", c)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Refusals and never-up links against a real Redis (a private
@@ -48,7 +49,7 @@ func TestACLRefusedSubscriptions(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		b, rec := newCheckedBroker(t, rdb, sharded, "room:acl-check")
 
-		waitFor(t, "the link up and refusing", 5*time.Second, func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the link up and refusing", func() bool {
 			return strings.Contains(b.Health().Down["shared"], "refusing room channel subscriptions: NOPERM")
 		})
 		if got := testutil.ToFloat64(b.met.RedisLinksDown); got != 1 {
@@ -90,16 +91,16 @@ func TestACLRefusedSubscriptions(t *testing.T) {
 		if err := admin.Do(ctx, "ACL", "SETUSER", "ellipsis-noch", "allchannels").Err(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the probe accepted", 5*time.Second, func() bool { return b.Health().OK })
+		testkit.WaitFor(t, 5*time.Second, "the probe accepted", func() bool { return b.Health().OK })
 		if err := subscribe("room:9"); err != nil {
 			t.Fatalf("Subscribe once the ACL allows it: %v", err)
 		}
 		publish(ctx, admin, sharded, "room:9", "hi")
-		waitFor(t, "a message on room:9", 3*time.Second, func() bool {
+		testkit.WaitFor(t, 3*time.Second, "a message on room:9", func() bool {
 			msgs, _ := rec.snapshot()
 			return slices.Contains(msgs, "room:9 hi")
 		})
-		waitFor(t, "the check channel unsubscribed", 3*time.Second, func() bool {
+		testkit.WaitFor(t, 3*time.Second, "the check channel unsubscribed", func() bool {
 			return !slices.Contains(channels(ctx, admin, sharded, "*"), "room:acl-check")
 		})
 	})
@@ -133,14 +134,14 @@ func TestLinkFrozenFromStartIsDown(t *testing.T) {
 	}
 	// The first PING is due within PingTimeout: the health interval (a
 	// minute here) is not waited for.
-	waitFor(t, "the first PING's deadline to fail the connection", 3*time.Second, func() bool {
+	testkit.WaitFor(t, 3*time.Second, "the first PING's deadline to fail the connection", func() bool {
 		return strings.Contains(b.Health().Down["shared"], "no reply to PING")
 	})
 	if h := b.Health(); h.OK {
 		t.Fatalf("health %+v", h)
 	}
 	px.Freeze(false)
-	waitFor(t, "the link up once the path thawed", 5*time.Second, func() bool { return b.Health().OK })
+	testkit.WaitFor(t, 5*time.Second, "the link up once the path thawed", func() bool { return b.Health().OK })
 	if got := testutil.ToFloat64(b.met.RedisLinksDown); got != 0 {
 		t.Fatalf("redis_pubsub_links_down = %v once up, want 0", got)
 	}
@@ -164,7 +165,7 @@ func privateCluster(t *testing.T) string {
 	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "cluster_state:ok", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "cluster_state:ok", func() bool {
 		info, _ := c.ClusterInfo(ctx).Result()
 		return strings.Contains(info, "cluster_state:ok")
 	})
@@ -187,7 +188,7 @@ func TestACLRefusedOnCluster(t *testing.T) {
 	if h := b.Health(); h.OK {
 		t.Fatalf("health before the Cluster answered: %+v, want down", h)
 	}
-	waitFor(t, "the Cluster probe answered", 5*time.Second, func() bool { return b.Health().OK })
+	testkit.WaitFor(t, 5*time.Second, "the Cluster probe answered", func() bool { return b.Health().OK })
 	subscribe := func(ch string) error {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
@@ -213,12 +214,12 @@ func TestACLRefusedOnCluster(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", "ellipsis-noch", "allchannels").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the probe accepted", 5*time.Second, func() bool { return b.Health().OK })
+	testkit.WaitFor(t, 5*time.Second, "the probe accepted", func() bool { return b.Health().OK })
 	if err := subscribe("room:{8}"); err != nil {
 		t.Fatalf("SSUBSCRIBE once the ACL allows it: %v", err)
 	}
 	publish(ctx, admin, true, "room:{8}", "hi")
-	waitFor(t, "a message on room:{8}", 3*time.Second, func() bool {
+	testkit.WaitFor(t, 3*time.Second, "a message on room:{8}", func() bool {
 		msgs, _ := rec.snapshot()
 		return slices.Contains(msgs, "room:{8} hi")
 	})
@@ -238,12 +239,12 @@ func TestRefusedPingKeepsLinkDown(t *testing.T) {
 	rdb := redis.NewClient(o)
 	t.Cleanup(func() { rdb.Close() })
 	b, _ := newBrokerWith(t, RedisOptions{Client: rdb, PingInterval: time.Minute, PingTimeout: 200 * time.Millisecond})
-	waitFor(t, "the refused PING failing the connection", 5*time.Second, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the refused PING failing the connection", func() bool {
 		why := b.Health().Down["shared"]
 		return strings.Contains(why, "no PONG") && strings.Contains(why, "NOPERM")
 	})
 	before := totalConnections(t, admin)
-	waitFor(t, "the link redialing", 5*time.Second, func() bool { return totalConnections(t, admin) > before })
+	testkit.WaitFor(t, 5*time.Second, "the link redialing", func() bool { return totalConnections(t, admin) > before })
 	if h := b.Health(); h.OK {
 		t.Fatalf("health %+v with PING refused", h)
 	}

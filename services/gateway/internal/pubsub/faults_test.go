@@ -14,6 +14,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Network faults against a private Redis behind shared/faultproxy: a
@@ -167,10 +168,10 @@ func TestFrozenLinkFailsLaterSubscribesFast(t *testing.T) {
 	if bound := deadline + 2*time.Second; time.Since(start) > bound {
 		t.Fatalf("five Subscribes one after the other took %v with Redis frozen; want the later ones to fail fast (all within %v)", time.Since(start), bound)
 	}
-	waitFor(t, "the stalled link reported down", 3*time.Second, func() bool { return !b.Health().OK })
+	testkit.WaitFor(t, 3*time.Second, "the stalled link reported down", func() bool { return !b.Health().OK })
 	px.Freeze(false)
 	px.Cut()
-	waitFor(t, "link back", 10*time.Second, func() bool { return b.Health().OK })
+	testkit.WaitFor(t, 10*time.Second, "link back", func() bool { return b.Health().OK })
 	cctx, cancel = context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := b.Subscribe(cctx, "after"); err != nil {
@@ -279,8 +280,8 @@ func TestSlowResubscribeRoundComesUp(t *testing.T) {
 	l := b.links[""]
 	b.mu.Unlock()
 	l.redial("test: a fresh connection") // go-redis redials on its own after a Cut
-	waitFor(t, "the redialed link reported down", 3*time.Second, func() bool { return !b.Health().OK })
-	waitFor(t, "the link up again after its slow resubscribing round", 10*time.Second, func() bool { return b.Health().OK })
+	testkit.WaitFor(t, 3*time.Second, "the redialed link reported down", func() bool { return !b.Health().OK })
+	testkit.WaitFor(t, 10*time.Second, "the link up again after its slow resubscribing round", func() bool { return b.Health().OK })
 	if after := totalConnections(t, direct); after != before+1 {
 		t.Fatalf("total_connections_received %d -> %d: want one reconnect, the slow first round was redialed", before, after)
 	}

@@ -2,11 +2,8 @@ package pubsub
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -21,6 +18,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/faultproxy"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // recorder is a Handler that records what it is given.
@@ -48,24 +46,7 @@ func (r *recorder) snapshot() (msgs []string, restored [][]string) {
 	return slices.Clone(r.msgs), slices.Clone(r.restored)
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, f func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for time.Since(start) < within {
-		if f() {
-			return time.Since(start)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v: %s", within, what)
-	return 0
-}
-
-func prefix() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return "pst" + hex.EncodeToString(b) + ":"
-}
+func prefix() string { return "pst" + testkit.RandHex(6) + ":" }
 
 func newBroker(t *testing.T, client redis.UniversalClient, sharded bool, ping, timeout time.Duration) (*Redis, *recorder) {
 	t.Helper()
@@ -107,20 +88,6 @@ func channels(ctx context.Context, c *redis.Client, sharded bool, pattern string
 	return chs
 }
 
-// testRedisOptions connects to ELLIPSIS_TEST_REDIS_URL (`make test` starts a
-// private Redis), else the machine's on 6379.
-func testRedisOptions(t *testing.T) *redis.Options {
-	url := os.Getenv("ELLIPSIS_TEST_REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379"
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("ELLIPSIS_TEST_REDIS_URL: %v", err)
-	}
-	return opt
-}
-
 func forEachMode(t *testing.T, f func(t *testing.T, sharded bool)) {
 	for _, sharded := range []bool{false, true} {
 		t.Run(map[bool]string{false: "classic", true: "sharded"}[sharded], func(t *testing.T) { f(t, sharded) })
@@ -130,7 +97,7 @@ func forEachMode(t *testing.T, f func(t *testing.T, sharded bool)) {
 func TestSubscribeConfirmsDeliversUnsubscribes(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sharded bool) {
 		ctx := context.Background()
-		rdb := redis.NewClient(testRedisOptions(t))
+		rdb := redis.NewClient(testkit.RedisOptions(t))
 		t.Cleanup(func() { rdb.Close() })
 		b, rec := newBroker(t, rdb, sharded, 0, 0)
 		p := prefix()
@@ -143,7 +110,7 @@ func TestSubscribeConfirmsDeliversUnsubscribes(t *testing.T) {
 		}
 		// Confirmed: a publish now is received.
 		publish(ctx, rdb, sharded, p+"c1", "hello")
-		waitFor(t, "message", 3*time.Second, func() bool {
+		testkit.WaitFor(t, 3*time.Second, "message", func() bool {
 			msgs, _ := rec.snapshot()
 			return slices.Contains(msgs, p+"c1 hello")
 		})
@@ -153,7 +120,7 @@ func TestSubscribeConfirmsDeliversUnsubscribes(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			b.Unsubscribe(p + "c" + strconv.Itoa(i))
 		}
-		waitFor(t, "unsubscribed", 3*time.Second, func() bool { return len(channels(ctx, rdb, sharded, p+"*")) == 0 })
+		testkit.WaitFor(t, 3*time.Second, "unsubscribed", func() bool { return len(channels(ctx, rdb, sharded, p+"*")) == 0 })
 		if _, restored := rec.snapshot(); len(restored) != 0 {
 			t.Fatalf("restored %v on a healthy link", restored)
 		}
@@ -163,7 +130,7 @@ func TestSubscribeConfirmsDeliversUnsubscribes(t *testing.T) {
 func TestConcurrentSubscribeUnsubscribe(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sharded bool) {
 		ctx := context.Background()
-		rdb := redis.NewClient(testRedisOptions(t))
+		rdb := redis.NewClient(testkit.RedisOptions(t))
 		t.Cleanup(func() { rdb.Close() })
 		b, _ := newBroker(t, rdb, sharded, 0, 0)
 		p := prefix()
@@ -184,7 +151,7 @@ func TestConcurrentSubscribeUnsubscribe(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		waitFor(t, "no channel left", 3*time.Second, func() bool { return len(channels(ctx, rdb, sharded, p+"*")) == 0 })
+		testkit.WaitFor(t, 3*time.Second, "no channel left", func() bool { return len(channels(ctx, rdb, sharded, p+"*")) == 0 })
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		if err := b.Subscribe(cctx, p+"last"); err != nil {
@@ -220,7 +187,7 @@ func privateRedis(t *testing.T, extra ...string) string {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
-	waitFor(t, "redis-server up", 5*time.Second, func() bool { return c.Ping(context.Background()).Err() == nil })
+	testkit.WaitFor(t, 5*time.Second, "redis-server up", func() bool { return c.Ping(context.Background()).Err() == nil })
 	return addr
 }
 
@@ -268,7 +235,7 @@ func TestSilentLinkDeathNoticedAndRestored(t *testing.T) {
 	}
 	px.Freeze(true)
 	frozen := time.Now()
-	waitFor(t, "link noticed dead", 5*time.Second, func() bool { return !b.Health().OK })
+	testkit.WaitFor(t, 5*time.Second, "link noticed dead", func() bool { return !b.Health().OK })
 	noticed := time.Since(frozen)
 	if got := testutil.ToFloat64(b.met.RedisLinksDown); got != 1 {
 		t.Errorf("redis_pubsub_links_down = %v while the link is down, want 1", got)
@@ -287,11 +254,11 @@ func TestSilentLinkDeathNoticedAndRestored(t *testing.T) {
 	}
 	px.Freeze(false)
 	px.Cut() // the frozen connections are abandoned by the broker anyway
-	waitFor(t, "link restored", 10*time.Second, func() bool { return b.Health().OK })
+	testkit.WaitFor(t, 10*time.Second, "link restored", func() bool { return b.Health().OK })
 	if got := testutil.ToFloat64(b.met.RedisLinksDown); got != 0 {
 		t.Errorf("redis_pubsub_links_down = %v once the link is restored, want 0", got)
 	}
-	waitFor(t, "channels reported restored", 5*time.Second, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "channels reported restored", func() bool {
 		_, r := rec.snapshot()
 		return len(r) > 0
 	})
@@ -300,7 +267,7 @@ func TestSilentLinkDeathNoticedAndRestored(t *testing.T) {
 		t.Fatalf("restored %v, want [a b]", restored)
 	}
 	publish(ctx, direct, false, "a", "after")
-	waitFor(t, "message after restore", 3*time.Second, func() bool {
+	testkit.WaitFor(t, 3*time.Second, "message after restore", func() bool {
 		msgs, _ := rec.snapshot()
 		return slices.Contains(msgs, "a after")
 	})
@@ -369,7 +336,7 @@ func TestSlowLinkStaysUp(t *testing.T) {
 			t.Fatalf("slow link reported down: %+v", h)
 		}
 	}
-	waitFor(t, "messages through the slow path", 3*time.Second, func() bool {
+	testkit.WaitFor(t, 3*time.Second, "messages through the slow path", func() bool {
 		msgs, _ := rec.snapshot()
 		return len(msgs) == 5
 	})

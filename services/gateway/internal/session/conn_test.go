@@ -12,6 +12,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // fakeConn serves a Conn of user alice over a fake transport with cfg
@@ -196,7 +197,7 @@ func TestConnSlowConsumer(t *testing.T) {
 	c, tr, done := fakeConn(t, cfg)
 	tr.stall.Store(true)
 	c.Send([]byte("blocked"))
-	waitFor(t, "the writer to take the first frame", func() bool { return c.w.queued() == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the writer to take the first frame", func() bool { return c.w.queued() == 0 })
 	for i := 0; c.Send([]byte("x")); i++ {
 		if i > 10 {
 			t.Fatal("a queue of 2 frames took 10")

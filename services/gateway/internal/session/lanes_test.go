@@ -19,6 +19,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // gateRooms is a hub whose snapshots wait until the gate opens or the
@@ -170,17 +171,6 @@ func collect(t *testing.T, c *Conn, got *[]string, what string, done func([]stri
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func count(frames []string, sub string) int {
 	n := 0
 	for _, f := range frames {
@@ -205,7 +195,7 @@ func TestPingAndJoinsDoNotWaitBehindAJoin(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0], `"type":"pong"`) {
 		t.Fatalf("frames queued right after the ping: %q, want just the pong", got)
 	}
-	waitFor(t, "5 snapshots awaited at once", func() bool { n, _, _ := rooms.stats(); return n == 5 })
+	testkit.WaitFor(t, 10*time.Second, "5 snapshots awaited at once", func() bool { n, _, _ := rooms.stats(); return n == 5 })
 	close(rooms.gate)
 	collect(t, c, &got, "5 joined", func(f []string) bool { return count(f, `"type":"joined"`) == 5 })
 	for i := range 5 {
@@ -243,7 +233,7 @@ func TestLaneKeepsRoomOrder(t *testing.T) {
 	if p := be.published(); !slices.Equal(p, []string{protocol.OpStart + " r", protocol.OpLeave + " r"}) {
 		t.Fatalf("published %q, want start r then leave r", p)
 	}
-	waitFor(t, "lane of r ended", func() bool { c.lanes.mu.Lock(); defer c.lanes.mu.Unlock(); return len(c.lanes.rooms) == 0 })
+	testkit.WaitFor(t, 10*time.Second, "lane of r ended", func() bool { c.lanes.mu.Lock(); defer c.lanes.mu.Unlock(); return len(c.lanes.rooms) == 0 })
 	if _, _, m := rooms.stats(); c.isJoined("r") || len(m) != 0 {
 		t.Fatalf("after leave: joined %v, hub members %q", c.isJoined("r"), m)
 	}
@@ -260,7 +250,7 @@ func TestCloseWithJoinsInFlight(t *testing.T) {
 	// "a" joins first (its snapshot answers), then five hang.
 	close(rooms.gate)
 	c.in(t, protocol.TypeJoin, "a", "ja")
-	waitFor(t, "a joined", func() bool { return c.isJoined("a") })
+	testkit.WaitFor(t, 10*time.Second, "a joined", func() bool { return c.isJoined("a") })
 	rooms.mu.Lock()
 	rooms.gate = make(chan struct{})
 	rooms.mu.Unlock()
@@ -268,7 +258,7 @@ func TestCloseWithJoinsInFlight(t *testing.T) {
 		c.in(t, protocol.TypeJoin, fmt.Sprintf("r%d", i), "")
 		c.in(t, protocol.TypeTypingStart, fmt.Sprintf("r%d", i), "") // queued behind
 	}
-	waitFor(t, "5 joins in flight", func() bool { n, _, _ := rooms.stats(); return n == 5 })
+	testkit.WaitFor(t, 10*time.Second, "5 joins in flight", func() bool { n, _, _ := rooms.stats(); return n == 5 })
 	c.closeNoSocket()
 	left := c.leaveAll()
 	if !slices.Equal(left, []string{"a"}) {
@@ -280,7 +270,7 @@ func TestCloseWithJoinsInFlight(t *testing.T) {
 	if p := be.published(); !slices.Equal(p, []string{protocol.OpDisconnect + " "}) {
 		t.Fatalf("published %q, want only the disconnect", p)
 	}
-	waitFor(t, "lane goroutines gone", func() bool { return runtime.NumGoroutine() <= before })
+	testkit.WaitFor(t, 10*time.Second, "lane goroutines gone", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 // Joins in flight count against MaxRooms: with two hanging, a third room
@@ -290,7 +280,7 @@ func TestRoomLimitCountsJoinsInFlight(t *testing.T) {
 	c := newLaneConn(t, rooms, &recBackend{}, 2)
 	c.in(t, protocol.TypeJoin, "a", "ja")
 	c.in(t, protocol.TypeJoin, "b", "jb")
-	waitFor(t, "2 joins in flight", func() bool { n, _, _ := rooms.stats(); return n == 2 })
+	testkit.WaitFor(t, 10*time.Second, "2 joins in flight", func() bool { n, _, _ := rooms.stats(); return n == 2 })
 	c.in(t, protocol.TypeJoin, "c", "jc")
 	var got []string
 	collect(t, c, &got, "room_limit for c", func(f []string) bool { return count(f, protocol.CodeRoomLimit) == 1 })
@@ -302,7 +292,7 @@ func TestRoomLimitCountsJoinsInFlight(t *testing.T) {
 	// Once a and b are in, the limit still holds (reservation handed over).
 	c.in(t, protocol.TypeJoin, "c", "jc2")
 	collect(t, c, &got, "room_limit for c again", func(f []string) bool { return count(f, protocol.CodeRoomLimit) == 2 })
-	waitFor(t, "lanes ended", func() bool { c.lanes.mu.Lock(); defer c.lanes.mu.Unlock(); return len(c.lanes.rooms) == 0 })
+	testkit.WaitFor(t, 10*time.Second, "lanes ended", func() bool { c.lanes.mu.Lock(); defer c.lanes.mu.Unlock(); return len(c.lanes.rooms) == 0 })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.joining != 0 {
@@ -318,7 +308,7 @@ func TestLanesBoundTheRoomsInFlight(t *testing.T) {
 	for i := range MaxLanes {
 		c.in(t, protocol.TypeJoin, fmt.Sprintf("r%d", i), "")
 	}
-	waitFor(t, "MaxLanes joins in flight", func() bool { n, _, _ := rooms.stats(); return n == MaxLanes })
+	testkit.WaitFor(t, 10*time.Second, "MaxLanes joins in flight", func() bool { n, _, _ := rooms.stats(); return n == MaxLanes })
 	done := make(chan struct{})
 	go func() { defer close(done); c.in(t, protocol.TypeJoin, "extra", "x") }()
 	select {
@@ -363,5 +353,5 @@ func TestLaneQueueIsBounded(t *testing.T) {
 	}
 	close(rooms.gate)
 	collect(t, c, &got, "joined", func(f []string) bool { return count(f, `"type":"joined"`) == 1 })
-	waitFor(t, "lane ended", func() bool { c.lanes.mu.Lock(); defer c.lanes.mu.Unlock(); return len(c.lanes.rooms) == 0 })
+	testkit.WaitFor(t, 10*time.Second, "lane ended", func() bool { c.lanes.mu.Lock(); defer c.lanes.mu.Unlock(); return len(c.lanes.rooms) == 0 })
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // enqueue is enqueueLocked taking mu.
@@ -150,7 +152,7 @@ func TestWriterWritesInOrderAndEnds(t *testing.T) {
 			t.Fatalf("deadline in %v, want writeWait (10 s)", d)
 		}
 	}
-	waitFor(t, "the write loop to end", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the write loop to end", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return !w.writing

@@ -13,8 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // Batching: the shards' drain (fill, runShard), Store.Apply on both stores
@@ -114,10 +116,10 @@ type batchEnv struct {
 	pubsub string
 }
 
-func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
+func newBatchEnv(t *testing.T, be storetest.Backend, kind string) *batchEnv {
 	t.Helper()
 	requireServices(t)
-	url, _ := redisURLFor(t, be)
+	url, _ := storetest.RedisURLFor(t, be)
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +134,8 @@ func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := names.New("t-"+randHex(5)+":", "")
-	st, err := New(Options{Kind: kind, PubSub: be.pubsub, Redis: srdb, Names: n, TTL: 10 * time.Second, Throttle: 5 * time.Second, Metrics: m, Log: testLogger(), RateLog: testRateLog{zap.NewNop()}})
+	n := names.New("t-"+testkit.RandHex(5)+":", "")
+	st, err := New(Options{Kind: kind, PubSub: be.PubSub, Redis: srdb, Names: n, TTL: 10 * time.Second, Throttle: 5 * time.Second, Metrics: m, Log: testkit.Logger(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,27 +144,13 @@ func newBatchEnv(t *testing.T, be backend, kind string) *batchEnv {
 	}
 	hook.sent()
 	t.Cleanup(func() {
-		if !be.mini {
-			cleanupKeys(rdb, n.KeyPrefix())
+		if !be.Mini {
+			testkit.CleanupKeys(rdb, n.KeyPrefix())
 		}
 		srdb.Close()
 		rdb.Close()
 	})
-	return &batchEnv{t: t, st: st, hook: hook, rdb: rdb, reg: reg, names: n, pubsub: be.pubsub}
-}
-
-// forEachKindAndBackend runs f as a parallel subtest per store kind and
-// backend.
-func forEachKindAndBackend(t *testing.T, f func(t *testing.T, be backend, kind string)) {
-	t.Parallel()
-	for _, kind := range storeKinds {
-		for _, be := range backends {
-			t.Run(kind+"/"+be.name, func(t *testing.T) {
-				t.Parallel()
-				f(t, be, kind)
-			})
-		}
-	}
+	return &batchEnv{t: t, st: st, hook: hook, rdb: rdb, reg: reg, names: n, pubsub: be.PubSub}
 }
 
 // oneByOne applies cmds one at a time with Start, Stop and Disconnect, as
@@ -212,10 +200,10 @@ func applied(t *testing.T, st Store, cmds []protocol.Command) []Outcome {
 
 // eventsByRoom collects the events arriving within d as "type user
 // reason" per room (Pub/Sub keeps the order of one channel).
-func eventsByRoom(s *stream, d time.Duration) map[string][]string {
+func eventsByRoom(s *storetest.Stream, d time.Duration) map[string][]string {
 	out := map[string][]string{}
-	for _, r := range s.drain(d) {
-		out[r.ev.Room] = append(out[r.ev.Room], strings.TrimSpace(r.ev.Type+" "+r.ev.User+" "+r.ev.Reason))
+	for _, r := range s.Drain(d) {
+		out[r.Ev.Room] = append(out[r.Ev.Room], strings.TrimSpace(r.Ev.Type+" "+r.Ev.User+" "+r.Ev.Reason))
 	}
 	return out
 }
@@ -233,7 +221,7 @@ func disconnect(user, conn string, seq uint64, rooms ...string) protocol.Command
 // one pipeline, an unordered one (seq 0, or a stop without conn) is sent
 // alone; the histogram counts each command under its own script.
 func TestContractApplyMatchesOneByOne(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		cmds := []protocol.Command{
 			start("r1", "alice", "Alice", "phone", 1),
 			start("r1", "alice", "Alice", "phone", 2),
@@ -265,16 +253,16 @@ func TestContractApplyMatchesOneByOne(t *testing.T) {
 		}
 
 		seq := newBatchEnv(t, be, kind)
-		s1 := subscribeRooms(t, seq.rdb, seq.names, seq.pubsub, "r1", "r2", "r3")
+		s1 := storetest.SubscribeRooms(t, seq.rdb, seq.names, seq.pubsub, "r1", "r2", "r3")
 		if got := oneByOne(t, seq.st, cmds); !slices.Equal(got, want) {
 			t.Fatalf("one by one:\n got %v\nwant %v", got, want)
 		}
 		bat := newBatchEnv(t, be, kind)
-		s2 := subscribeRooms(t, bat.rdb, bat.names, bat.pubsub, "r1", "r2", "r3")
+		s2 := storetest.SubscribeRooms(t, bat.rdb, bat.names, bat.pubsub, "r1", "r2", "r3")
 		if got := applied(t, bat.st, cmds); !slices.Equal(got, want) {
 			t.Fatalf("Apply:\n got %v\nwant %v", got, want)
 		}
-		for name, s := range map[string]*stream{"one by one": s1, "Apply": s2} {
+		for name, s := range map[string]*storetest.Stream{"one by one": s1, "Apply": s2} {
 			got := eventsByRoom(s, 300*time.Millisecond)
 			for room, w := range wantEvents {
 				if !slices.Equal(got[room], w) {
@@ -290,15 +278,15 @@ func TestContractApplyMatchesOneByOne(t *testing.T) {
 		}
 		for _, script := range []string{scriptStart, scriptStop, scriptDisconnect} {
 			l := map[string]string{"script": script}
-			a := gatherSum(t, seq.reg, "ellipsis_worker_script_duration_seconds", l)
-			b := gatherSum(t, bat.reg, "ellipsis_worker_script_duration_seconds", l)
+			a := storetest.GatherSum(t, seq.reg, "ellipsis_worker_script_duration_seconds", l)
+			b := storetest.GatherSum(t, bat.reg, "ellipsis_worker_script_duration_seconds", l)
 			if a != b || a == 0 {
 				t.Errorf("script_duration_seconds{script=%q}: %v observations one by one, %v batched", script, a, b)
 			}
 		}
 		for _, typ := range []string{protocol.TypeTypingStart, protocol.TypeTypingStop} {
 			l := map[string]string{"type": typ}
-			if a, b := gatherSum(t, seq.reg, "ellipsis_worker_events_published_total", l), gatherSum(t, bat.reg, "ellipsis_worker_events_published_total", l); a != b {
+			if a, b := storetest.GatherSum(t, seq.reg, "ellipsis_worker_events_published_total", l), storetest.GatherSum(t, bat.reg, "ellipsis_worker_events_published_total", l); a != b {
 				t.Errorf("events_published_total{type=%q}: %v one by one, %v batched", typ, a, b)
 			}
 		}
@@ -309,9 +297,9 @@ func TestContractApplyMatchesOneByOne(t *testing.T) {
 // retried from the first lost reply: with seq, every rerun is stale, so
 // each event is published once.
 func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newBatchEnv(t, be, kind)
-		s := subscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
+		s := storetest.SubscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
 		e.hook.pipeFault = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 			err := next(ctx, cmds)
 			for _, c := range cmds[1:] {
@@ -339,7 +327,7 @@ func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
 		if pipes, _ := e.hook.sent(); !slices.Equal(pipes, []int{4, 3}) {
 			t.Fatalf("pipelines %v, want [4 3] (the 3 lost calls retried together)", pipes)
 		}
-		if n := gatherSum(t, e.reg, "ellipsis_worker_redis_errors_total", nil); n != 3 {
+		if n := storetest.GatherSum(t, e.reg, "ellipsis_worker_redis_errors_total", nil); n != 3 {
 			t.Fatalf("redis_errors_total %v, want 3 (one per failed call)", n)
 		}
 	})
@@ -350,9 +338,9 @@ func TestApplyRetryAfterLostRepliesPublishesOnce(t *testing.T) {
 // nothing is published twice. (Pipelined together, the rerun of the pair
 // would publish typing_start and typing_stop a second time.)
 func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newBatchEnv(t, be, kind)
-		s := subscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
+		s := storetest.SubscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
 		e.hook.mu.Lock()
 		e.hook.loseEveryOtherReply = true
 		e.hook.mu.Unlock()
@@ -405,9 +393,9 @@ func TestApplyRetryOfUnorderedCommandsPublishesOnce(t *testing.T) {
 // it: with seq the late one is stale, as a command overtaken across
 // workers is, and the newer state stands.
 func TestApplyRetryAfterLaterCallRanIsStale(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newBatchEnv(t, be, kind)
-		s := subscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
+		s := storetest.SubscribeRooms(t, e.rdb, e.names, e.pubsub, "r1")
 		e.hook.pipeFault = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 			cmds[0].SetErr(redisBusy("BUSY Redis is busy running a script."))
 			return next(ctx, cmds[1:])
@@ -430,10 +418,10 @@ func TestApplyRetryAfterLaterCallRanIsStale(t *testing.T) {
 // loaded and the pipeline's calls rerun: miniredis only (never flush the
 // shared Redis).
 func TestApplyReloadsFlushedScripts(t *testing.T) {
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			e := newBatchEnv(t, backend{name: "miniredis", mini: true, pubsub: testPubSub}, kind)
+			e := newBatchEnv(t, storetest.Backend{Name: "miniredis", Mini: true, PubSub: storetest.PubSub}, kind)
 			if err := e.rdb.ScriptFlush(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -457,7 +445,7 @@ func TestApplyReloadsFlushedScripts(t *testing.T) {
 // answers throttled, without a due time: the room is still indexed, or its
 // typist's expired stop would never be pushed.
 func TestApplyLostUnorderedStartReplyStillIndexed(t *testing.T) {
-	forEachKindAndBackend(t, func(t *testing.T, be backend, kind string) {
+	storetest.ForEachKindAndBackend(t, func(t *testing.T, be storetest.Backend, kind string) {
 		e := newBatchEnv(t, be, kind)
 		st := e.st.(*redisStore)
 		st.indexAfter = true

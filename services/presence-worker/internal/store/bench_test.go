@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,9 +20,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // The store comparison of docs/BENCHMARKS.md: seed pattern 1 (store keys)
@@ -48,7 +48,7 @@ import (
 // default 1e3,1e4,1e5 (1e6 takes a few minutes more, mostly store keys's
 // snapshot and the cleanups).
 func benchKeyspaces(b *testing.B) []int {
-	spec := envOr("ELLIPSIS_BENCH_KEYSPACE", "1e3,1e4,1e5")
+	spec := testkit.EnvOr("ELLIPSIS_BENCH_KEYSPACE", "1e3,1e4,1e5")
 	var out []int
 	for _, f := range strings.Split(spec, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
@@ -75,49 +75,19 @@ func sizeLabel(n int) string {
 
 // privateRedis is a redis-server of the benchmark's own.
 type privateRedis struct {
-	cmd  *exec.Cmd
 	addr string
 	rdb  *redis.Client
 }
 
-// startPrivateRedis starts a redis-server on a free loopback port, without
-// persistence, with DEBUG allowed from loopback, and stops it (by its pid)
-// when the benchmark (or test) ends. A missing binary fails it.
+// startPrivateRedis starts a redis-server (ELLIPSIS_BENCH_REDIS_SERVER, else
+// the one found) on a spare loopback port, without persistence, with DEBUG
+// allowed from loopback; it is killed when the benchmark (or test) ends.
 func startPrivateRedis(b testing.TB) *privateRedis {
 	b.Helper()
-	bin := envOr("ELLIPSIS_BENCH_REDIS_SERVER", "/usr/bin/redis-server")
-	if _, err := os.Stat(bin); err != nil {
-		b.Fatalf("no redis-server for a private server (%v): install it (apt-get install redis-server; .ci/run does) or set ELLIPSIS_BENCH_REDIS_SERVER", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--enable-debug-command", "local",
-		"--dir", b.TempDir(), "--daemonize", "no", "--loglevel", "warning", "--logfile", "")
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("starting %s: %v", bin, err)
-	}
-	p := &privateRedis{cmd: cmd, addr: fmt.Sprintf("127.0.0.1:%d", port)}
-	b.Cleanup(func() {
-		if p.rdb != nil {
-			p.rdb.Close()
-		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	srv := testkit.StartRedis(b, os.Getenv("ELLIPSIS_BENCH_REDIS_SERVER"), "--enable-debug-command", "local", "--logfile", "")
+	p := &privateRedis{addr: srv.Addr()}
 	p.rdb = redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: 32, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
-	deadline := time.Now().Add(10 * time.Second)
-	for p.rdb.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			b.Fatalf("private redis-server on %s did not answer", p.addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b.Cleanup(func() { p.rdb.Close() })
 	return p
 }
 
@@ -278,7 +248,7 @@ func benchStore(b *testing.B, kind string, rdb redis.UniversalClient) (Store, na
 		b.Fatal(err)
 	}
 	n := names.New("b:", "")
-	st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: time.Hour, Throttle: 30 * time.Minute, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+	st, err := New(Options{Kind: kind, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: time.Hour, Throttle: 30 * time.Minute, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -313,7 +283,7 @@ func BenchmarkStores(b *testing.B) {
 	for _, size := range benchKeyspaces(b) {
 		p.populate(b, size)
 		ks := "keyspace=" + sizeLabel(size)
-		for _, kind := range storeKinds {
+		for _, kind := range storetest.Kinds {
 			st, n := benchStore(b, kind, p.rdb)
 			pfx := ks + "/store=" + kind
 			b.Run(pfx+"/op=start_new", func(b *testing.B) {
@@ -500,7 +470,7 @@ func BenchmarkMemoryPerTypist(b *testing.B) {
 		})
 	}
 	for _, perRoom := range []int{1, 10, 100} {
-		for _, kind := range storeKinds {
+		for _, kind := range storetest.Kinds {
 			r := measure(func() {
 				st, _ := benchStore(b, kind, p.rdb)
 				for i := range total {
@@ -537,38 +507,18 @@ func BenchmarkMemoryPerTypist(b *testing.B) {
 	}
 }
 
-// throughputMix is one connection's typing episode: a start that makes
-// the user visible, three more starts, and a stop; five commands. The
-// three come at once, inside the throttle window, so they are throttled
-// refreshes (the common case of a burst, and of several devices); a client
-// refreshing every 4 s past a 2 s window is "refreshed" instead, which adds
-// one SET and one PUBLISH, about the cost of a start.
-func throughputMix(room, user, conn string, seq uint64) []protocol.Command {
-	c := protocol.Command{V: 1, Op: "start", Room: room, User: user, Name: "Some Body", Conn: conn}
-	out := make([]protocol.Command, 0, 5)
-	for i := range 4 {
-		c.Seq = seq + uint64(i)
-		out = append(out, c)
-	}
-	c.Op, c.Seq, c.Name = "stop", seq+4, ""
-	return append(out, c)
-}
-
 // BenchmarkCommandThroughput measures the command path (decode, store
 // script, outcome metric) with 16 goroutines, the default
 // ELLIPSIS_WORKER_SHARDS, against the machine's Redis: commands per second
-// one worker's shards can apply. Workload: typing episodes (throughputMix)
+// one worker's shards can apply. Workload: typing episodes (storetest.ThroughputMix)
 // of 1,600 connections over 100 rooms.
 func BenchmarkCommandThroughput(b *testing.B) {
 	requireServices(b)
-	opts, err := redis.ParseURL(testRedisURL)
-	if err != nil {
-		b.Fatal(err)
-	}
+	opts := testkit.RedisOptions(b)
 	opts.PoolSize = 64
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		// The store's ceiling with pipelining: each goroutine (GOMAXPROCS of
 		// them) sends 64 commands per round trip as one pipeline of scripts,
 		// as a busy shard does (DefaultCommandBatch), without NATS, decoding
@@ -579,9 +529,9 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n := names.New("t-bench-"+randHex(4)+":", "")
-			defer cleanupKeys(rdb, n.KeyPrefix())
-			st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+			n := names.New("t-bench-"+testkit.RandHex(4)+":", "")
+			defer testkit.CleanupKeys(rdb, n.KeyPrefix())
+			st, err := New(Options{Kind: kind, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -611,7 +561,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 				for pb.Next() {
 					if len(pending) == 0 {
 						conn, seq := int(g)*1000+episode%1000, uint64(episode/1000)*5+1
-						for _, c := range throughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
+						for _, c := range storetest.ThroughputMix(fmt.Sprintf("room-%d", conn%100), fmt.Sprintf("user-%d", conn), fmt.Sprintf("gw:%d", conn), seq) {
 							p, _ := json.Marshal(c)
 							cmd, err := protocol.DecodeCommand(p)
 							if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -62,7 +63,7 @@ func TestContractDisconnectRemovesConnRecords(t *testing.T) {
 		if _, err := se.st.Disconnect(ctx, disconnect("u", "c", 4, "r", "r2")); err != nil {
 			t.Fatal(err)
 		}
-		s.expect(protocol.TypeTypingStop, "r2", "u", protocol.ReasonDisconnected, waitLong)
+		s.Expect(protocol.TypeTypingStop, "r2", "u", protocol.ReasonDisconnected, waitLong)
 		for _, room := range []string{"r", "r2"} {
 			if f := connFields(se.userHash(room, "u"), "c"); len(f) != 0 {
 				t.Fatalf("%s after the disconnect: conn fields %v left", room, f)
@@ -97,7 +98,7 @@ func TestContractDisconnectRemovesConnRecords(t *testing.T) {
 				t.Fatalf("%s after a delayed start: %v, want nobody (a ghost)", room, got)
 			}
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 		// Another connection of the user is unaffected.
 		se.startNamed("r", "u", "", "d", 1, OutcomeStarted)
 	})
@@ -210,11 +211,11 @@ const churnBound = 10
 func TestContractChurnedUserBounded(t *testing.T) {
 	t.Parallel()
 	p := startPrivateRedis(t)
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		t.Run(kind+"/redis", func(t *testing.T) {
 			m, _ := newMetrics(prometheus.NewRegistry(), false)
 			n := names.New("churn-"+kind+":", "")
-			st, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: p.rdb, Names: n, TTL: stTTL, Throttle: stThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+			st, err := New(Options{Kind: kind, PubSub: storetest.PubSub, Redis: p.rdb, Names: n, TTL: stTTL, Throttle: stThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,7 +227,7 @@ func TestContractChurnedUserBounded(t *testing.T) {
 			t.Logf("stop script: %.1f µs per call early, %.1f late", early, late)
 		})
 		t.Run(kind+"/miniredis", func(t *testing.T) {
-			se := newStoreEnvKind(t, backend{name: "miniredis", mini: true, pubsub: testPubSub}, kind)
+			se := newStoreEnvKind(t, storetest.Backend{Name: "miniredis", Mini: true, PubSub: storetest.PubSub}, kind)
 			churn(t, se.st, se.rdb, nil, se.names.UserKey("r", "u"))
 		})
 	}
@@ -332,7 +333,7 @@ func TestContractTombstonesBounded(t *testing.T) {
 		if tomb("ended") || !tomb("first") {
 			t.Fatalf("after a disconnect: ended tombstone kept %v, new one kept %v; want false, true", tomb("ended"), tomb("first"))
 		}
-		if se.mr != nil || se.kind != storeKinds[0] || se.pubsub != testPubSub {
+		if se.mr != nil || se.kind != storetest.Kinds[0] || se.pubsub != storetest.PubSub {
 			return
 		}
 		var cmds []protocol.Command
@@ -433,7 +434,7 @@ func TestContractTypistTombstoneOutlivesReaders(t *testing.T) {
 			t.Fatalf("classes: typist t typed %v read %v, reader early typed %v read %v; want t typed only, early read only",
 				typed.has("t"), read.has("t"), typed.has("early"), read.has("early"))
 		}
-		if se.mr != nil || se.kind != storeKinds[0] || se.pubsub != testPubSub {
+		if se.mr != nil || se.kind != storetest.Kinds[0] || se.pubsub != storetest.PubSub {
 			se.startNamed("r", "u", "", "t", 1, OutcomeStale)
 			return
 		}

@@ -78,11 +78,11 @@ func TestContractHonestTransitionsShownAtOnce(t *testing.T) {
 		se.stop("r", "u", "c", 4, OutcomeStopped)
 		se.start("r", "u", "c", 5, OutcomeStarted)
 		for i, typ := range []string{"typing_start", "typing_stop", "typing_start", "typing_stop", "typing_start"} {
-			if r, ok := s.next(waitLong); !ok || r.ev.Type != typ {
-				t.Fatalf("event %d: %s, want %s", i, r.raw, typ)
+			if r, ok := s.Next(waitLong); !ok || r.Ev.Type != typ {
+				t.Fatalf("event %d: %s, want %s", i, r.Raw, typ)
 			}
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -133,22 +133,22 @@ func toggleAndCheck(t *testing.T, se *storeEnv, conns int, endTyping bool) {
 		se.advance(stThrottle / 4)
 		se.sweep()
 	}
-	evs := s.drain(500 * time.Millisecond)
+	evs := s.Drain(500 * time.Millisecond)
 	if len(evs) == 0 {
 		t.Fatal("no events")
 	}
 	for i := range evs {
 		for j := i; j < len(evs); j++ {
-			span := float64(evs[j].ev.TsMs - evs[i].ev.TsMs)
+			span := float64(evs[j].Ev.TsMs - evs[i].Ev.TsMs)
 			bound := 4 + 2*int(math.Ceil(span/float64(stThrottle.Milliseconds())))
 			if j-i+1 > bound {
 				t.Fatalf("%d events over %v ms (events %d..%d), bound %d", j-i+1, span, i, j, bound)
 			}
 		}
 	}
-	last := evs[len(evs)-1].ev
+	last := evs[len(evs)-1].Ev
 	if got := last.Type == protocol.TypeTypingStart; got != want {
-		t.Fatalf("last event %s, want typing=%v (%d events)", evs[len(evs)-1].raw, want, len(evs))
+		t.Fatalf("last event %s, want typing=%v (%d events)", evs[len(evs)-1].Raw, want, len(evs))
 	}
 	if got := len(se.typing("r")) == 1; got != want {
 		t.Fatalf("snapshot %v, want typing=%v", se.typing("r"), want)
@@ -222,14 +222,14 @@ func TestContractStaleStartsNeverShow(t *testing.T) {
 	forEachKindTTL(t, 2*time.Second, func(t *testing.T, se *storeEnv) {
 		s := se.subscribe("r")
 		se.start("r", "u", "c", 1, OutcomeStarted)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 		// Worker A receives the client's refresh (gateway send time now)...
 		held := protocol.Command{V: 1, Op: "start", Room: "r", User: "u", Name: "U", Conn: "c", Seq: 2, TsMs: se.redisNowMs()}
 		se.advance(20 * time.Millisecond)
 		// ...and is paused while worker B applies the platform's stop.
 		stopAt := se.redisNowMs()
 		se.stop("r", "u", "", 0, OutcomeStopped)
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
 		se.advance(300 * time.Millisecond) // A resumes
 		if out := se.apply(held); out != OutcomeSuperseded {
 			t.Fatalf("held start: %q, want superseded", out)
@@ -241,7 +241,7 @@ func TestContractStaleStartsNeverShow(t *testing.T) {
 			t.Fatalf("start inside the guard: %q, want superseded", out)
 		}
 		se.sweep()
-		s.expectNone(200 * time.Millisecond)
+		s.ExpectNone(200 * time.Millisecond)
 		if got := se.typing("r"); len(got) != 0 {
 			t.Fatalf("typing after the stop: %v", got)
 		}
@@ -252,13 +252,13 @@ func TestContractStaleStartsNeverShow(t *testing.T) {
 		if out := se.apply(fresh); out != OutcomeStarted {
 			t.Fatalf("start a second after the stop: %q, want started", out)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 		// A start that waited longer than ttl in some queue: dropped.
 		late := protocol.Command{V: 1, Op: "start", Room: "r", User: "v", Conn: "cv", Seq: 1, TsMs: se.redisNowMs() - (2*time.Second + 100*time.Millisecond).Milliseconds()}
 		if out := se.apply(late); out != OutcomeLate {
 			t.Fatalf("late start: %q, want late", out)
 		}
-		s.expectNone(200 * time.Millisecond)
+		s.ExpectNone(200 * time.Millisecond)
 		if got := se.typing("r"); !slices.Equal(got, []string{"u"}) {
 			t.Fatalf("typing %v, want only u", got)
 		}
@@ -296,8 +296,8 @@ func TestContractSnapshotListsOnlyShownUsers(t *testing.T) {
 			se.advance(se.throttle / 4)
 			se.sweep()
 		}
-		evs := s.drain(300 * time.Millisecond)
-		if n := len(evs); n != 4 || evs[n-1].ev.Type != protocol.TypeTypingStop {
+		evs := s.Drain(300 * time.Millisecond)
+		if n := len(evs); n != 4 || evs[n-1].Ev.Type != protocol.TypeTypingStop {
 			t.Fatalf("%d events, last %v: want the 4 honest ones, ending with typing_stop", n, evs)
 		}
 		if got := se.snapshotOf("r"); len(got) != 0 {
@@ -329,7 +329,7 @@ func TestContractThrottledRefreshLagsIndexUnseen(t *testing.T) {
 				if got, err := se.score("r", "u"); err != nil || got != first {
 					t.Fatalf("score after a throttled refresh 500 ms later: %v, %v; want it left at %v", got, err, first)
 				}
-				s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+				s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 
 				// Past the old score, before the true expiry (500 ms later).
 				se.advance(time.Duration(int64(first)-se.redisNowMs())*time.Millisecond + 100*time.Millisecond)
@@ -343,18 +343,18 @@ func TestContractThrottledRefreshLagsIndexUnseen(t *testing.T) {
 				if err != nil || moved < first+400 {
 					t.Fatalf("score after the sweep: %v, %v; want the refresh's expiry (~%v)", moved, err, first+500)
 				}
-				s.expectNone(100 * time.Millisecond)
+				s.ExpectNone(100 * time.Millisecond)
 
 				// Past the true expiry: one expired stop.
 				se.advance(time.Duration(int64(moved)-se.redisNowMs())*time.Millisecond + 100*time.Millisecond)
 				if r := se.sweep(); r.Stops != 1 {
 					t.Fatalf("sweep past the true expiry: %+v, want 1 stop", r)
 				}
-				s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+				s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
 				if got := se.snapshotOf("r"); len(got) != 0 {
 					t.Fatalf("snapshot after expiry: %v", got)
 				}
-				s.expectNone(100 * time.Millisecond)
+				s.ExpectNone(100 * time.Millisecond)
 			})
 		})
 	}

@@ -39,7 +39,7 @@ func TestContractLagMultiDeviceStop(t *testing.T) {
 				se.start("r", "u", "laptop", 1, OutcomeThrottled)
 				laptopExp := se.redisNowMs() + lagTTL.Milliseconds() // at or after the laptop's expiry
 				se.stop("r", "u", tc.stopConn, 2, OutcomeNoop)
-				s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+				s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 
 				// Just past the phone's expiry.
 				se.advance(time.Duration(phoneExp-se.redisNowMs()+100) * time.Millisecond)
@@ -52,7 +52,7 @@ func TestContractLagMultiDeviceStop(t *testing.T) {
 					if r.Stops != 0 {
 						t.Fatalf("sweep past the phone's expiry: %+v, want no stop (laptop types)", r)
 					}
-					s.expectNone(100 * time.Millisecond)
+					s.ExpectNone(100 * time.Millisecond)
 					se.advance(time.Duration(laptopExp-se.redisNowMs()+100) * time.Millisecond)
 					if got := se.snapshotOf("r"); len(got) != 0 {
 						t.Fatalf("snapshot past the laptop's expiry: %v", got)
@@ -62,11 +62,11 @@ func TestContractLagMultiDeviceStop(t *testing.T) {
 				if r.Stops != 1 {
 					t.Fatalf("sweep after the last entry ran out: %+v, want 1 stop", r)
 				}
-				s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+				s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
 				if r := se.sweep(); r.Stops != 0 {
 					t.Fatalf("second sweep: %+v", r)
 				}
-				s.expectNone(100 * time.Millisecond)
+				s.ExpectNone(100 * time.Millisecond)
 			})
 		})
 	}
@@ -85,22 +85,22 @@ func TestContractLagStopWithoutConn(t *testing.T) {
 		if got := se.snapshotOf("r"); len(got) != 0 {
 			t.Fatalf("snapshot after the stop: %v", got)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
 		se.advance(lagTTL) // past both entries of before the stop
 		if r := se.sweep(); r.Stops != 0 {
 			t.Fatalf("sweep after the stop: %+v", r)
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 
 		se.start("r", "u", "c", 2, OutcomeStarted)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 		se.advance(lagTTL + 100*time.Millisecond)
 		if r := se.sweep(); r.Stops != 1 {
 			t.Fatalf("sweep past the new start's expiry: %+v, want 1 stop", r)
 		}
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -115,13 +115,13 @@ func TestContractLagCoalescedStopThenThrottledStart(t *testing.T) {
 		interval := lagThrottle / 2 // of the event rate limit (lib.lua, gcra)
 		se.hold("r", "u")           // refresh window until +throttle; the 5th event held, due +interval
 		for range 4 {
-			s.next(waitLong)
+			s.Next(waitLong)
 		}
 		se.advance(interval + 50*time.Millisecond)
 		if r := se.sweep(); r.Starts != 1 {
 			t.Fatalf("sweep of the held start: %+v", r)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 		// A refresh whose expiry is more than the lag bound past the score
 		// moves the score (field i with it); the stop then removes the user
 		// from the users set, and the next start, under the lag bound of
@@ -140,7 +140,7 @@ func TestContractLagCoalescedStopThenThrottledStart(t *testing.T) {
 		if r := se.sweep(); r.Stops != 0 || r.Starts != 0 {
 			t.Fatalf("sweep of the held stop: %+v, want nothing published", r)
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 		if got := se.snapshotOf("r"); len(got) != 1 {
 			t.Fatalf("snapshot after the held stop: %v, want u", got)
 		}
@@ -151,8 +151,8 @@ func TestContractLagCoalescedStopThenThrottledStart(t *testing.T) {
 		if r.Stops+r2.Stops != 1 {
 			t.Fatalf("sweeps past the last entry: %+v %+v, want 1 stop", r, r2)
 		}
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 		if got := se.snapshotOf("r"); len(got) != 0 {
 			t.Fatalf("snapshot after expiry: %v", got)
 		}
@@ -226,11 +226,11 @@ func TestContractLagMoreThanSweepRoomLimit(t *testing.T) {
 			t.Fatalf("snapshot after expiry: %v", got)
 		}
 		stops := map[string]int{}
-		for _, r := range s.drain(500 * time.Millisecond) {
-			if r.ev.Type == protocol.TypeTypingStop {
-				stops[r.ev.User]++
-				if r.ev.Reason != protocol.ReasonExpired {
-					t.Fatalf("stop %s", r.raw)
+		for _, r := range s.Drain(500 * time.Millisecond) {
+			if r.Ev.Type == protocol.TypeTypingStop {
+				stops[r.Ev.User]++
+				if r.Ev.Reason != protocol.ReasonExpired {
+					t.Fatalf("stop %s", r.Raw)
 				}
 			}
 		}
@@ -286,7 +286,7 @@ func TestContractLagDisconnectManyRooms(t *testing.T) {
 		if r := se.sweepAll(5); r.Stops != len(rooms) {
 			t.Fatalf("sweeps past the laptop's expiry: %+v, want %d stops", r, len(rooms))
 		}
-		evs := s.drain(500 * time.Millisecond)
+		evs := s.Drain(500 * time.Millisecond)
 		if len(evs) != 2*len(rooms) {
 			t.Fatalf("%d events, want a start and an expired stop per room", len(evs))
 		}
@@ -373,7 +373,7 @@ func TestContractLagShorterTTLKeepsOtherDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 		se.startWith(short, "r", "u", "laptop", 1, OutcomeThrottled)
 		if got, err := se.score("r", "u"); err != nil || got != phone {
 			t.Fatalf("score after the laptop's start: %v, %v; want the phone's entry %v", int64(got), err, int64(phone))
@@ -386,7 +386,7 @@ func TestContractLagShorterTTLKeepsOtherDevice(t *testing.T) {
 		if r := se.sweep(); r.Stops != 0 {
 			t.Fatalf("sweep while the phone's entry lives: %+v, want no stop", r)
 		}
-		s.expectNone(50 * time.Millisecond)
+		s.ExpectNone(50 * time.Millisecond)
 		if got := se.snapshotOf("r"); len(got) != 1 || got[0] != "u/N" {
 			t.Fatalf("snapshot while the phone's entry lives: %v, want u", got)
 		}

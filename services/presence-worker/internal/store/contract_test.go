@@ -15,9 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // The Store contract suite (watermill's TestPubSub shape): every test runs
@@ -26,9 +28,6 @@ import (
 // snapshots, and that nothing of a typist is left behind. Layout-specific
 // checks (the sorted set's members, the sweep index's scores) stay in
 // store_test.go, which covers the scripts' own layout.
-
-// storeKinds are the Store implementations under contract.
-var storeKinds = []string{config.StoreZSet, config.StoreKeys}
 
 // forEachKind runs f as a parallel subtest per store kind and backend, on a
 // fresh store (its own key prefix; on miniredis its own server).
@@ -50,9 +49,9 @@ func forEachKindTTL(t *testing.T, ttl time.Duration, f func(t *testing.T, se *st
 func forEachKindTiming(t *testing.T, ttl, throttle time.Duration, f func(t *testing.T, se *storeEnv)) {
 	t.Helper()
 	t.Parallel()
-	for _, kind := range storeKinds {
-		for _, be := range backends {
-			t.Run(kind+"/"+be.name, func(t *testing.T) {
+	for _, kind := range storetest.Kinds {
+		for _, be := range storetest.Backends {
+			t.Run(kind+"/"+be.Name, func(t *testing.T) {
 				t.Parallel()
 				f(t, newStoreEnvTiming(t, be, kind, ttl, throttle))
 			})
@@ -125,12 +124,12 @@ func TestContractStartRefreshThrottle(t *testing.T) {
 		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"u/U"}) {
 			t.Fatalf("snapshot after the first ttl: %v (refresh did not extend)", got)
 		}
-		r := s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		if r.ev.Name != "U" || r.ev.TTLMs != stTTL.Milliseconds() {
-			t.Fatalf("event %s", r.raw)
+		r := s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		if r.Ev.Name != "U" || r.Ev.TTLMs != stTTL.Milliseconds() {
+			t.Fatalf("event %s", r.Raw)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -142,10 +141,10 @@ func TestContractStartStopStartIsNotThrottled(t *testing.T) {
 		se.startNamed("r", "u", "", "c", 1, OutcomeStarted)
 		se.stopReason("r", "u", "c", 2, protocol.ReasonStopped, OutcomeStopped)
 		se.startNamed("r", "u", "", "c", 3, OutcomeStarted)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -158,13 +157,13 @@ func TestContractStop(t *testing.T) {
 		if got := se.snapshotOf("r"); len(got) != 0 {
 			t.Fatalf("snapshot after stop: %v", got)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		r := s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		r := s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
 		want := `{"v":1,"type":"typing_stop","room":"r","user":"u","reason":"stopped","ts_ms":`
-		if !strings.HasPrefix(r.raw, want) {
-			t.Fatalf("raw %s", r.raw)
+		if !strings.HasPrefix(r.Raw, want) {
+			t.Fatalf("raw %s", r.Raw)
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 		// Nothing of the typist is left but the user hash (the connection's
 		// seq and the event rate limit, until it expires) and the room in
 		// the sweep index, until the next sweep drops it.
@@ -186,9 +185,9 @@ func TestContractLeave(t *testing.T) {
 		s := se.subscribe("r")
 		se.startNamed("r", "u", "", "c", 1, OutcomeStarted)
 		se.stopReason("r", "u", "c", 2, protocol.ReasonLeft, OutcomeStopped)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonLeft, waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonLeft, waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -204,9 +203,9 @@ func TestContractMultiDevice(t *testing.T) {
 			t.Fatalf("snapshot with the laptop typing: %v", got)
 		}
 		se.stopReason("r", "u", "laptop", 2, protocol.ReasonStopped, OutcomeStopped)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 
 		// The phone types, the laptop joins later and stops: the user is
 		// visible until the phone's entry expires, not the laptop's.
@@ -221,10 +220,10 @@ func TestContractMultiDevice(t *testing.T) {
 		if r := se.sweep(); r.Stops != 1 {
 			t.Fatalf("sweep %+v, want one expired stop", r)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -238,16 +237,16 @@ func TestContractStopWithoutConn(t *testing.T) {
 		if got := se.snapshotOf("r"); !slices.Equal(got, []string{"bob/"}) {
 			t.Fatalf("snapshot %v", got)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
-		s.expect(protocol.TypeTypingStart, "r", "bob", "", waitLong)
-		s.expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "alice", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "bob", "", waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "alice", protocol.ReasonStopped, waitLong)
 		// Both of alice's entries went: nothing expires for her later.
 		se.advance(stTTL + stMargin)
 		if r := se.sweep(); r.Stops != 1 {
 			t.Fatalf("sweep %+v, want bob's stop only", r)
 		}
-		s.expect(protocol.TypeTypingStop, "r", "bob", protocol.ReasonExpired, waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStop, "r", "bob", protocol.ReasonExpired, waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -261,10 +260,10 @@ func TestContractDisconnect(t *testing.T) {
 		if err != nil || !slices.Equal(outs, []Outcome{OutcomeStopped, OutcomeNoop, OutcomeNoop}) {
 			t.Fatalf("disconnect: %v, %v", outs, err)
 		}
-		s.expect(protocol.TypeTypingStart, "r1", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStart, "r2", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStop, "r1", "u", protocol.ReasonDisconnected, waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r1", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r2", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStop, "r1", "u", protocol.ReasonDisconnected, waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 		if got := se.snapshotOf("r2"); !slices.Equal(got, []string{"u/"}) {
 			t.Fatalf("r2 with the other device typing: %v", got)
 		}
@@ -291,8 +290,8 @@ func TestContractStaleSeq(t *testing.T) {
 		if got := se.snapshotOf("b"); len(got) != 0 {
 			t.Fatalf("b after a stale start: %v", got)
 		}
-		s.expect(protocol.TypeTypingStart, "a", "u", "", waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "a", "u", "", waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 
 		// Exact beyond a double's 2^53; 0 is unordered; seq is per connection.
 		const p53 = uint64(1) << 53
@@ -318,7 +317,7 @@ func TestContractExpiryPushedOnce(t *testing.T) {
 		se.startNamed("r1", "carol", "", "c", 1, OutcomeStarted)
 		se.startNamed("r2", "dave", "", "d", 1, OutcomeStarted)
 		for range 4 {
-			s.next(waitLong)
+			s.Next(waitLong)
 		}
 		if r := se.sweep(); r.Stops != 0 {
 			t.Fatalf("sweep before any ttl: %+v", r)
@@ -344,19 +343,19 @@ func TestContractExpiryPushedOnce(t *testing.T) {
 		}
 		got := map[string]int{}
 		for range 4 {
-			r, ok := s.next(waitLong)
-			if !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonExpired {
-				t.Fatalf("event %s", r.raw)
+			r, ok := s.Next(waitLong)
+			if !ok || r.Ev.Type != protocol.TypeTypingStop || r.Ev.Reason != protocol.ReasonExpired {
+				t.Fatalf("event %s", r.Raw)
 			}
-			got[r.ev.Room+"/"+r.ev.User]++
+			got[r.Ev.Room+"/"+r.Ev.User]++
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 		for _, k := range []string{"r1/alice", "r1/bob", "r1/carol", "r2/dave"} {
 			if got[k] != 1 {
 				t.Fatalf("stops %v", got)
 			}
 		}
-		if n := gatherSum(t, se.reg, "ellipsis_worker_expired_stops_total", nil); n != 4 {
+		if n := storetest.GatherSum(t, se.reg, "ellipsis_worker_expired_stops_total", nil); n != 4 {
 			t.Fatalf("expired_stops_total %v", n)
 		}
 		if r := se.sweep(); r.Stops != 0 || r.Rooms != 0 {
@@ -394,16 +393,16 @@ func TestContractUnsweptExpiry(t *testing.T) {
 		}
 		got := map[string]int{}
 		for range 4 {
-			r, ok := s.next(waitLong)
+			r, ok := s.Next(waitLong)
 			if !ok {
 				t.Fatalf("events %v", got)
 			}
-			got[r.ev.Room+"/"+r.ev.Type+"/"+r.ev.Reason]++
+			got[r.Ev.Room+"/"+r.Ev.Type+"/"+r.Ev.Reason]++
 		}
 		if got["r/typing_start/"] != 2 || got["q/typing_start/"] != 1 || got["q/typing_stop/stopped"] != 1 {
 			t.Fatalf("events %v", got)
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -454,9 +453,9 @@ func TestContractIDs(t *testing.T) {
 			se.startNamed(id, id, "N "+id, fmt.Sprintf("%s:%d", id, i), 1, OutcomeStarted)
 		}
 		for range protocolIDs {
-			r, ok := s.next(waitLong)
-			if !ok || r.ev.Type != protocol.TypeTypingStart || r.ev.User != r.ev.Room || r.ev.Name != "N "+r.ev.Room {
-				t.Fatalf("start event %s", r.raw)
+			r, ok := s.Next(waitLong)
+			if !ok || r.Ev.Type != protocol.TypeTypingStart || r.Ev.User != r.Ev.Room || r.Ev.Name != "N "+r.Ev.Room {
+				t.Fatalf("start event %s", r.Raw)
 			}
 		}
 		for _, id := range protocolIDs {
@@ -501,16 +500,16 @@ func TestContractIDs(t *testing.T) {
 			t.Fatalf("sweep %+v, want %d stops", r, len(protocolIDs))
 		}
 		for range protocolIDs {
-			r, ok := s.next(waitLong)
+			r, ok := s.Next(waitLong)
 			if !ok {
 				t.Fatal("missing expired stops")
 			}
-			want := string(stopEvent(r.ev.Room, r.ev.User, protocol.ReasonExpired)) + strconv.FormatInt(r.ev.TsMs, 10) + "}"
-			if r.raw != want || r.ev.User != r.ev.Room {
-				t.Fatalf("Lua built %s\n      Go builds %s", r.raw, want)
+			want := string(stopEvent(r.Ev.Room, r.Ev.User, protocol.ReasonExpired)) + strconv.FormatInt(r.Ev.TsMs, 10) + "}"
+			if r.Raw != want || r.Ev.User != r.Ev.Room {
+				t.Fatalf("Lua built %s\n      Go builds %s", r.Raw, want)
 			}
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -533,18 +532,18 @@ func scanAll(t *testing.T, rdb *redis.Client, pattern string) []string {
 // a deployment whose prefix the raw pattern would match.
 func TestContractGlobKeyPrefix(t *testing.T) {
 	t.Parallel()
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
+	for _, be := range storetest.Backends {
+		t.Run(be.Name, func(t *testing.T) {
 			t.Parallel()
 			requireServices(t)
-			url, _ := redisURLFor(t, be)
+			url, _ := storetest.RedisURLFor(t, be)
 			opts, err := redis.ParseURL(url)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rdb := redis.NewClient(opts)
-			base := "t-" + randHex(5) // every prefix below starts with it: cleanup stays ours
-			t.Cleanup(func() { cleanupKeys(rdb, base); rdb.Close() })
+			base := "t-" + testkit.RandHex(5) // every prefix below starts with it: cleanup stays ours
+			t.Cleanup(func() { testkit.CleanupKeys(rdb, base); rdb.Close() })
 			m, err := newMetrics(prometheus.NewRegistry(), false)
 			if err != nil {
 				t.Fatal(err)
@@ -553,7 +552,7 @@ func TestContractGlobKeyPrefix(t *testing.T) {
 			prefixes := []string{base + "[ab]*:", base + "a-x:", base + "b:", base + "\\:"}
 			stores := map[string]Store{}
 			for _, p := range prefixes {
-				st, err := New(Options{Kind: config.StoreKeys, PubSub: testPubSub, Redis: rdb, Names: names.New(p, ""), TTL: stTTL, Throttle: stThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+				st, err := New(Options{Kind: config.StoreKeys, PubSub: storetest.PubSub, Redis: rdb, Names: names.New(p, ""), TTL: stTTL, Throttle: stThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -591,7 +590,7 @@ func TestContractLostStartReplyStillIndexed(t *testing.T) {
 		if err := c.script.Run(ctx, se.rdb, c.keys, c.args...).Err(); err != nil {
 			t.Fatal(err)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 		// The retry is stale and changes nothing, but indexes the room.
 		if out, err := se.st.Start(ctx, cmd); err != nil || out != OutcomeStale {
 			t.Fatalf("retry: %q, %v; want stale", out, err)
@@ -600,7 +599,7 @@ func TestContractLostStartReplyStillIndexed(t *testing.T) {
 		if r := se.sweep(); r.Stops != 1 {
 			t.Fatalf("sweep after the expiry: %+v, want one stop", r)
 		}
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
 	})
 }
 
@@ -608,10 +607,10 @@ func TestContractLostStartReplyStillIndexed(t *testing.T) {
 // New names ELLIPSIS_STORE; see TestContractStoreSelection there).
 func TestNewSelectsLayout(t *testing.T) {
 	m, _ := newMetrics(prometheus.NewRegistry(), false)
-	if _, err := New(Options{Kind: "", PubSub: testPubSub, Names: names.New("", ""), TTL: time.Second, Throttle: 0, Metrics: m, Log: zap.NewNop()}); !errors.Is(err, ErrUnknownStore) {
+	if _, err := New(Options{Kind: "", PubSub: storetest.PubSub, Names: names.New("", ""), TTL: time.Second, Throttle: 0, Metrics: m, Log: zap.NewNop()}); !errors.Is(err, ErrUnknownStore) {
 		t.Fatalf("New(\"\"): %v, want ErrUnknownStore", err)
 	}
-	st, err := New(Options{Kind: config.StoreKeys, PubSub: testPubSub, Names: names.New("", ""), TTL: time.Second, Throttle: 0, Metrics: m, Log: zap.NewNop()})
+	st, err := New(Options{Kind: config.StoreKeys, PubSub: storetest.PubSub, Names: names.New("", ""), TTL: time.Second, Throttle: 0, Metrics: m, Log: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("New(keys): %v", err)
 	}

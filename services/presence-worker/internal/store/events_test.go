@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -51,7 +52,7 @@ func withEvents(se *storeEnv, sink EventSink) *redisStore {
 // built with Options.Events sends and one without does not, and the list
 // holds exactly the payloads published.
 func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
-	se := newStoreEnv(t, backends[0])
+	se := newStoreEnv(t, storetest.Backends[0])
 	sub := se.subscribe("r")
 	for _, on := range []bool{false, true} {
 		rec := &recordSink{}
@@ -62,7 +63,7 @@ func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
 		if _, err := st.Start(context.Background(), start("r", "u", "", "c", 0)); err != nil {
 			t.Fatal(err)
 		}
-		pub := sub.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		pub := sub.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
 		// Expire the entry by hand: its score and the connection's entry
 		// in the past (the sweeper only moves a score whose entries live).
 		if err := se.rdb.ZAdd(context.Background(), se.names.UsersKey("r"), redis.Z{Score: 1, Member: names.Enc("u")}).Err(); err != nil {
@@ -80,7 +81,7 @@ func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
 			t.Fatal(errs[0])
 		}
 		reply := res[0].([]any)
-		stopEv := sub.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
+		stopEv := sub.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonExpired, waitLong)
 		if !on {
 			if len(reply) != 5 {
 				t.Fatalf("events off: sweep reply %v, want 5 elements", reply)
@@ -91,7 +92,7 @@ func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
 			t.Fatalf("events on: sweep reply %v, want 6 elements", reply)
 		}
 		st.emitSweep("r", reply)
-		want := []string{"r " + pub.raw, "r " + stopEv.raw}
+		want := []string{"r " + pub.Raw, "r " + stopEv.Raw}
 		if got := rec.got(); !slices.Equal(got, want) {
 			t.Fatalf("sink got %q, want the start and the expired stop %q", got, want)
 		}
@@ -105,7 +106,7 @@ func TestSweepReplyCarriesEventsOnlyWhenAsked(t *testing.T) {
 // refused (throttled, no-op) are reported by neither. Both stores, every
 // backend.
 func TestEventSinkGetsWhatRedisGot(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) {
 		for _, kind := range []string{config.StoreZSet, config.StoreKeys} {
 			t.Run(kind, func(t *testing.T) {
 				se := newStoreEnvKind(t, be, kind)
@@ -144,13 +145,13 @@ func TestEventSinkGetsWhatRedisGot(t *testing.T) {
 				// alice 2, dave 2 + 2 disconnected, bob start + expired.
 				var fromRedis []string
 				for range 8 {
-					r, ok := s.next(waitLong)
+					r, ok := s.Next(waitLong)
 					if !ok {
 						t.Fatalf("Redis events %q, want 8", fromRedis)
 					}
-					fromRedis = append(fromRedis, r.ev.Room+" "+r.raw)
+					fromRedis = append(fromRedis, r.Ev.Room+" "+r.Raw)
 				}
-				s.expectNone(100 * time.Millisecond)
+				s.ExpectNone(100 * time.Millisecond)
 				got := rec.got()
 				perRoom := func(x []string) map[string][]string {
 					m := map[string][]string{}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -66,7 +67,7 @@ func BenchmarkRoomSize(b *testing.B) {
 		s.report(b)
 	})
 	for _, size := range []int{10, 1000, 10000} {
-		for _, kind := range storeKinds {
+		for _, kind := range storetest.Kinds {
 			pfx := "entries=" + strconv.Itoa(size) + "/store=" + kind
 			st, n := benchStore(b, kind, p.rdb)
 			fillRoom(b, st, "big", size)
@@ -194,7 +195,7 @@ func BenchmarkRoomSize(b *testing.B) {
 			})
 			b.Run(pfx+"/op=sweep", func(b *testing.B) {
 				m, _ := newMetrics(prometheus.NewRegistry(), false)
-				short, err := New(Options{Kind: kind, PubSub: testPubSub, Redis: p.rdb, Names: n, TTL: 20 * time.Millisecond, Throttle: 10 * time.Millisecond, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+				short, err := New(Options{Kind: kind, PubSub: storetest.PubSub, Redis: p.rdb, Names: n, TTL: 20 * time.Millisecond, Throttle: 10 * time.Millisecond, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -215,7 +216,7 @@ func BenchmarkRoomSize(b *testing.B) {
 			p.dropPrefix(b, n.KeyPrefix())
 		}
 	}
-	for _, kind := range storeKinds {
+	for _, kind := range storetest.Kinds {
 		b.Run("churned="+strconv.Itoa(benchChurn)+"/store="+kind+"/op=stop", func(b *testing.B) {
 			st, n := benchStore(b, kind, p.rdb)
 			defer p.dropPrefix(b, n.KeyPrefix())

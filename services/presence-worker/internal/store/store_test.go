@@ -14,9 +14,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
 // The script suite, without NATS: the store's scripts called directly, time
@@ -46,25 +48,25 @@ type storeEnv struct {
 
 // newStoreEnv builds a zset store (the script suite below is about its
 // scripts); the contract suite uses newStoreEnvKind for both stores.
-func newStoreEnv(t *testing.T, be backend) *storeEnv {
+func newStoreEnv(t *testing.T, be storetest.Backend) *storeEnv {
 	t.Helper()
 	return newStoreEnvKind(t, be, config.StoreZSet)
 }
 
-func newStoreEnvKind(t *testing.T, be backend, kind string) *storeEnv {
+func newStoreEnvKind(t *testing.T, be storetest.Backend, kind string) *storeEnv {
 	t.Helper()
 	return newStoreEnvTTL(t, be, kind, stTTL)
 }
 
-func newStoreEnvTTL(t *testing.T, be backend, kind string, ttl time.Duration) *storeEnv {
+func newStoreEnvTTL(t *testing.T, be storetest.Backend, kind string, ttl time.Duration) *storeEnv {
 	t.Helper()
 	return newStoreEnvTiming(t, be, kind, ttl, stThrottle)
 }
 
-func newStoreEnvTiming(t *testing.T, be backend, kind string, ttl, throttle time.Duration) *storeEnv {
+func newStoreEnvTiming(t *testing.T, be storetest.Backend, kind string, ttl, throttle time.Duration) *storeEnv {
 	t.Helper()
 	requireServices(t)
-	url, mr := redisURLFor(t, be)
+	url, mr := storetest.RedisURLFor(t, be)
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
@@ -75,19 +77,19 @@ func newStoreEnvTiming(t *testing.T, be backend, kind string, ttl, throttle time
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := names.New("t-"+randHex(5)+":", "")
-	st, err := New(Options{Kind: kind, PubSub: be.pubsub, Redis: rdb, Names: n, TTL: ttl, Throttle: throttle, Metrics: m, Log: testLogger(), RateLog: testRateLog{zap.NewNop()}})
+	n := names.New("t-"+testkit.RandHex(5)+":", "")
+	st, err := New(Options{Kind: kind, PubSub: be.PubSub, Redis: rdb, Names: n, TTL: ttl, Throttle: throttle, Metrics: m, Log: testkit.Logger(), RateLog: testRateLog{zap.NewNop()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	se := &storeEnv{t: t, kind: kind, pubsub: be.pubsub, st: st, rdb: rdb, mr: mr, reg: reg, names: n, throttle: throttle}
+	se := &storeEnv{t: t, kind: kind, pubsub: be.PubSub, st: st, rdb: rdb, mr: mr, reg: reg, names: n, throttle: throttle}
 	if mr != nil {
 		se.now = time.Now()
 		mr.SetTime(se.now)
 	}
 	t.Cleanup(func() {
 		if mr == nil {
-			cleanupKeys(rdb, n.KeyPrefix())
+			testkit.CleanupKeys(rdb, n.KeyPrefix())
 		}
 		rdb.Close()
 	})
@@ -104,8 +106,8 @@ func (se *storeEnv) advance(d time.Duration) {
 	time.Sleep(d)
 }
 
-func (se *storeEnv) subscribe(rooms ...string) *stream {
-	return subscribeRooms(se.t, se.rdb, se.names, se.pubsub, rooms...)
+func (se *storeEnv) subscribe(rooms ...string) *storetest.Stream {
+	return storetest.SubscribeRooms(se.t, se.rdb, se.names, se.pubsub, rooms...)
 }
 
 func (se *storeEnv) start(room, user, conn string, seq uint64, want Outcome) {
@@ -154,7 +156,7 @@ func (se *storeEnv) typing(room string) []string {
 }
 
 func forEachStore(t *testing.T, f func(t *testing.T, se *storeEnv)) {
-	forEachBackend(t, func(t *testing.T, be backend) { f(t, newStoreEnv(t, be)) })
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Backend) { f(t, newStoreEnv(t, be)) })
 }
 
 func TestScriptThrottleWindow(t *testing.T) {
@@ -165,9 +167,9 @@ func TestScriptThrottleWindow(t *testing.T) {
 		se.advance(stThrottle + stMargin)
 		se.start("r", "u", "c", 0, OutcomeRefreshed)
 		se.start("r", "u", "c", 0, OutcomeThrottled)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -188,9 +190,9 @@ func TestScriptStartAfterUnsweptExpiryDoesNotStop(t *testing.T) {
 		if got := se.typing("r"); !slices.Equal(got, []string{"u"}) {
 			t.Fatalf("typing %v", got)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -205,9 +207,9 @@ func TestScriptStopOfUnsweptTypistStopsOnce(t *testing.T) {
 		if r := se.sweep(); r.Stops != 0 || r.Removed != 0 {
 			t.Fatalf("sweep after stop: %+v", r)
 		}
-		s.expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
-		s.expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
-		s.expectNone(100 * time.Millisecond)
+		s.Expect(protocol.TypeTypingStart, "r", "u", "", waitLong)
+		s.Expect(protocol.TypeTypingStop, "r", "u", protocol.ReasonStopped, waitLong)
+		s.ExpectNone(100 * time.Millisecond)
 	})
 }
 
@@ -220,7 +222,7 @@ func TestScriptParallelSweepsPushEachExpiryOnce(t *testing.T) {
 		se.start("r1", "carol", "c", 0, OutcomeStarted)
 		se.start("r2", "dave", "d", 0, OutcomeStarted)
 		for range 4 {
-			s.next(waitLong) // the starts
+			s.Next(waitLong) // the starts
 		}
 		se.advance(stTTL + stMargin)
 		var wg sync.WaitGroup
@@ -244,19 +246,19 @@ func TestScriptParallelSweepsPushEachExpiryOnce(t *testing.T) {
 		}
 		got := map[string]int{}
 		for range 4 {
-			r, ok := s.next(waitLong)
-			if !ok || r.ev.Type != protocol.TypeTypingStop || r.ev.Reason != protocol.ReasonExpired {
-				t.Fatalf("event %s", r.raw)
+			r, ok := s.Next(waitLong)
+			if !ok || r.Ev.Type != protocol.TypeTypingStop || r.Ev.Reason != protocol.ReasonExpired {
+				t.Fatalf("event %s", r.Raw)
 			}
-			got[r.ev.Room+"/"+r.ev.User]++
+			got[r.Ev.Room+"/"+r.Ev.User]++
 		}
-		s.expectNone(100 * time.Millisecond)
+		s.ExpectNone(100 * time.Millisecond)
 		for _, k := range []string{"r1/alice", "r1/bob", "r1/carol", "r2/dave"} {
 			if got[k] != 1 {
 				t.Fatalf("stops %v", got)
 			}
 		}
-		if n := gatherSum(t, se.reg, "ellipsis_worker_expired_stops_total", nil); n != 4 {
+		if n := storetest.GatherSum(t, se.reg, "ellipsis_worker_expired_stops_total", nil); n != 4 {
 			t.Fatalf("expired_stops_total %v", n)
 		}
 		// The expired typists are gone from their rooms, and marked hidden.
@@ -361,24 +363,24 @@ func TestScriptExpiredEventMatchesGo(t *testing.T) {
 			}
 		}
 		for range len(rooms) * len(users) {
-			s.next(waitLong)
+			s.Next(waitLong)
 		}
 		se.advance(stTTL + stMargin)
 		if r := se.sweep(); r.Stops != len(rooms)*len(users) {
 			t.Fatalf("sweep %+v", r)
 		}
 		for range len(rooms) * len(users) {
-			r, ok := s.next(waitLong)
+			r, ok := s.Next(waitLong)
 			if !ok {
 				t.Fatal("missing expired stops")
 			}
-			want := string(protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: r.ev.Room, User: r.ev.User, Reason: protocol.ReasonExpired})) +
-				strconv.FormatInt(r.ev.TsMs, 10) + "}"
-			if r.raw != want {
-				t.Fatalf("Lua built %s\n      Go builds %s", r.raw, want)
+			want := string(protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: r.Ev.Room, User: r.Ev.User, Reason: protocol.ReasonExpired})) +
+				strconv.FormatInt(r.Ev.TsMs, 10) + "}"
+			if r.Raw != want {
+				t.Fatalf("Lua built %s\n      Go builds %s", r.Raw, want)
 			}
-			if !slices.Contains(users, r.ev.User) || !slices.Contains(rooms, r.ev.Room) {
-				t.Fatalf("event for unknown id: %s", r.raw)
+			if !slices.Contains(users, r.Ev.User) || !slices.Contains(rooms, r.Ev.Room) {
+				t.Fatalf("event for unknown id: %s", r.Raw)
 			}
 		}
 	})
@@ -403,7 +405,7 @@ func TestScriptDisconnectManyRooms(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := gatherSum(t, se.reg, "ellipsis_worker_redis_errors_total", nil); n != 0 {
+		if n := storetest.GatherSum(t, se.reg, "ellipsis_worker_redis_errors_total", nil); n != 0 {
 			t.Fatalf("redis_errors_total %v", n)
 		}
 		for i, o := range outs {

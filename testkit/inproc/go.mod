@@ -1,0 +1,46 @@
+module github.com/ellipsis-chat/ellipsis/testkit/inproc
+
+go 1.26.0
+
+require (
+	github.com/ellipsis-chat/ellipsis/services/gateway v0.0.0
+	github.com/ellipsis-chat/ellipsis/services/presence-worker v0.0.0
+	github.com/ellipsis-chat/ellipsis/shared v0.0.0
+	github.com/prometheus/client_golang v1.25.0
+	go.uber.org/zap v1.28.0
+)
+
+require (
+	github.com/MicahParks/jwkset v0.11.4 // indirect
+	github.com/MicahParks/keyfunc/v3 v3.9.2 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/ellipsis-chat/ellipsis/clients/js v0.0.0 // indirect
+	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
+	github.com/gorilla/websocket v1.5.3 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/nats.go v1.55.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace (
+	github.com/ellipsis-chat/ellipsis/clients/js => ../../clients/js
+	github.com/ellipsis-chat/ellipsis/services/gateway => ../../services/gateway
+	github.com/ellipsis-chat/ellipsis/services/presence-worker => ../../services/presence-worker
+	github.com/ellipsis-chat/ellipsis/shared => ../../shared
+	github.com/ellipsis-chat/ellipsis/testkit => ..
+)
