@@ -64,8 +64,8 @@ func TestRedisClusterForms(t *testing.T) {
 	t.Logf("redis version %s, URL %s", c.Info(t, 0, "server")["redis_version"], c.URL())
 
 	keys := []string{
-		"", "foo", "bar", "123456789", "chat:room:{abc}", "typing:room:{abc}",
-		"typing:room:{r1}", "chat:room:{r1}", "{user1000}.following", "foo{}{bar}",
+		"", "foo", "bar", "123456789", "chat:room:{abc}", "typing:users:{abc}",
+		"typing:users:{r1}", "chat:room:{r1}", "{user1000}.following", "foo{}{bar}",
 		"foo{{bar}}zap", "foo{bar}{zap}", "{}", "}{", "a{b", "ünïcode:{ключ}",
 	}
 	for _, key := range keys {
@@ -77,8 +77,8 @@ func TestRedisClusterForms(t *testing.T) {
 			t.Errorf("SlotOf(%q) = %d, CLUSTER KEYSLOT says %d", key, got, want)
 		}
 	}
-	if clusterenv.SlotOf("chat:room:{abc}") != clusterenv.SlotOf("typing:room:{abc}") {
-		t.Error("chat:room:{abc} and typing:room:{abc} are in different slots")
+	if clusterenv.SlotOf("chat:room:{abc}") != clusterenv.SlotOf("typing:users:{abc}") {
+		t.Error("chat:room:{abc} and typing:users:{abc} are in different slots")
 	}
 
 	// Keys spread over all nodes through the cluster client.
@@ -154,7 +154,7 @@ func TestRedisShardedPubSub(t *testing.T) {
 	const script = `
 redis.call('SET', KEYS[1], ARGV[1], 'PX', 5000)
 return redis.call('SPUBLISH', KEYS[2], ARGV[1])`
-	keys := []string{"typing:room:{r1}", ch}
+	keys := []string{"typing:users:{r1}", ch}
 	got, err := c.Client().Eval(ctx, script, keys, "x").Result()
 	if err != nil {
 		t.Fatalf("EVAL with SPUBLISH on Redis cluster: %v", err)
@@ -164,8 +164,8 @@ return redis.call('SPUBLISH', KEYS[2], ARGV[1])`
 		t.Errorf("EVAL SPUBLISH returned %v, want 1 receiver", got)
 	}
 	receiveMessage(t, sub, ch, "x")
-	if v, err := c.Client().Get(ctx, "typing:room:{r1}").Result(); err != nil || v != "x" {
-		t.Errorf("GET typing:room:{r1} after EVAL = %q, %v; want x", v, err)
+	if v, err := c.Client().Get(ctx, "typing:users:{r1}").Result(); err != nil || v != "x" {
+		t.Errorf("GET typing:users:{r1} after EVAL = %q, %v; want x", v, err)
 	}
 
 	// A shard channel served by another node than the script's keys is
@@ -175,7 +175,7 @@ return redis.call('SPUBLISH', KEYS[2], ARGV[1])`
 		t.Fatalf("%s and %s are both on node %d; the check below needs two nodes", ch, remote, a)
 	}
 	_, err = c.Client().Eval(ctx, `return redis.call('SPUBLISH', ARGV[1], 'y')`,
-		[]string{"typing:room:{r1}"}, remote).Result()
+		[]string{"typing:users:{r1}"}, remote).Result()
 	if err == nil {
 		t.Errorf("EVAL publishing to %s (another node) succeeded, want a non-local error", remote)
 	} else {

@@ -24,7 +24,7 @@ func TestSlotOfKnownValues(t *testing.T) {
 		{"foo{{bar}}zap", clusterenv.SlotOf("{bar")}, // tag is "{bar"
 		{"foo{bar}{zap}", clusterenv.SlotOf("bar")},  // first tag only
 		{"chat:room:{abc}", clusterenv.SlotOf("abc")},
-		{"typing:room:{abc}", clusterenv.SlotOf("abc")},
+		{"typing:users:{abc}", clusterenv.SlotOf("abc")},
 	} {
 		if got := clusterenv.SlotOf(tc.key); got != tc.want {
 			t.Errorf("SlotOf(%q) = %d, want %d", tc.key, got, tc.want)

@@ -163,14 +163,14 @@ return now`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')}`
-	added, err := c.Eval(ctx, add, []string{"typing:room:{x}"}, life, "alice:c1").Int64()
+	added, err := c.Eval(ctx, add, []string{"typing:users:{x}"}, life, "alice:c1").Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// liveAt returns the server's TIME (ms) and the live members then.
 	liveAt := func() (int64, []any) {
 		t.Helper()
-		v, err := c.Eval(ctx, live, []string{"typing:room:{x}"}).Slice()
+		v, err := c.Eval(ctx, live, []string{"typing:users:{x}"}).Slice()
 		if err != nil || len(v) != 2 {
 			t.Fatalf("live = %v, %v", v, err)
 		}
@@ -210,7 +210,7 @@ return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')}`
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := c.Exists(ctx, "typing:room:{x}").Result()
+		n, err := c.Exists(ctx, "typing:users:{x}").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
