@@ -7,7 +7,6 @@
 // $ELLIPSIS_EXAMPLES_DEV_BIN (scripts/test.sh builds it), else built here.
 
 import { spawn, execFile } from "node:child_process";
-import { createServer } from "node:net";
 import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -16,20 +15,14 @@ import { once } from "node:events";
 import { promisify } from "node:util";
 import { fileURLToPath } from "node:url";
 
+// The repository's test helpers for JavaScript live with the SDK's tests.
+import { freePort } from "../../../clients/js/test/e2e/stack.js";
+
 export const repoRoot = resolve(fileURLToPath(new URL(".", import.meta.url)), "..", "..", "..");
 export const natsURL = process.env.ELLIPSIS_TEST_NATS_URL || "nats://127.0.0.1:4222";
 const artifacts = resolve(fileURLToPath(new URL(".", import.meta.url)), "..", "test-artifacts");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function freePort() {
-  const srv = createServer();
-  srv.listen(0, "127.0.0.1");
-  await once(srv, "listening");
-  const { port } = srv.address();
-  srv.close();
-  await once(srv, "close");
-  return port;
-}
 
 let built;
 async function devBinary() {
