@@ -59,7 +59,7 @@ func httpTyping(t *testing.T, httpAddr, room, user string) (int, string, string)
 	}
 	defer resp.Body.Close()
 	var body struct {
-		Users []typist `json:"users"`
+		Users []protocol.Typist `json:"users"`
 		Error struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`

@@ -23,6 +23,7 @@ import (
 	gateway "github.com/ellipsis-chat/ellipsis/services/gateway"
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/worker"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/testkit"
 	"github.com/ellipsis-chat/ellipsis/testkit/inproc"
 )
@@ -112,27 +113,13 @@ func (s *stack) wsURL(i int, user, name string) string {
 	return "ws://" + s.gateways[i].HTTPAddr() + "/v1/ws?" + q.Encode()
 }
 
-// frame is one decoded server frame (the union of all fields).
+// frame is one decoded server frame: protocol.ServerFrame, with Total a
+// pointer so that a test tells a missing total from 0, and the time it was
+// read.
 type frame struct {
-	Type    string   `json:"type"`
-	Room    string   `json:"room"`
-	User    string   `json:"user"`
-	Name    string   `json:"name"`
-	TTLMs   int64    `json:"ttl_ms"`
-	Reason  string   `json:"reason"`
-	ID      string   `json:"id"`
-	Code    string   `json:"code"`
-	Message string   `json:"message"`
-	Typing  []typist `json:"typing"`
-	Users   []typist `json:"users"`
-	Total   *int     `json:"total"`
-	TsMs    int64    `json:"ts_ms"`
-	at      time.Time
-}
-
-type typist struct {
-	User string `json:"user"`
-	Name string `json:"name"`
+	protocol.ServerFrame
+	Total *int `json:"total"`
+	at    time.Time
 }
 
 func (f frame) String() string {
@@ -357,7 +344,7 @@ func isAbout(user string) func(frame) bool {
 	}
 }
 
-func users(ts []typist) string {
+func users(ts []protocol.Typist) string {
 	var s []string
 	for _, u := range ts {
 		s = append(s, u.User)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 // The snapshot cap end to end: with ELLIPSIS_SNAPSHOT_MAX 2 and five
@@ -32,7 +33,7 @@ func TestCutSnapshotCarriesTotal(t *testing.T) {
 		c.start(room)
 		obs.next(isStart(room, u), 5*time.Second, "typing_start of "+u)
 	}
-	check := func(what string, list []typist, total *int, wantUsers string, wantTotal int) {
+	check := func(what string, list []protocol.Typist, total *int, wantUsers string, wantTotal int) {
 		t.Helper()
 		if got := users(list); got != wantUsers || total == nil || *total != wantTotal {
 			t.Fatalf("%s: users %s total %v; want %s total %d", what, got, deref(total), wantUsers, wantTotal)
@@ -48,8 +49,8 @@ func TestCutSnapshotCarriesTotal(t *testing.T) {
 	check("typing", f.Users, f.Total, "a,b", 5)
 
 	var body struct {
-		Users []typist `json:"users"`
-		Total *int     `json:"total"`
+		Users []protocol.Typist `json:"users"`
+		Total *int              `json:"total"`
 	}
 	u := "http://" + s.gateways[0].HTTPAddr() + "/v1/rooms/" + url.PathEscape(room) + "/typing?user=late"
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(u)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
@@ -63,7 +64,7 @@ func (v *view) run() {
 func (v *view) apply(f frame) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	set := func(room string, ts []typist) {
+	set := func(room string, ts []protocol.Typist) {
 		m := map[string]bool{}
 		for _, u := range ts {
 			m[u.User] = true
