@@ -91,7 +91,7 @@ func TestSyncStormIsPriced(t *testing.T) {
 	time.Sleep(s.cfg.SnapshotTimeout)
 	scans := scanCalls(t, s.rdb) - scansBefore
 
-	answered, refused := 0, 0
+	answered, refused, overflowed := 0, 0, 0
 	for _, c := range storms {
 		for _, f := range c.drain(100 * time.Millisecond) {
 			switch {
@@ -99,10 +99,19 @@ func TestSyncStormIsPriced(t *testing.T) {
 				answered++
 			case f.Type == "error" && f.Code == "rate_limited" && strings.HasPrefix(f.ID, "s"):
 				refused++
+			case f.Type == "error" && f.Code == "unavailable" && strings.HasPrefix(f.ID, "s") && strings.Contains(f.Message, "too many frames waiting behind"):
+				// The room's lane is full (session.LaneQueue frames) while an
+				// admitted sync waits on its snapshot: on a loaded machine a
+				// snapshot of this keyspace can outlast 16 ticks. A bounded
+				// queue's documented refusal, not a cost.
+				overflowed++
 			case f.Type == "error":
 				t.Errorf("%s: %v", c.name, f)
 			}
 		}
+	}
+	if overflowed > 0 {
+		t.Logf("%d syncs refused by the room lane's bound while a snapshot was in flight", overflowed)
 	}
 	// The storm's last sync goes out at most one tick after it ends.
 	window := storm + time.Second/syncsPerSec
