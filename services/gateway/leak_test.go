@@ -42,28 +42,9 @@ func TestNoLeakAfter500Connections(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			ws, _, err := websocket.DefaultDialer.Dial(e.wsURL(map[string][]string{"user": {"u" + strconv.Itoa(i)}}), nil)
-			if err != nil {
-				t.Errorf("dial %d: %v", i, err)
+			c := joinLeakRooms(t, e, i)
+			if c == nil {
 				return
-			}
-			c := &client{t: t, ws: ws}
-			for _, room := range []string{"leak:shared", "leak:" + strconv.Itoa(i)} {
-				if err := ws.WriteJSON(map[string]string{"type": "join", "room": room, "id": room}); err != nil {
-					t.Errorf("write %d: %v", i, err)
-					return
-				}
-			}
-			_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-			for got := 0; got < 2; {
-				var f map[string]any
-				if err := ws.ReadJSON(&f); err != nil {
-					t.Errorf("conn %d: %v", i, err)
-					return
-				}
-				if f["type"] == "joined" {
-					got++
-				}
 			}
 			mu.Lock()
 			clients[i] = c
@@ -101,4 +82,35 @@ func TestNoLeakAfter500Connections(t *testing.T) {
 		t.Fatalf("%d room channels still subscribed after every connection ended", len(chs))
 	}
 	t.Logf("goroutines: %d before, %d after 500 connections", before, after)
+}
+
+// joinLeakRooms dials connection i as user u<i> and joins leak:shared and
+// leak:<i>, waiting for both joined frames; nil after a failure it
+// reported.
+func joinLeakRooms(t *testing.T, e *env, i int) *client {
+	t.Helper()
+	ws, _, err := websocket.DefaultDialer.Dial(e.wsURL(map[string][]string{"user": {"u" + strconv.Itoa(i)}}), nil)
+	if err != nil {
+		t.Errorf("dial %d: %v", i, err)
+		return nil
+	}
+	c := &client{t: t, ws: ws}
+	for _, room := range []string{"leak:shared", "leak:" + strconv.Itoa(i)} {
+		if err := ws.WriteJSON(map[string]string{"type": "join", "room": room, "id": room}); err != nil {
+			t.Errorf("write %d: %v", i, err)
+			return nil
+		}
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for got := 0; got < 2; {
+		var f map[string]any
+		if err := ws.ReadJSON(&f); err != nil {
+			t.Errorf("conn %d: %v", i, err)
+			return nil
+		}
+		if f["type"] == "joined" {
+			got++
+		}
+	}
+	return c
 }

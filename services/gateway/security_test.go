@@ -47,10 +47,45 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 		return testkit.Claims(jwt.MapClaims{"sub": sub, "exp": exp, "iss": "https://id.test", "aud": "ellipsis"}, extra)
 	}
 
-	valid := []struct {
-		alg, sub, tok string
-		header        bool
-	}{
+	valid := validJWTs(t, k, secret, claims)
+	connectAsSub(t, e, base, valid)
+	invalid := invalidJWTs(t, k, secret, claims)
+	rejectUnauthorized(t, base, invalid)
+
+	// The header wins over the query; a non-Bearer header is no token.
+	good := valid[0].tok
+	if st, _, msg := handshake(t, base+"?access_token="+good, http.Header{"Authorization": {"Basic " + good}}); st != 401 || !strings.Contains(msg, "missing token") {
+		t.Errorf("Basic header: %d %q", st, msg)
+	}
+	// Valid credentials carrying an invalid user id: 400 naming the field.
+	bad := testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims(strings.Repeat("u", 257), nil))
+	if st, code, msg := handshake(t, base+"?access_token="+bad, nil); st != 400 || code != protocol.CodeBadRequest || !strings.Contains(msg, "user") {
+		t.Errorf("257-byte sub: %d %s %q", st, code, msg)
+	}
+	if n := e.metric(`ellipsis_gateway_handshakes_rejected_total{reason="unauthorized"}`); n != float64(len(invalid)+1) {
+		t.Errorf("handshakes_rejected_total{unauthorized} = %v, want %d", n, len(invalid)+1)
+	}
+
+	// Opt-out with an EdDSA token: typing is dropped, start and stop alike,
+	// while the user still sees others.
+	checkTypingOptOut(t, e, base, testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims("quiet", jwt.MapClaims{"share_typing": false})))
+}
+
+// jwtClaims builds the claims of a token for sub: the test's exp, iss
+// and aud, with extra set over them (nil values delete).
+type jwtClaims func(sub string, extra jwt.MapClaims) jwt.MapClaims
+
+// validJWT is a token that connects as sub, sent in the Authorization
+// header or the access_token query parameter.
+type validJWT struct {
+	alg, sub, tok string
+	header        bool
+}
+
+// validJWTs are the tokens of every accepted alg (HS256 with secret, the
+// others from the JWKS keys of k).
+func validJWTs(t *testing.T, k testkit.JWTKeys, secret string, claims jwtClaims) []validJWT {
+	return []validJWT{
 		{"HS256", "u-hs256", testkit.SignJWT(t, jwt.SigningMethodHS256, []byte(secret), "", claims("u-hs256", nil)), true},
 		{"RS256", "u-rs256", testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "rsa1", claims("u-rs256", nil)), false},
 		{"ES256", "u-es256", testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "ec1", claims("u-es256", nil)), true},
@@ -58,6 +93,12 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 		{"ES256 without kid", "u-es256-nokid", testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "", claims("u-es256-nokid", nil)), false},
 		{"EdDSA with two audiences", "u-aud", testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims("u-aud", jwt.MapClaims{"aud": []string{"other", "ellipsis"}})), true},
 	}
+}
+
+// connectAsSub dials with each token, joins room r and checks that a
+// typing_start reaches the worker as the token's sub.
+func connectAsSub(t *testing.T, e *env, base string, valid []validJWT) {
+	t.Helper()
 	for _, v := range valid {
 		var c *client
 		if v.header {
@@ -71,11 +112,18 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 			t.Fatalf("%s: command %+v, want user %s", v.alg, cmd, v.sub)
 		}
 	}
+}
 
+// invalidJWT is a token the handshake rejects with a 401 naming want.
+type invalidJWT struct {
+	name, tok, want string
+}
+
+// invalidJWTs are the rejected tokens: expired, wrongly signed, of an
+// unaccepted alg, with a bad or missing claim, malformed or missing.
+func invalidJWTs(t *testing.T, k testkit.JWTKeys, secret string, claims jwtClaims) []invalidJWT {
 	der, _ := x509.MarshalPKIXPublicKey(&k.RSA.PublicKey)
-	invalid := []struct {
-		name, tok, want string
-	}{
+	return []invalidJWT{
 		{"HS256 expired", testkit.SignJWT(t, jwt.SigningMethodHS256, []byte(secret), "", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
 		{"RS256 expired", testkit.SignJWT(t, jwt.SigningMethodRS256, k.RSA, "rsa1", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
 		{"ES256 expired", testkit.SignJWT(t, jwt.SigningMethodES256, k.EC, "ec1", claims("u", jwt.MapClaims{"exp": time.Now().Add(-time.Minute).Unix()})), "expired"},
@@ -103,6 +151,12 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 		{"too long", strings.Repeat("a", 20000), "too long"},
 		{"missing", "", "missing token"},
 	}
+}
+
+// rejectUnauthorized checks that each token's handshake gets a 401
+// unauthorized naming its reason, with a WWW-Authenticate header.
+func rejectUnauthorized(t *testing.T, base string, invalid []invalidJWT) {
+	t.Helper()
 	for _, tc := range invalid {
 		u := base
 		if tc.tok != "" {
@@ -115,23 +169,13 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 			t.Errorf("%s: no WWW-Authenticate", tc.name)
 		}
 	}
-	// The header wins over the query; a non-Bearer header is no token.
-	good := valid[0].tok
-	if st, _, msg := handshake(t, base+"?access_token="+good, http.Header{"Authorization": {"Basic " + good}}); st != 401 || !strings.Contains(msg, "missing token") {
-		t.Errorf("Basic header: %d %q", st, msg)
-	}
-	// Valid credentials carrying an invalid user id: 400 naming the field.
-	bad := testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims(strings.Repeat("u", 257), nil))
-	if st, code, msg := handshake(t, base+"?access_token="+bad, nil); st != 400 || code != protocol.CodeBadRequest || !strings.Contains(msg, "user") {
-		t.Errorf("257-byte sub: %d %s %q", st, code, msg)
-	}
-	if n := e.metric(`ellipsis_gateway_handshakes_rejected_total{reason="unauthorized"}`); n != float64(len(invalid)+1) {
-		t.Errorf("handshakes_rejected_total{unauthorized} = %v, want %d", n, len(invalid)+1)
-	}
+}
 
-	// Opt-out with an EdDSA token: typing is dropped, start and stop alike,
-	// while the user still sees others.
-	opt := e.dialURL(base+"?access_token="+testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims("quiet", jwt.MapClaims{"share_typing": false})), nil)
+// checkTypingOptOut connects with tok (share_typing false): its typing is
+// dropped, start and stop alike, while the user still sees others.
+func checkTypingOptOut(t *testing.T, e *env, base, tok string) {
+	t.Helper()
+	opt := e.dialURL(base+"?access_token="+tok, nil)
 	opt.join("r")
 	opt.send(`{"type":"typing_start","room":"r"}`)
 	opt.send(`{"type":"typing_stop","room":"r"}`)
@@ -370,31 +414,7 @@ func TestAuthzNATSCache(t *testing.T) {
 		c.AuthzDenyCacheTTL = 600 * time.Millisecond
 	})
 	e.startWorker("")
-	var mu sync.Mutex
-	asked := map[string]int{}
-	if _, err := e.nc.Subscribe(e.names.AuthzJoinSubject(), func(m *nats.Msg) {
-		var req struct {
-			V          int
-			User, Room string
-		}
-		_ = json.Unmarshal(m.Data, &req)
-		mu.Lock()
-		asked[req.Room]++
-		mu.Unlock()
-		switch req.Room {
-		case "open":
-			_ = m.Respond([]byte(`{"allow":true}`))
-		case "closed":
-			_ = m.Respond([]byte(`{"allow":false}`))
-		case "silent": // no answer
-		default:
-			_ = m.Respond([]byte(`garbage`))
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	_ = e.nc.Flush()
-	times := func(room string) int { mu.Lock(); defer mu.Unlock(); return asked[room] }
+	times := answerAuthz(t, e)
 	spy := e.spyNATS()
 
 	a1, a2 := e.dial("alice", ""), e.dial("alice", "")
@@ -454,6 +474,38 @@ func TestAuthzNATSCache(t *testing.T) {
 	if n := e.metric(`ellipsis_gateway_authz_total{result="no_answer"}`); n != 2 {
 		t.Errorf("authz_total{no_answer} = %v, want 2", n)
 	}
+}
+
+// answerAuthz answers the gateway's authz requests on e's NATS: room
+// "open" allowed, "closed" denied, "silent" never answered, any other a
+// garbage reply. It returns how often a room was asked about.
+func answerAuthz(t *testing.T, e *env) func(room string) int {
+	t.Helper()
+	var mu sync.Mutex
+	asked := map[string]int{}
+	if _, err := e.nc.Subscribe(e.names.AuthzJoinSubject(), func(m *nats.Msg) {
+		var req struct {
+			V          int
+			User, Room string
+		}
+		_ = json.Unmarshal(m.Data, &req)
+		mu.Lock()
+		asked[req.Room]++
+		mu.Unlock()
+		switch req.Room {
+		case "open":
+			_ = m.Respond([]byte(`{"allow":true}`))
+		case "closed":
+			_ = m.Respond([]byte(`{"allow":false}`))
+		case "silent": // no answer
+		default:
+			_ = m.Respond([]byte(`garbage`))
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.nc.Flush()
+	return func(room string) int { mu.Lock(); defer mu.Unlock(); return asked[room] }
 }
 
 // Item 5: the user id comes only from authentication; user (and conn, seq)

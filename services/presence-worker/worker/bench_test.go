@@ -57,66 +57,86 @@ func BenchmarkStartCommand(b *testing.B) {
 		b.Fatal(err)
 	}
 	s := &Server{st: st, m: m, rl: ratelog.New(zap.NewNop(), time.Minute), log: zap.NewNop()}
-	apply := func(b *testing.B, payload []byte) {
-		cmd, err := protocol.DecodeCommand(payload)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.apply(ctx, cmd)
-	}
-	payload := func(room, user, conn string) []byte {
-		p, _ := json.Marshal(protocol.Command{V: 1, Op: "start", Room: room, User: user, Name: "Some Body", Conn: conn})
-		return p
-	}
+	sb := &startCommandBench{ctx: ctx, s: s}
 	errors := func() float64 { return gatherSumB(m, "error") }
 
-	b.Run("refresh", func(b *testing.B) {
-		p := payload("bench-room", "alice", "gw-a1b2:17")
-		b.ReportAllocs()
-		for b.Loop() {
-			apply(b, p)
-		}
-	})
-	b.Run("new_typist", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			i++
-			apply(b, payload(fmt.Sprintf("nt-room-%d", i), fmt.Sprintf("user-%d", i), "gw:1"))
-		}
-	})
-	b.Run("busy_room", func(b *testing.B) {
-		for j := range 50 {
-			apply(b, payload("busy", fmt.Sprintf("typist-%d", j), "gw:1"))
-		}
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			i++
-			apply(b, payload("busy", fmt.Sprintf("joiner-%d", i), "gw:2"))
-			b.StopTimer()
-			s.apply(ctx, protocol.Command{V: 1, Op: "stop", Room: "busy", User: fmt.Sprintf("joiner-%d", i)})
-			b.StartTimer()
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		ps := make([][]byte, 1000)
-		for i := range ps {
-			ps[i] = payload(fmt.Sprintf("par-room-%d", i%50), fmt.Sprintf("u%d", i), fmt.Sprintf("gw:%d", i))
-		}
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			i := 0
-			for pb.Next() {
-				cmd, _ := protocol.DecodeCommand(ps[i%len(ps)])
-				s.apply(ctx, cmd)
-				i++
-			}
-		})
-	})
+	b.Run("refresh", sb.refresh)
+	b.Run("new_typist", sb.newTypist)
+	b.Run("busy_room", sb.busyRoom)
+	b.Run("parallel", sb.parallel)
 	if e := errors(); e != 0 {
 		b.Fatalf("%v commands failed", e)
 	}
+}
+
+// startCommandBench is the worker of BenchmarkStartCommand; its methods
+// are the sub-benchmarks.
+type startCommandBench struct {
+	ctx context.Context
+	s   *Server
+}
+
+// apply decodes payload and applies it as the command path does.
+func (sb *startCommandBench) apply(b *testing.B, payload []byte) {
+	cmd, err := protocol.DecodeCommand(payload)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb.s.apply(sb.ctx, cmd)
+}
+
+// payload is a start of user on conn in room, encoded.
+func (sb *startCommandBench) payload(room, user, conn string) []byte {
+	p, _ := json.Marshal(protocol.Command{V: 1, Op: "start", Room: room, User: user, Name: "Some Body", Conn: conn})
+	return p
+}
+
+func (sb *startCommandBench) refresh(b *testing.B) {
+	p := sb.payload("bench-room", "alice", "gw-a1b2:17")
+	b.ReportAllocs()
+	for b.Loop() {
+		sb.apply(b, p)
+	}
+}
+
+func (sb *startCommandBench) newTypist(b *testing.B) {
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		sb.apply(b, sb.payload(fmt.Sprintf("nt-room-%d", i), fmt.Sprintf("user-%d", i), "gw:1"))
+	}
+}
+
+func (sb *startCommandBench) busyRoom(b *testing.B) {
+	for j := range 50 {
+		sb.apply(b, sb.payload("busy", fmt.Sprintf("typist-%d", j), "gw:1"))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		sb.apply(b, sb.payload("busy", fmt.Sprintf("joiner-%d", i), "gw:2"))
+		b.StopTimer()
+		sb.s.apply(sb.ctx, protocol.Command{V: 1, Op: "stop", Room: "busy", User: fmt.Sprintf("joiner-%d", i)})
+		b.StartTimer()
+	}
+}
+
+func (sb *startCommandBench) parallel(b *testing.B) {
+	ps := make([][]byte, 1000)
+	for i := range ps {
+		ps[i] = sb.payload(fmt.Sprintf("par-room-%d", i%50), fmt.Sprintf("u%d", i), fmt.Sprintf("gw:%d", i))
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			cmd, _ := protocol.DecodeCommand(ps[i%len(ps)])
+			sb.s.apply(sb.ctx, cmd)
+			i++
+		}
+	})
 }
 
 func gatherSumB(m *metrics, outcome string) float64 {
@@ -258,21 +278,45 @@ func benchWorkerThroughput(b *testing.B, kind string, batch int) {
 	defer nc.Close()
 	subject := names.New(cfg.KeyPrefix, cfg.SubjectPrefix).CommandSubject()
 	// Payloads first, untimed: 1,600 connections' episodes.
-	payloads := make([][]byte, 0, b.N+5)
-	for conn := 0; len(payloads) < b.N; conn++ {
+	payloads := throughputPayloads(b.N)
+	processed := func() float64 { return storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
+	b.ResetTimer()
+	publishWindowed(b, nc, subject, payloads, processed)
+	_ = nc.Flush()
+	deadline := time.Now().Add(time.Minute)
+	for processed() < float64(b.N) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%v of %d commands processed", processed(), b.N)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	b.StopTimer()
+	reportThroughput(b, reg, processed)
+}
+
+// throughputPayloads is n encoded commands of storetest.ThroughputMix
+// episodes of 1,600 connections over 100 rooms.
+func throughputPayloads(n int) [][]byte {
+	payloads := make([][]byte, 0, n+5)
+	for conn := 0; len(payloads) < n; conn++ {
 		c := conn % 1600
 		for _, cmd := range storetest.ThroughputMix(fmt.Sprintf("room-%d", c%100), fmt.Sprintf("user-%d", c), fmt.Sprintf("gw:%d", c), uint64(conn/1600)*5+1) {
 			p, _ := json.Marshal(cmd)
 			payloads = append(payloads, p)
 		}
 	}
-	payloads = payloads[:b.N]
-	processed := func() float64 { return storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", nil) }
+	payloads = payloads[:n]
+	return payloads
+}
+
+// publishWindowed publishes payloads on subject, pausing while more than
+// window of them are in flight (published, not yet processed).
+func publishWindowed(b *testing.B, nc *nats.Conn, subject string, payloads [][]byte, processed func() float64) {
+	b.Helper()
 	// At most window commands in flight: 256 per shard on average, a third of
 	// the queue depth at which a shard sheds starts (shardStartRoom), so
 	// the benchmark measures the applied rate, not dispatch dropping.
 	const window = 4096
-	b.ResetTimer()
 	for i, p := range payloads {
 		if i%1024 == 0 {
 			for float64(i)-processed() > window {
@@ -283,15 +327,12 @@ func benchWorkerThroughput(b *testing.B, kind string, batch int) {
 			b.Fatal(err)
 		}
 	}
-	_ = nc.Flush()
-	deadline := time.Now().Add(time.Minute)
-	for processed() < float64(b.N) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%v of %d commands processed", processed(), b.N)
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-	b.StopTimer()
+}
+
+// reportThroughput reports cmds/s, shed and overflow of a run, and fails
+// it on any failed command or NATS error.
+func reportThroughput(b *testing.B, reg *prometheus.Registry, processed func() float64) {
+	b.Helper()
 	// Throughput counts only the commands that reached Redis: a command
 	// dispatch shed (a start, its shard's queue past 768) or refused (queue
 	// full) is counted in commands_total but never applied, so it is

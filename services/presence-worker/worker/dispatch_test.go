@@ -133,13 +133,17 @@ func TestSlowShardDoesNotDelayOthers(t *testing.T) {
 	}
 }
 
+// The traffic of testSlowShard.
+const (
+	slowConns = 30
+	slowCmds  = 100 // per connection: 3000 on the slow shard, far past its queue
+	fastConns = 120
+	fastCmds  = 20 // per connection: about 340 per other shard, well within theirs
+)
+
 func testSlowShard(t *testing.T, delay time.Duration) {
 	const (
-		shards    = 8
-		slowConns = 30
-		slowCmds  = 100 // per connection: 3000 on the slow shard, far past its queue
-		fastConns = 120
-		fastCmds  = 20 // per connection: about 340 per other shard, well within theirs
+		shards = 8
 		// bound on a command's dispatch-to-Apply time on a healthy shard:
 		// generous for a loaded machine under -race, and far below what
 		// waiting on the slow shard costs (for ever, or 2000 commands at
@@ -158,51 +162,8 @@ func testSlowShard(t *testing.T, delay time.Duration) {
 	}()
 
 	f.slow = s.shardOf(typingCmd("conn-0", 0))
-	sent := map[string]int{}
-	var slowList, fastList []string
-	for i := 0; len(slowList) < slowConns || len(fastList) < fastConns; i++ {
-		conn := fmt.Sprintf("conn-%d", i)
-		if s.shardOf(typingCmd(conn, 0)) == f.slow {
-			if len(slowList) < slowConns {
-				slowList = append(slowList, conn)
-				sent[conn] = slowCmds
-			}
-		} else if len(fastList) < fastConns {
-			fastList = append(fastList, conn)
-			sent[conn] = fastCmds
-		}
-	}
-	conns := append(append([]string(nil), slowList...), fastList...)
-
-	// Round robin over the connections, as interleaved traffic arrives.
-	var msgs []*nats.Msg
-	for round := range slowCmds {
-		for _, conn := range conns {
-			if round < sent[conn] {
-				c := typingCmd(conn, round)
-				data, err := json.Marshal(c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				f.keys[cmdKey(c)] = len(msgs)
-				msgs = append(msgs, &nats.Msg{Subject: "cmd", Data: data})
-			}
-		}
-	}
-	f.sentAt = make([]atomic.Int64, len(msgs))
-	fed := make(chan struct{})
-	go func() {
-		defer close(fed)
-		for i, m := range msgs {
-			f.sentAt[i].Store(time.Now().UnixNano())
-			s.onCommand(m)
-		}
-	}()
-	select {
-	case <-fed:
-	case <-time.After(bound):
-		t.Fatal("the delivery goroutine waited for the slow shard")
-	}
+	sent, conns := slowShardConns(s, f)
+	feedSlowShard(t, s, f, slowShardMsgs(t, f, conns, sent), bound)
 	wantFast := int64(fastConns * fastCmds)
 	deadline := time.Now().Add(bound)
 	for f.fast.Load() < wantFast {
@@ -248,6 +209,74 @@ func testSlowShard(t *testing.T, delay time.Duration) {
 		t.Errorf("queued_commands %v after every queue drained, want 0", d)
 	}
 
+	checkSlowShardOrder(t, f, conns, sent)
+}
+
+// slowShardConns picks slowConns connections on the slow shard and
+// fastConns on the others; sent is how many commands each one sends.
+func slowShardConns(s *Server, f *slowShardStore) (sent map[string]int, conns []string) {
+	sent = map[string]int{}
+	var slowList, fastList []string
+	for i := 0; len(slowList) < slowConns || len(fastList) < fastConns; i++ {
+		conn := fmt.Sprintf("conn-%d", i)
+		if s.shardOf(typingCmd(conn, 0)) == f.slow {
+			if len(slowList) < slowConns {
+				slowList = append(slowList, conn)
+				sent[conn] = slowCmds
+			}
+		} else if len(fastList) < fastConns {
+			fastList = append(fastList, conn)
+			sent[conn] = fastCmds
+		}
+	}
+	return sent, append(append([]string(nil), slowList...), fastList...)
+}
+
+// slowShardMsgs encodes the commands of conns round robin, as interleaved
+// traffic arrives, and records each one's index in f.keys.
+func slowShardMsgs(t *testing.T, f *slowShardStore, conns []string, sent map[string]int) []*nats.Msg {
+	t.Helper()
+	var msgs []*nats.Msg
+	for round := range slowCmds {
+		for _, conn := range conns {
+			if round < sent[conn] {
+				c := typingCmd(conn, round)
+				data, err := json.Marshal(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.keys[cmdKey(c)] = len(msgs)
+				msgs = append(msgs, &nats.Msg{Subject: "cmd", Data: data})
+			}
+		}
+	}
+	return msgs
+}
+
+// feedSlowShard hands msgs to onCommand from one goroutine, as nats.go
+// does, and fails if that goroutine takes longer than bound.
+func feedSlowShard(t *testing.T, s *Server, f *slowShardStore, msgs []*nats.Msg, bound time.Duration) {
+	t.Helper()
+	f.sentAt = make([]atomic.Int64, len(msgs))
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		for i, m := range msgs {
+			f.sentAt[i].Store(time.Now().UnixNano())
+			s.onCommand(m)
+		}
+	}()
+	select {
+	case <-fed:
+	case <-time.After(bound):
+		t.Fatal("the delivery goroutine waited for the slow shard")
+	}
+}
+
+// checkSlowShardOrder checks that every connection's commands were applied
+// in the order sent, and all of them on the other shards.
+func checkSlowShardOrder(t *testing.T, f *slowShardStore, conns []string, sent map[string]int) {
+	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, conn := range conns {

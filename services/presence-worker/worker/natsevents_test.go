@@ -105,88 +105,24 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 		s := e.subscribe("r1", "r2")
 		all := e.subscribeNATS(e.names.RoomEventsWildcard())
 
-		// alice: start, stop (the command path).
-		e.send(start("r1", "alice", "Alice", "a1", 1))
-		e.send(stop("r1", "alice", "a1", 2))
-		// bob: start, then expiry (the sweeper).
-		e.send(start("r2", "bob", "", "b1", 1))
-		// dave: two rooms, then a disconnect (one stop script per room).
-		e.send(start("r1", "dave", "", "d1", 1), start("r2", "dave", "", "d1", 2),
-			protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: []string{"r1", "r2"}, User: "dave", Conn: "d1", Seq: 3})
-		// carol: five transitions at once; the event rate limit (4 at
-		// once) coalesces the fifth, a start, which the sweeper publishes
-		// when allowed (the trailing edge); then it expires.
-		e.send(start("r1", "carol", "Carol", "c1", 1), stop("r1", "carol", "c1", 2), start("r1", "carol", "Carol", "c1", 3),
-			stop("r1", "carol", "c1", 4), start("r1", "carol", "Carol", "c1", 5))
-		if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": store.OutcomeCoalesced.String()}); n != 1 {
-			t.Fatalf("commands_total{coalesced} = %v, want 1 (the test needs a trailing edge)", n)
-		}
+		sendNATSEventTraffic(e)
 		// alice 2, bob 2, dave 4, carol 4 + trailing start + expired stop.
 		redisEvs := collectUntil(t, s, 14, expiryBound+waitLong)
 		s.ExpectNone(3 * testSweep)
 		natsEvs := all.drain(3 * testSweep)
 
-		type ev struct{ subject, key, raw string }
-		var fromRedis, fromNATS []ev
-		for _, r := range redisEvs {
-			fromRedis = append(fromRedis, ev{e.names.RoomEventSubject(r.Ev.Room), r.Ev.Room + "/" + r.Ev.User, r.Raw})
-		}
-		for _, m := range natsEvs {
-			re, err := protocol.DecodeRoomEvent(m.Data)
-			if err != nil {
-				t.Fatalf("NATS event %q: %v", m.Data, err)
-			}
-			fromNATS = append(fromNATS, ev{m.Subject, re.Room + "/" + re.User, string(m.Data)})
-		}
-		sortEvs := func(x []ev) []ev {
-			y := slices.Clone(x)
-			slices.SortFunc(y, func(a, b ev) int {
-				if a.raw < b.raw {
-					return -1
-				} else if a.raw > b.raw {
-					return 1
-				}
-				return 0
-			})
-			return y
-		}
-		if !slices.Equal(sortEvs(fromRedis), sortEvs(fromNATS)) {
+		fromRedis, fromNATS := roomEvsOf(t, e.names, redisEvs, natsEvs)
+		if !slices.Equal(sortRoomEvs(fromRedis), sortRoomEvs(fromNATS)) {
 			t.Fatalf("NATS events differ from Redis's:\nredis %v\nnats  %v", fromRedis, fromNATS)
 		}
 		// Per (room, user), the same order.
-		perKey := func(x []ev) map[string][]string {
-			m := map[string][]string{}
-			for _, v := range x {
-				m[v.key] = append(m[v.key], v.raw)
-			}
-			return m
-		}
-		pr, pn := perKey(fromRedis), perKey(fromNATS)
+		pr, pn := roomEvsPerKey(fromRedis), roomEvsPerKey(fromNATS)
 		for k := range pr {
 			if !slices.Equal(pr[k], pn[k]) {
 				t.Fatalf("%s: NATS order %v, Redis order %v", k, pn[k], pr[k])
 			}
 		}
-		// What the test meant to cover did happen.
-		var expired, trailing int
-		for i, r := range redisEvs {
-			if r.Ev.Reason == protocol.ReasonExpired {
-				expired++
-			}
-			if r.Ev.User == "carol" && r.Ev.Type == protocol.TypeTypingStart && i > 0 && pr["r1/carol"][4] == r.Raw {
-				trailing++
-			}
-		}
-		var disconnected int
-		for _, r := range redisEvs {
-			if r.Ev.Reason == protocol.ReasonDisconnected {
-				disconnected++
-			}
-		}
-		if expired != 2 || trailing != 1 || len(pr["r1/carol"]) != 6 || disconnected != 2 {
-			t.Fatalf("expired stops %d (want 2), trailing starts %d (want 1), carol's events %d (want 6), disconnected stops %d (want 2): %v",
-				expired, trailing, len(pr["r1/carol"]), disconnected, pr["r1/carol"])
-		}
+		checkNATSEventTrafficCovered(t, redisEvs, pr)
 		if n := e.metric("ellipsis_worker_nats_events_total", map[string]string{"result": natsEventPublished}); n != 14 {
 			t.Fatalf("nats_events_total{published} = %v, want 14", n)
 		}
@@ -194,6 +130,100 @@ func TestNATSRoomEventsAreTheRedisBytes(t *testing.T) {
 			t.Fatalf("nats_events_total = %v, want 14 (none dropped or failed)", n)
 		}
 	})
+}
+
+// sendNATSEventTraffic sends the commands of
+// TestNATSRoomEventsAreTheRedisBytes: starts and stops of the command
+// path, expiries for the sweeper, a disconnect from two rooms, and a
+// coalesced start for a trailing edge.
+func sendNATSEventTraffic(e *env) {
+	e.t.Helper()
+	// alice: start, stop (the command path).
+	e.send(start("r1", "alice", "Alice", "a1", 1))
+	e.send(stop("r1", "alice", "a1", 2))
+	// bob: start, then expiry (the sweeper).
+	e.send(start("r2", "bob", "", "b1", 1))
+	// dave: two rooms, then a disconnect (one stop script per room).
+	e.send(start("r1", "dave", "", "d1", 1), start("r2", "dave", "", "d1", 2),
+		protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: []string{"r1", "r2"}, User: "dave", Conn: "d1", Seq: 3})
+	// carol: five transitions at once; the event rate limit (4 at
+	// once) coalesces the fifth, a start, which the sweeper publishes
+	// when allowed (the trailing edge); then it expires.
+	e.send(start("r1", "carol", "Carol", "c1", 1), stop("r1", "carol", "c1", 2), start("r1", "carol", "Carol", "c1", 3),
+		stop("r1", "carol", "c1", 4), start("r1", "carol", "Carol", "c1", 5))
+	if n := e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": store.OutcomeCoalesced.String()}); n != 1 {
+		e.t.Fatalf("commands_total{coalesced} = %v, want 1 (the test needs a trailing edge)", n)
+	}
+}
+
+// roomEv is one room event as TestNATSRoomEventsAreTheRedisBytes compares
+// them: its NATS subject, room/user, and bytes.
+type roomEv struct{ subject, key, raw string }
+
+// roomEvsOf is the events of the Redis channel and of NATS as roomEvs.
+func roomEvsOf(t *testing.T, n names.Names, redisEvs []storetest.Received, natsEvs []*nats.Msg) (fromRedis, fromNATS []roomEv) {
+	t.Helper()
+	for _, r := range redisEvs {
+		fromRedis = append(fromRedis, roomEv{n.RoomEventSubject(r.Ev.Room), r.Ev.Room + "/" + r.Ev.User, r.Raw})
+	}
+	for _, m := range natsEvs {
+		re, err := protocol.DecodeRoomEvent(m.Data)
+		if err != nil {
+			t.Fatalf("NATS event %q: %v", m.Data, err)
+		}
+		fromNATS = append(fromNATS, roomEv{m.Subject, re.Room + "/" + re.User, string(m.Data)})
+	}
+	return fromRedis, fromNATS
+}
+
+// sortRoomEvs is a copy of x sorted by bytes.
+func sortRoomEvs(x []roomEv) []roomEv {
+	y := slices.Clone(x)
+	slices.SortFunc(y, func(a, b roomEv) int {
+		if a.raw < b.raw {
+			return -1
+		} else if a.raw > b.raw {
+			return 1
+		}
+		return 0
+	})
+	return y
+}
+
+// roomEvsPerKey is the bytes of x by room/user, in order.
+func roomEvsPerKey(x []roomEv) map[string][]string {
+	m := map[string][]string{}
+	for _, v := range x {
+		m[v.key] = append(m[v.key], v.raw)
+	}
+	return m
+}
+
+// checkNATSEventTrafficCovered checks that the Redis events of
+// sendNATSEventTraffic hold two expired stops, carol's trailing start,
+// her six events and two disconnected stops; pr is them per room/user.
+func checkNATSEventTrafficCovered(t *testing.T, redisEvs []storetest.Received, pr map[string][]string) {
+	t.Helper()
+	// What the test meant to cover did happen.
+	var expired, trailing int
+	for i, r := range redisEvs {
+		if r.Ev.Reason == protocol.ReasonExpired {
+			expired++
+		}
+		if r.Ev.User == "carol" && r.Ev.Type == protocol.TypeTypingStart && i > 0 && pr["r1/carol"][4] == r.Raw {
+			trailing++
+		}
+	}
+	var disconnected int
+	for _, r := range redisEvs {
+		if r.Ev.Reason == protocol.ReasonDisconnected {
+			disconnected++
+		}
+	}
+	if expired != 2 || trailing != 1 || len(pr["r1/carol"]) != 6 || disconnected != 2 {
+		t.Fatalf("expired stops %d (want 2), trailing starts %d (want 1), carol's events %d (want 6), disconnected stops %d (want 2): %v",
+			expired, trailing, len(pr["r1/carol"]), disconnected, pr["r1/carol"])
+	}
 }
 
 // TestNATSRoomEventSubjectTokens: room ids with '.', '*', '>', space, '%'

@@ -150,13 +150,43 @@ func TestSnapshotReplyFitsServerMaxPayload(t *testing.T) {
 	defer nc.Close()
 	w := e.startWorker(func(c *config.Config) { c.SnapshotMax = 500 })
 
-	// Rounds of 500 starts, each processed before the next is sent (a
-	// burst of 3000 would overflow the shards' queues: dispatch sheds
-	// starts). A first start reads the whole room in today's store, so on
-	// a loaded machine a pipeline of them may fail after its retries: the
-	// whole set is then sent again with the next seq (a visible user's
-	// start is a cheap throttled refresh), until a pass without errors.
 	users := bigTypists(typing)
+	fillBigRoom(t, e, nc, users)
+
+	r, size := askBigSnapshot(t, e, nc)
+	if size > maxPayload || r.Total != typing || len(r.Users) == 0 || len(r.Users) >= typing || !sortedSubset(r.Users, users) {
+		t.Fatalf("SNAPSHOT_MAX 500: %d bytes, total %d, %d listed (want <= %d bytes, total %d, a sorted subset)", size, r.Total, len(r.Users), maxPayload, typing)
+	}
+	t.Logf("3000 typists, max_payload %d: %d listed in %d bytes", maxPayload, len(r.Users), size)
+	if n := e.metric("ellipsis_worker_snapshots_cut_total", map[string]string{"reason": "payload"}); n != 1 {
+		t.Errorf("snapshots_cut_total{reason=payload} = %v, want 1", n)
+	}
+
+	// A cap that fits: exactly SNAPSHOT_MAX listed, total still 3000.
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.startWorker(func(c *config.Config) { c.SnapshotMax = 20 })
+	r, size = askBigSnapshot(t, e, nc)
+	if size > maxPayload || r.Total != typing || len(r.Users) != 20 || !sortedSubset(r.Users, users) {
+		t.Fatalf("SNAPSHOT_MAX 20: %d bytes, total %d, %d listed", size, r.Total, len(r.Users))
+	}
+	if n := e.metric("ellipsis_worker_snapshots_cut_total", map[string]string{"reason": "max"}); n != 1 {
+		t.Errorf("snapshots_cut_total{reason=max} = %v, want 1", n)
+	}
+}
+
+// fillBigRoom starts every typist of users in room "big", in rounds of
+// 500 starts, each processed before the next is sent (a burst of 3000
+// would overflow the shards' queues: dispatch sheds starts). A first
+// start reads the whole room in today's store, so on a loaded machine a
+// pipeline of them may fail after its retries: the whole set is then sent
+// again with the next seq (a visible user's start is a cheap throttled
+// refresh), until a pass without errors.
+func fillBigRoom(t *testing.T, e *env, nc *nats.Conn, users []protocol.Typist) {
+	t.Helper()
 	count := func(outcome string) float64 {
 		if outcome == "" {
 			return e.metric("ellipsis_worker_commands_total", nil)
@@ -166,7 +196,7 @@ func TestSnapshotReplyFitsServerMaxPayload(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for seq := uint64(1); ; seq++ {
 		errsBefore := count(store.OutcomeError.String())
-		for from := 0; from < typing; from += 500 {
+		for from := 0; from < len(users); from += 500 {
 			sent := count("")
 			for i := from; i < from+500; i++ {
 				b, _ := json.Marshal(start("big", users[i].User, users[i].Name, "c"+strconv.Itoa(i), seq))
@@ -193,43 +223,22 @@ func TestSnapshotReplyFitsServerMaxPayload(t *testing.T) {
 		}
 		t.Logf("pass %d: %v starts failed, sending again", seq, count(store.OutcomeError.String())-errsBefore)
 	}
+}
 
-	ask := func() (protocol.SnapshotReply, int) {
-		t.Helper()
-		req, _ := json.Marshal(protocol.SnapshotRequest{V: 1, Room: "big"})
-		msg, err := nc.Request(e.names.SnapshotSubject(), req, 10*time.Second)
-		if err != nil {
-			t.Fatalf("snapshot request: %v", err)
-		}
-		r, err := protocol.DecodeSnapshotReply(msg.Data)
-		if err != nil {
-			t.Fatalf("snapshot reply: %v", err)
-		}
-		return r, len(msg.Data)
+// askBigSnapshot requests the snapshot of room "big"; it returns the reply
+// and its size in bytes.
+func askBigSnapshot(t *testing.T, e *env, nc *nats.Conn) (protocol.SnapshotReply, int) {
+	t.Helper()
+	req, _ := json.Marshal(protocol.SnapshotRequest{V: 1, Room: "big"})
+	msg, err := nc.Request(e.names.SnapshotSubject(), req, 10*time.Second)
+	if err != nil {
+		t.Fatalf("snapshot request: %v", err)
 	}
-	r, size := ask()
-	if size > maxPayload || r.Total != typing || len(r.Users) == 0 || len(r.Users) >= typing || !sortedSubset(r.Users, users) {
-		t.Fatalf("SNAPSHOT_MAX 500: %d bytes, total %d, %d listed (want <= %d bytes, total %d, a sorted subset)", size, r.Total, len(r.Users), maxPayload, typing)
+	r, err := protocol.DecodeSnapshotReply(msg.Data)
+	if err != nil {
+		t.Fatalf("snapshot reply: %v", err)
 	}
-	t.Logf("3000 typists, max_payload %d: %d listed in %d bytes", maxPayload, len(r.Users), size)
-	if n := e.metric("ellipsis_worker_snapshots_cut_total", map[string]string{"reason": "payload"}); n != 1 {
-		t.Errorf("snapshots_cut_total{reason=payload} = %v, want 1", n)
-	}
-
-	// A cap that fits: exactly SNAPSHOT_MAX listed, total still 3000.
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	if err := w.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e.startWorker(func(c *config.Config) { c.SnapshotMax = 20 })
-	r, size = ask()
-	if size > maxPayload || r.Total != typing || len(r.Users) != 20 || !sortedSubset(r.Users, users) {
-		t.Fatalf("SNAPSHOT_MAX 20: %d bytes, total %d, %d listed", size, r.Total, len(r.Users))
-	}
-	if n := e.metric("ellipsis_worker_snapshots_cut_total", map[string]string{"reason": "max"}); n != 1 {
-		t.Errorf("snapshots_cut_total{reason=max} = %v, want 1", n)
-	}
+	return r, len(msg.Data)
 }
 
 // sortedSubset reports whether listed is sorted by user and every typist

@@ -174,31 +174,7 @@ func TestJoinLeaveResyncRaceKeepsOrderAndSubscriptions(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(i), 7))
-			joined := map[string]bool{}
-			for j := 0; j < 150; j++ {
-				r := rooms[rng.IntN(len(rooms))]
-				switch op := rng.IntN(3); {
-				case op == 0 || !joined[r]:
-					if err := h.Sync(context.Background(), SyncJoin, r, m, r, nil); err == nil {
-						joined[r] = true
-					} else if !joined[r] {
-						m.mark("FAILED " + r)
-					}
-				case op == 1:
-					_ = h.Sync(context.Background(), SyncAsked, r, m, r, nil)
-				default:
-					h.Leave(r, m)
-					m.mark("LEFT " + r)
-					joined[r] = false
-				}
-			}
-			for r, ok := range joined {
-				if ok {
-					h.Leave(r, m)
-					m.mark("LEFT " + r)
-				}
-			}
+			churnMembership(h, m, rooms, i)
 		}()
 	}
 	wg.Wait()
@@ -213,24 +189,62 @@ func TestJoinLeaveResyncRaceKeepsOrderAndSubscriptions(t *testing.T) {
 		t.Fatalf("channels subscribed with no member: %v", chs)
 	}
 	for i, m := range members {
-		m.mu.Lock()
-		in := map[string]bool{} // room -> between joined and LEFT
-		for k, e := range m.log {
-			switch {
-			case strings.HasPrefix(e, "LEFT "):
-				in[strings.TrimPrefix(e, "LEFT ")] = false
-			case strings.HasPrefix(e, "FAILED "):
-			default:
-				r := roomOf(t, e)
-				if strings.Contains(e, `"type":"joined"`) {
-					in[r] = true
-				} else if !in[r] {
-					t.Errorf("member %d, entry %d: %s reached it outside a membership (before joined or after leave)", i, k, e)
-				}
+		m.checkMemberships(t, i)
+	}
+}
+
+// churnMembership runs member i's 150 random joins, syncs and leaves of
+// rooms on h, serially as a session's reader does, marking each leave and
+// failed first join in m's log, then leaves every room it is still in.
+func churnMembership(h *Hub, m *orderedMember, rooms []string, i int) {
+	rng := rand.New(rand.NewPCG(uint64(i), 7))
+	joined := map[string]bool{}
+	for j := 0; j < 150; j++ {
+		r := rooms[rng.IntN(len(rooms))]
+		switch op := rng.IntN(3); {
+		case op == 0 || !joined[r]:
+			if err := h.Sync(context.Background(), SyncJoin, r, m, r, nil); err == nil {
+				joined[r] = true
+			} else if !joined[r] {
+				m.mark("FAILED " + r)
+			}
+		case op == 1:
+			_ = h.Sync(context.Background(), SyncAsked, r, m, r, nil)
+		default:
+			h.Leave(r, m)
+			m.mark("LEFT " + r)
+			joined[r] = false
+		}
+	}
+	for r, ok := range joined {
+		if ok {
+			h.Leave(r, m)
+			m.mark("LEFT " + r)
+		}
+	}
+}
+
+// checkMemberships checks member i's log: no frame but joined reaches it
+// outside a membership (before joined or after leave).
+func (m *orderedMember) checkMemberships(t *testing.T, i int) {
+	t.Helper()
+	m.mu.Lock()
+	in := map[string]bool{} // room -> between joined and LEFT
+	for k, e := range m.log {
+		switch {
+		case strings.HasPrefix(e, "LEFT "):
+			in[strings.TrimPrefix(e, "LEFT ")] = false
+		case strings.HasPrefix(e, "FAILED "):
+		default:
+			r := roomOf(t, e)
+			if strings.Contains(e, `"type":"joined"`) {
+				in[r] = true
+			} else if !in[r] {
+				t.Errorf("member %d, entry %d: %s reached it outside a membership (before joined or after leave)", i, k, e)
 			}
 		}
-		m.mu.Unlock()
 	}
+	m.mu.Unlock()
 }
 
 func roomOf(t *testing.T, frame string) string {

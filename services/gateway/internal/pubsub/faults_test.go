@@ -41,68 +41,20 @@ func TestFlappingLinkKeepsSubscriptionsConsistent(t *testing.T) {
 		b, _ := newBroker(t, rdb, sharded, 300*time.Millisecond, 200*time.Millisecond)
 
 		stop := make(chan struct{})
-		flapDone := make(chan struct{})
-		go func() {
-			defer close(flapDone)
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					px.Freeze(false)
-					return
-				case <-time.After(300 * time.Millisecond):
-				}
-				px.Freeze(i%2 == 0)
-				if i%7 == 6 {
-					px.Cut()
-				}
-			}
-		}()
-		const deadline = 500 * time.Millisecond
-		var mu sync.Mutex
-		refs := map[string]int{}
+		flapDone := flapPath(px, stop)
+		refs := &channelRefs{n: map[string]int{}}
 		var wg sync.WaitGroup
 		for w := 0; w < 8; w++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				held := map[string]int{}
-				for j := 0; j < 150; j++ {
-					ch := "flap" + strconv.Itoa((w*3+j)%12)
-					if held[ch] > 0 && j%2 == 1 {
-						b.Unsubscribe(ch)
-						held[ch]--
-						mu.Lock()
-						refs[ch]--
-						mu.Unlock()
-						continue
-					}
-					mu.Lock()
-					refs[ch]++
-					mu.Unlock()
-					held[ch]++
-					ctx, cancel := context.WithTimeout(context.Background(), deadline)
-					start := time.Now()
-					_ = b.Subscribe(ctx, ch) // counted whatever the outcome
-					cancel()
-					if took := time.Since(start); took > deadline+time.Second {
-						t.Errorf("Subscribe(%s) took %v with a %v deadline", ch, took, deadline)
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				refs.churn(t, b, w)
 			}()
 		}
 		wg.Wait()
 		close(stop)
 		<-flapDone
-		var want []string
-		mu.Lock()
-		for ch, n := range refs {
-			if n > 0 {
-				want = append(want, ch)
-			}
-		}
-		mu.Unlock()
-		slices.Sort(want)
+		want := refs.held()
 		ctx := context.Background()
 		var got []string
 		for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
@@ -124,6 +76,81 @@ func TestFlappingLinkKeepsSubscriptionsConsistent(t *testing.T) {
 			}
 		}
 	})
+}
+
+// flapPath freezes and thaws px every 300 ms, and cuts it every seventh
+// time, until stop is closed; then it thaws px and closes the returned
+// channel.
+func flapPath(px *faultproxy.Proxy, stop <-chan struct{}) <-chan struct{} {
+	flapDone := make(chan struct{})
+	go func() {
+		defer close(flapDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				px.Freeze(false)
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			px.Freeze(i%2 == 0)
+			if i%7 == 6 {
+				px.Cut()
+			}
+		}
+	}()
+	return flapDone
+}
+
+// channelRefs counts the subscribers of each channel across the goroutines
+// of TestFlappingLinkKeepsSubscriptionsConsistent.
+type channelRefs struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// churn is worker w's 150 Subscribes and Unsubscribes of channels flap0 to
+// flap11 on b, each Subscribe with a 500 ms deadline it must keep (+1 s).
+func (r *channelRefs) churn(t *testing.T, b *Redis, w int) {
+	t.Helper()
+	const deadline = 500 * time.Millisecond
+	held := map[string]int{}
+	for j := 0; j < 150; j++ {
+		ch := "flap" + strconv.Itoa((w*3+j)%12)
+		if held[ch] > 0 && j%2 == 1 {
+			b.Unsubscribe(ch)
+			held[ch]--
+			r.mu.Lock()
+			r.n[ch]--
+			r.mu.Unlock()
+			continue
+		}
+		r.mu.Lock()
+		r.n[ch]++
+		r.mu.Unlock()
+		held[ch]++
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		start := time.Now()
+		_ = b.Subscribe(ctx, ch) // counted whatever the outcome
+		cancel()
+		if took := time.Since(start); took > deadline+time.Second {
+			t.Errorf("Subscribe(%s) took %v with a %v deadline", ch, took, deadline)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// held is the channels with subscribers, sorted.
+func (r *channelRefs) held() []string {
+	var want []string
+	r.mu.Lock()
+	for ch, n := range r.n {
+		if n > 0 {
+			want = append(want, ch)
+		}
+	}
+	r.mu.Unlock()
+	slices.Sort(want)
+	return want
 }
 
 // Many joins at once: a session serves one frame at a

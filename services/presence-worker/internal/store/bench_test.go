@@ -279,55 +279,15 @@ func mustOutcome(b *testing.B, want Outcome) func(Outcome, error) {
 // run (the same, seen from outside, plus the machine's scheduling noise).
 func BenchmarkStores(b *testing.B) {
 	p := startPrivateRedis(b)
-	ctx := context.Background()
 	for _, size := range benchKeyspaces(b) {
 		p.populate(b, size)
 		ks := "keyspace=" + sizeLabel(size)
 		for _, kind := range storetest.Kinds {
 			st, n := benchStore(b, kind, p.rdb)
 			pfx := ks + "/store=" + kind
-			b.Run(pfx+"/op=start_new", func(b *testing.B) {
-				defer p.dropPrefix(b, n.KeyPrefix())
-				ok := mustOutcome(b, OutcomeStarted)
-				b.ReportAllocs()
-				p.serverCost(b, scriptCmds, func() {
-					for i := range b.N {
-						ok(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "room-" + strconv.Itoa(i), User: "user-" + strconv.Itoa(i), Name: "Some Body", Conn: "gw-a1b2:" + strconv.Itoa(i), Seq: 1}))
-					}
-				})
-			})
-			b.Run(pfx+"/op=refresh", func(b *testing.B) {
-				defer p.dropPrefix(b, n.KeyPrefix())
-				cmd := protocol.Command{V: 1, Op: "start", Room: "busy", User: "alice", Name: "Alice", Conn: "gw-a1b2:17"}
-				_, _ = st.Start(ctx, cmd)
-				ok := mustOutcome(b, OutcomeThrottled)
-				b.ReportAllocs()
-				b.ResetTimer()
-				p.serverCost(b, scriptCmds, func() {
-					for range b.N {
-						ok(st.Start(ctx, cmd))
-					}
-				})
-			})
-			b.Run(pfx+"/op=stop", func(b *testing.B) {
-				defer p.dropPrefix(b, n.KeyPrefix())
-				cmd := func(i int) protocol.Command {
-					return protocol.Command{V: 1, Op: "start", Room: "room-" + strconv.Itoa(i), User: "user-" + strconv.Itoa(i), Conn: "gw-a1b2:" + strconv.Itoa(i), Seq: 1}
-				}
-				for i := range b.N {
-					_, _ = st.Start(ctx, cmd(i))
-				}
-				ok := mustOutcome(b, OutcomeStopped)
-				b.ReportAllocs()
-				b.ResetTimer()
-				p.serverCost(b, scriptCmds, func() {
-					for i := range b.N {
-						c := cmd(i)
-						c.Op, c.Seq = "stop", 2
-						ok(st.Stop(ctx, c, protocol.ReasonStopped))
-					}
-				})
-			})
+			b.Run(pfx+"/op=start_new", func(b *testing.B) { benchStartNew(b, p, st, n) })
+			b.Run(pfx+"/op=refresh", func(b *testing.B) { benchRefresh(b, p, st, n) })
+			b.Run(pfx+"/op=stop", func(b *testing.B) { benchStop(b, p, st, n) })
 			// A stop of a user after benchChurn connections of theirs
 			// started, stopped and disconnected (benchChurnedStop).
 			b.Run(pfx+"/op=stop_churned", func(b *testing.B) {
@@ -350,29 +310,83 @@ func BenchmarkStores(b *testing.B) {
 				}
 			}
 		}
-		// What the seed forbids: pattern 1's listing with KEYS, one
-		// blocking O(keyspace) call, with 10 typists in the room.
-		b.Run(ks+"/op=KEYS", func(b *testing.B) {
-			st, n := benchStore(b, config.StoreKeys, p.rdb)
-			defer p.dropPrefix(b, n.KeyPrefix())
-			for i := range 10 {
-				_, _ = st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "r", User: "u" + strconv.Itoa(i), Conn: "c"})
-			}
-			pattern := n.TypistPattern("r")
-			b.ReportAllocs()
-			b.ResetTimer()
-			stop := p.probe(b)
-			p.serverCost(b, keysCmds, func() {
-				for range b.N {
-					keys, err := p.rdb.Keys(ctx, pattern).Result()
-					if err != nil || len(keys) != 10 {
-						b.Fatalf("KEYS: %d keys, %v", len(keys), err)
-					}
-				}
-			})
-			stop()
-		})
+		b.Run(ks+"/op=KEYS", func(b *testing.B) { benchKEYS(b, p) })
 	}
+}
+
+// benchStartNew times a start of a new user in a new room, b.N of them.
+func benchStartNew(b *testing.B, p *privateRedis, st Store, n names.Names) {
+	ctx := context.Background()
+	defer p.dropPrefix(b, n.KeyPrefix())
+	ok := mustOutcome(b, OutcomeStarted)
+	b.ReportAllocs()
+	p.serverCost(b, scriptCmds, func() {
+		for i := range b.N {
+			ok(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "room-" + strconv.Itoa(i), User: "user-" + strconv.Itoa(i), Name: "Some Body", Conn: "gw-a1b2:" + strconv.Itoa(i), Seq: 1}))
+		}
+	})
+}
+
+// benchRefresh times a throttled refresh of one typing user.
+func benchRefresh(b *testing.B, p *privateRedis, st Store, n names.Names) {
+	ctx := context.Background()
+	defer p.dropPrefix(b, n.KeyPrefix())
+	cmd := protocol.Command{V: 1, Op: "start", Room: "busy", User: "alice", Name: "Alice", Conn: "gw-a1b2:17"}
+	_, _ = st.Start(ctx, cmd)
+	ok := mustOutcome(b, OutcomeThrottled)
+	b.ReportAllocs()
+	b.ResetTimer()
+	p.serverCost(b, scriptCmds, func() {
+		for range b.N {
+			ok(st.Start(ctx, cmd))
+		}
+	})
+}
+
+// benchStop times the stop of b.N typing users, each alone in a room.
+func benchStop(b *testing.B, p *privateRedis, st Store, n names.Names) {
+	ctx := context.Background()
+	defer p.dropPrefix(b, n.KeyPrefix())
+	cmd := func(i int) protocol.Command {
+		return protocol.Command{V: 1, Op: "start", Room: "room-" + strconv.Itoa(i), User: "user-" + strconv.Itoa(i), Conn: "gw-a1b2:" + strconv.Itoa(i), Seq: 1}
+	}
+	for i := range b.N {
+		_, _ = st.Start(ctx, cmd(i))
+	}
+	ok := mustOutcome(b, OutcomeStopped)
+	b.ReportAllocs()
+	b.ResetTimer()
+	p.serverCost(b, scriptCmds, func() {
+		for i := range b.N {
+			c := cmd(i)
+			c.Op, c.Seq = "stop", 2
+			ok(st.Stop(ctx, c, protocol.ReasonStopped))
+		}
+	})
+}
+
+// benchKEYS times what the seed forbids: pattern 1's listing with KEYS,
+// one blocking O(keyspace) call, with 10 typists in the room.
+func benchKEYS(b *testing.B, p *privateRedis) {
+	ctx := context.Background()
+	st, n := benchStore(b, config.StoreKeys, p.rdb)
+	defer p.dropPrefix(b, n.KeyPrefix())
+	for i := range 10 {
+		_, _ = st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "r", User: "u" + strconv.Itoa(i), Conn: "c"})
+	}
+	pattern := n.TypistPattern("r")
+	b.ReportAllocs()
+	b.ResetTimer()
+	stop := p.probe(b)
+	p.serverCost(b, keysCmds, func() {
+		for range b.N {
+			keys, err := p.rdb.Keys(ctx, pattern).Result()
+			if err != nil || len(keys) != 10 {
+				b.Fatalf("KEYS: %d keys, %v", len(keys), err)
+			}
+		}
+	})
+	stop()
 }
 
 // benchSnapshot times Snapshot of a room with typists typists (one
@@ -413,97 +427,125 @@ type memoryResult struct {
 // connection, a 9-byte name and a seq; B/typist counts every key the store
 // writes. ns/op is meaningless here.
 func BenchmarkMemoryPerTypist(b *testing.B) {
-	p := startPrivateRedis(b)
-	ctx := context.Background()
-	const total = 10000
-	used := func() float64 {
-		_ = p.rdb.Do(ctx, "MEMORY", "PURGE").Err()
-		s := p.rdb.Info(ctx, "memory").Val()
-		for _, l := range strings.Split(s, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				return f
-			}
-		}
-		b.Fatal("no used_memory in INFO")
-		return 0
-	}
-	// usageByKind sums MEMORY USAGE of every key by the first segments of
-	// its name before the hash tag (typing:user, typing:users, typing:{
-	// for the keys store's typist keys, typing:sweep; see shared/names).
-	usageByKind := func(prefix string) map[string]float64 {
-		out := map[string]float64{}
-		iter := p.rdb.Scan(ctx, 0, prefix+"*", 10000).Iterator()
-		for iter.Next(ctx) {
-			k := iter.Val()
-			rest := strings.TrimPrefix(k, prefix)
-			kind := rest
-			if i := strings.IndexByte(rest, '{'); i >= 0 {
-				kind = rest[:i] + "{R}"
-			}
-			u, _ := p.rdb.MemoryUsage(ctx, k).Result()
-			out[kind] += float64(u) / total
-		}
-		return out
-	}
-	measure := func(fill func(), prefix string) memoryResult {
-		if err := p.rdb.FlushAll(ctx).Err(); err != nil { // the private server only
-			b.Fatal(err)
-		}
-		before := used()
-		fill()
-		r := memoryResult{byKind: usageByKind(prefix)}
-		r.all = (used() - before) / total
-		return r
-	}
-	report := func(name string, r memoryResult) {
-		b.Run(name, func(b *testing.B) {
-			for b.Loop() {
-			}
-			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(r.all, "B/typist")
-			var parts []string
-			for _, k := range slices.Sorted(maps.Keys(r.byKind)) {
-				parts = append(parts, fmt.Sprintf("%s=%.0f", k, r.byKind[k]))
-			}
-			b.Logf("MEMORY USAGE per typist by key: %s", strings.Join(parts, " "))
-		})
-	}
+	m := &memoryBench{b: b, p: startPrivateRedis(b), ctx: context.Background()}
 	for _, perRoom := range []int{1, 10, 100} {
 		for _, kind := range storetest.Kinds {
-			r := measure(func() {
-				st, _ := benchStore(b, kind, p.rdb)
-				for i := range total {
-					if _, err := st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: fmt.Sprintf("room-%06d", i/perRoom), User: fmt.Sprintf("user-%06d", i), Name: "Some Body", Conn: fmt.Sprintf("gw-a1b2:%06d", i), Seq: 1}); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}, "b:")
-			report(fmt.Sprintf("store=%s/typists_per_room=%d", kind, perRoom), r)
+			r := m.measure(func() { m.fillStore(kind, perRoom) }, "b:")
+			m.report(fmt.Sprintf("store=%s/typists_per_room=%d", kind, perRoom), r)
 		}
 		// The seed's bare patterns, for reference (no names, seq, throttle).
 		n := names.New("b:", "")
-		r := measure(func() {
-			pipe := p.rdb.Pipeline()
-			for i := range total {
-				pipe.Set(ctx, n.TypistKey(fmt.Sprintf("room-%06d", i/perRoom), fmt.Sprintf("user-%06d", i)), "1", 5*time.Second)
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}, "b:")
-		report(fmt.Sprintf("seed=pattern1_string/typists_per_room=%d", perRoom), r)
-		r = measure(func() {
-			pipe := p.rdb.Pipeline()
-			exp := float64(time.Now().Add(5 * time.Second).UnixMilli())
-			for i := range total {
-				pipe.ZAdd(ctx, n.UsersKey(fmt.Sprintf("room-%06d", i/perRoom)), redis.Z{Score: exp, Member: fmt.Sprintf("user-%06d", i)})
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}, "b:")
-		report(fmt.Sprintf("seed=pattern2_zset/typists_per_room=%d", perRoom), r)
+		r := m.measure(func() { m.fillPattern1(n, perRoom) }, "b:")
+		m.report(fmt.Sprintf("seed=pattern1_string/typists_per_room=%d", perRoom), r)
+		r = m.measure(func() { m.fillPattern2(n, perRoom) }, "b:")
+		m.report(fmt.Sprintf("seed=pattern2_zset/typists_per_room=%d", perRoom), r)
+	}
+}
+
+// memoryTypists is how many typists each BenchmarkMemoryPerTypist
+// measurement writes.
+const memoryTypists = 10000
+
+// memoryBench is BenchmarkMemoryPerTypist's private server.
+type memoryBench struct {
+	b   *testing.B
+	p   *privateRedis
+	ctx context.Context
+}
+
+// used is INFO used_memory after MEMORY PURGE (bytes).
+func (m *memoryBench) used() float64 {
+	_ = m.p.rdb.Do(m.ctx, "MEMORY", "PURGE").Err()
+	s := m.p.rdb.Info(m.ctx, "memory").Val()
+	for _, l := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	m.b.Fatal("no used_memory in INFO")
+	return 0
+}
+
+// usageByKind sums MEMORY USAGE of every key by the first segments of
+// its name before the hash tag (typing:user, typing:users, typing:{
+// for the keys store's typist keys, typing:sweep; see shared/names).
+func (m *memoryBench) usageByKind(prefix string) map[string]float64 {
+	out := map[string]float64{}
+	iter := m.p.rdb.Scan(m.ctx, 0, prefix+"*", 10000).Iterator()
+	for iter.Next(m.ctx) {
+		k := iter.Val()
+		rest := strings.TrimPrefix(k, prefix)
+		kind := rest
+		if i := strings.IndexByte(rest, '{'); i >= 0 {
+			kind = rest[:i] + "{R}"
+		}
+		u, _ := m.p.rdb.MemoryUsage(m.ctx, k).Result()
+		out[kind] += float64(u) / memoryTypists
+	}
+	return out
+}
+
+// measure empties the server, runs fill, and returns the memory it added
+// per typist.
+func (m *memoryBench) measure(fill func(), prefix string) memoryResult {
+	if err := m.p.rdb.FlushAll(m.ctx).Err(); err != nil { // the private server only
+		m.b.Fatal(err)
+	}
+	before := m.used()
+	fill()
+	r := memoryResult{byKind: m.usageByKind(prefix)}
+	r.all = (m.used() - before) / memoryTypists
+	return r
+}
+
+// report runs the sub-benchmark name, which reports r.
+func (m *memoryBench) report(name string, r memoryResult) {
+	m.b.Run(name, func(b *testing.B) {
+		for b.Loop() {
+		}
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(r.all, "B/typist")
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(r.byKind)) {
+			parts = append(parts, fmt.Sprintf("%s=%.0f", k, r.byKind[k]))
+		}
+		b.Logf("MEMORY USAGE per typist by key: %s", strings.Join(parts, " "))
+	})
+}
+
+// fillStore starts memoryTypists typists, perRoom to a room, in a store
+// of kind.
+func (m *memoryBench) fillStore(kind string, perRoom int) {
+	st, _ := benchStore(m.b, kind, m.p.rdb)
+	for i := range memoryTypists {
+		if _, err := st.Start(m.ctx, protocol.Command{V: 1, Op: "start", Room: fmt.Sprintf("room-%06d", i/perRoom), User: fmt.Sprintf("user-%06d", i), Name: "Some Body", Conn: fmt.Sprintf("gw-a1b2:%06d", i), Seq: 1}); err != nil {
+			m.b.Fatal(err)
+		}
+	}
+}
+
+// fillPattern1 writes the seed's pattern 1: one string per typist (SET PX).
+func (m *memoryBench) fillPattern1(n names.Names, perRoom int) {
+	pipe := m.p.rdb.Pipeline()
+	for i := range memoryTypists {
+		pipe.Set(m.ctx, n.TypistKey(fmt.Sprintf("room-%06d", i/perRoom), fmt.Sprintf("user-%06d", i)), "1", 5*time.Second)
+	}
+	if _, err := pipe.Exec(m.ctx); err != nil {
+		m.b.Fatal(err)
+	}
+}
+
+// fillPattern2 writes the seed's pattern 2: one sorted-set member per
+// typist.
+func (m *memoryBench) fillPattern2(n names.Names, perRoom int) {
+	pipe := m.p.rdb.Pipeline()
+	exp := float64(time.Now().Add(5 * time.Second).UnixMilli())
+	for i := range memoryTypists {
+		pipe.ZAdd(m.ctx, n.UsersKey(fmt.Sprintf("room-%06d", i/perRoom)), redis.Z{Score: exp, Member: fmt.Sprintf("user-%06d", i)})
+	}
+	if _, err := pipe.Exec(m.ctx); err != nil {
+		m.b.Fatal(err)
 	}
 }
 

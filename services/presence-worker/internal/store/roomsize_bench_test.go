@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/storetest"
+	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -52,167 +53,20 @@ import (
 func BenchmarkRoomSize(b *testing.B) {
 	p := startPrivateRedis(b)
 	ctx := context.Background()
-	b.Run("op=eval_return_1", func(b *testing.B) {
-		// The machine's floor: an empty script, EVALSHA "return 1".
-		script := redisScriptReturn1
-		_ = script.Load(ctx, p.rdb).Err()
-		var s samples
-		for range b.N {
-			before := evalsUsec(b, p)
-			if err := script.Run(ctx, p.rdb, nil).Err(); err != nil {
-				b.Fatal(err)
-			}
-			s.add(evalsUsec(b, p) - before)
-		}
-		s.report(b)
-	})
+	b.Run("op=eval_return_1", func(b *testing.B) { benchEvalReturn1(ctx, b, p) })
 	for _, size := range []int{10, 1000, 10000} {
 		for _, kind := range storetest.Kinds {
 			pfx := "entries=" + strconv.Itoa(size) + "/store=" + kind
 			st, n := benchStore(b, kind, p.rdb)
 			fillRoom(b, st, "big", size)
-			evals := func() int64 { return evalsUsec(b, p) }
-			measure := func(b *testing.B, f func(i int)) {
-				var s samples
-				for i := range b.N {
-					before := evals()
-					f(i)
-					s.add(evals() - before)
-				}
-				s.report(b)
-			}
-			b.Run(pfx+"/op=refresh", func(b *testing.B) {
-				ok := mustOutcome(b, OutcomeThrottled)
-				cmd := protocol.Command{V: 1, Op: "start", Room: "big", User: "user-1", Name: "Some Body", Conn: "gw:1"}
-				measure(b, func(int) { ok(st.Start(ctx, cmd)) })
-			})
-			// The same throttled refresh back to back, spread over the room's
-			// users (user-i, round robin), one client: Redis stays busy, and
-			// the mean is usec_per_call as INFO commandstats gives it over a
-			// run, without the per-call INFO of op=refresh. A pass over
-			// every user first (not measured) makes each user's score
-			// recent, so that every size measures the same call: a
-			// throttled refresh moves the score (ZADD) only when it lags by
-			// more than the index lag (scripts/lib.lua, INDEX_LAG_MS: once
-			// a second per user), and without the pass the first refresh
-			// of each user would, which is half the calls at 10,000
-			// entries and almost none at 10. zadd/op reports the share
-			// that still did.
-			b.Run(pfx+"/op=refresh_run", func(b *testing.B) {
-				ok := mustOutcome(b, OutcomeThrottled)
-				refresh := func(i int) {
-					u := strconv.Itoa(i % size)
-					ok(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: "user-" + u, Name: "Some Body", Conn: "gw:" + u}))
-				}
-				for i := range size {
-					refresh(i)
-				}
-				run := startRun(b, p)
-				for i := range b.N {
-					refresh(i)
-				}
-				run.report(b)
-			})
-			// The throttled refreshes of refresh_run (after the same pass),
-			// each with its connection's next seq, 64 per Apply: one
-			// pipeline per round trip, as a busy worker's shards send what
-			// they took off NATS (an idle worker sends each command alone,
-			// as refresh_run does). The seq adds a field to the call's
-			// writes: the q:<conn> field of the user hash.
-			b.Run(pfx+"/op=refresh_batch", func(b *testing.B) {
-				const batch = 64
-				cmds := make([]protocol.Command, 0, batch)
-				seq0 := uint64(runID.Add(1)) << 32 // above fillRoom's seq 1 and every earlier run's
-				// flush applies the commands queued so far, if any.
-				flush := func() {
-					if len(cmds) == 0 {
-						return
-					}
-					outs, errs := st.Apply(ctx, cmds)
-					for i := range cmds {
-						if errs[i] != nil || outs[i] != OutcomeThrottled {
-							b.Fatalf("outcome %q, %v; want %q", outs[i], errs[i], OutcomeThrottled)
-						}
-					}
-					cmds = cmds[:0]
-				}
-				refresh := func(i int, seq uint64) {
-					u := strconv.Itoa(i % size)
-					cmds = append(cmds, protocol.Command{V: 1, Op: "start", Room: "big", User: "user-" + u, Name: "Some Body", Conn: "gw:" + u, Seq: seq})
-					if len(cmds) == batch {
-						flush()
-					}
-				}
-				for i := range size {
-					refresh(i, seq0)
-				}
-				flush()
-				run := startRun(b, p)
-				for i := range b.N {
-					refresh(i, seq0+1+uint64(i/size))
-				}
-				flush()
-				run.report(b)
-			})
-			// Start then stop of a new user, back to back (two state changes
-			// per iteration): the mean per call over the run.
-			b.Run(pfx+"/op=toggle_run", func(b *testing.B) {
-				okStart, okStop := mustOutcome(b, OutcomeStarted), mustOutcome(b, OutcomeStopped)
-				before := evals()
-				for range b.N {
-					i := strconv.FormatInt(runID.Add(1), 10)
-					u, c := "tog-"+i, "gw:t"+i
-					okStart(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: u, Name: "New", Conn: c}))
-					okStop(st.Stop(ctx, protocol.Command{V: 1, Op: "stop", Room: "big", User: u, Conn: c}, protocol.ReasonStopped))
-				}
-				b.ReportMetric(float64(evals()-before)/float64(2*b.N), "run-srv-µs/op")
-			})
-			b.Run(pfx+"/op=first_start", func(b *testing.B) {
-				ok, okStop := mustOutcome(b, OutcomeStarted), mustOutcome(b, OutcomeStopped)
-				var s samples
-				for range b.N {
-					i := strconv.FormatInt(runID.Add(1), 10)
-					u, c := "new-"+i, "gw:n"+i
-					before := evals()
-					ok(st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: u, Name: "New", Conn: c}))
-					s.add(evals() - before)
-					okStop(st.Stop(ctx, protocol.Command{V: 1, Op: "stop", Room: "big", User: u, Conn: c}, protocol.ReasonStopped))
-				}
-				s.report(b)
-			})
-			b.Run(pfx+"/op=stop", func(b *testing.B) {
-				ok := mustOutcome(b, OutcomeStopped)
-				var s samples
-				for range b.N {
-					i := strconv.FormatInt(runID.Add(1), 10)
-					u := "stop-" + i
-					_, _ = st.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: u, Conn: "gw:s" + i})
-					before := evals()
-					ok(st.Stop(ctx, protocol.Command{V: 1, Op: "stop", Room: "big", User: u, Conn: "gw:s" + i}, protocol.ReasonStopped))
-					s.add(evals() - before)
-				}
-				s.report(b)
-			})
-			b.Run(pfx+"/op=sweep", func(b *testing.B) {
-				m, _ := newMetrics(prometheus.NewRegistry(), false)
-				short, err := New(Options{Kind: kind, PubSub: storetest.PubSub, Redis: p.rdb, Names: n, TTL: 20 * time.Millisecond, Throttle: 10 * time.Millisecond, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = st.Sweep(ctx) // settle the index
-				var s samples
-				for range b.N {
-					_, _ = short.Start(ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: "exp-" + strconv.FormatInt(runID.Add(1), 10), Conn: "gw:e"})
-					time.Sleep(30 * time.Millisecond)
-					before := evals()
-					res, err := st.Sweep(ctx)
-					s.add(evals() - before)
-					if err != nil || res.Stops != 1 {
-						b.Fatalf("sweep: %+v, %v; want 1 stop", res, err)
-					}
-				}
-				s.report(b)
-			})
+			r := &roomSizeRun{ctx: ctx, parent: b, p: p, kind: kind, size: size, st: st, n: n}
+			b.Run(pfx+"/op=refresh", r.refresh)
+			b.Run(pfx+"/op=refresh_run", r.refreshRun)
+			b.Run(pfx+"/op=refresh_batch", r.refreshBatch)
+			b.Run(pfx+"/op=toggle_run", r.toggleRun)
+			b.Run(pfx+"/op=first_start", r.firstStart)
+			b.Run(pfx+"/op=stop", r.stop)
+			b.Run(pfx+"/op=sweep", r.sweep)
 			p.dropPrefix(b, n.KeyPrefix())
 		}
 	}
@@ -223,6 +77,185 @@ func BenchmarkRoomSize(b *testing.B) {
 			benchChurnedStop(b, st, func() int64 { return evalsUsec(b, p) })
 		})
 	}
+}
+
+// benchEvalReturn1 is op=eval_return_1, the machine's floor: an empty
+// script, EVALSHA "return 1".
+func benchEvalReturn1(ctx context.Context, b *testing.B, p *privateRedis) {
+	script := redisScriptReturn1
+	_ = script.Load(ctx, p.rdb).Err()
+	var s samples
+	for range b.N {
+		before := evalsUsec(b, p)
+		if err := script.Run(ctx, p.rdb, nil).Err(); err != nil {
+			b.Fatal(err)
+		}
+		s.add(evalsUsec(b, p) - before)
+	}
+	s.report(b)
+}
+
+// roomSizeRun is one room of BenchmarkRoomSize: a store of kind holding
+// size live entries in room "big"; its methods are the operations
+// measured on it, each a sub-benchmark.
+type roomSizeRun struct {
+	ctx    context.Context
+	parent *testing.B // the benchmark whose INFO reads fail it
+	p      *privateRedis
+	kind   string
+	size   int
+	st     Store
+	n      names.Names
+}
+
+// evals is the server's total time in EVALSHA and EVAL so far (µs).
+func (r *roomSizeRun) evals() int64 { return evalsUsec(r.parent, r.p) }
+
+// measure runs f b.N times and reports the server time of each call.
+func (r *roomSizeRun) measure(b *testing.B, f func(i int)) {
+	var s samples
+	for i := range b.N {
+		before := r.evals()
+		f(i)
+		s.add(r.evals() - before)
+	}
+	s.report(b)
+}
+
+func (r *roomSizeRun) refresh(b *testing.B) {
+	ok := mustOutcome(b, OutcomeThrottled)
+	cmd := protocol.Command{V: 1, Op: "start", Room: "big", User: "user-1", Name: "Some Body", Conn: "gw:1"}
+	r.measure(b, func(int) { ok(r.st.Start(r.ctx, cmd)) })
+}
+
+// refreshRun is the same throttled refresh back to back, spread over the
+// room's users (user-i, round robin), one client: Redis stays busy, and
+// the mean is usec_per_call as INFO commandstats gives it over a run,
+// without the per-call INFO of op=refresh. A pass over every user first
+// (not measured) makes each user's score recent, so that every size
+// measures the same call: a throttled refresh moves the score (ZADD) only
+// when it lags by more than the index lag (scripts/lib.lua, INDEX_LAG_MS:
+// once a second per user), and without the pass the first refresh of each
+// user would, which is half the calls at 10,000 entries and almost none at
+// 10. zadd/op reports the share that still did.
+func (r *roomSizeRun) refreshRun(b *testing.B) {
+	ok := mustOutcome(b, OutcomeThrottled)
+	refresh := func(i int) {
+		u := strconv.Itoa(i % r.size)
+		ok(r.st.Start(r.ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: "user-" + u, Name: "Some Body", Conn: "gw:" + u}))
+	}
+	for i := range r.size {
+		refresh(i)
+	}
+	run := startRun(b, r.p)
+	for i := range b.N {
+		refresh(i)
+	}
+	run.report(b)
+}
+
+// refreshBatch is the throttled refreshes of refresh_run (after the same
+// pass), each with its connection's next seq, 64 per Apply: one pipeline
+// per round trip, as a busy worker's shards send what they took off NATS
+// (an idle worker sends each command alone, as refresh_run does). The seq
+// adds a field to the call's writes: the q:<conn> field of the user hash.
+func (r *roomSizeRun) refreshBatch(b *testing.B) {
+	const batch = 64
+	cmds := make([]protocol.Command, 0, batch)
+	seq0 := uint64(runID.Add(1)) << 32 // above fillRoom's seq 1 and every earlier run's
+	// flush applies the commands queued so far, if any.
+	flush := func() {
+		if len(cmds) == 0 {
+			return
+		}
+		outs, errs := r.st.Apply(r.ctx, cmds)
+		for i := range cmds {
+			if errs[i] != nil || outs[i] != OutcomeThrottled {
+				b.Fatalf("outcome %q, %v; want %q", outs[i], errs[i], OutcomeThrottled)
+			}
+		}
+		cmds = cmds[:0]
+	}
+	refresh := func(i int, seq uint64) {
+		u := strconv.Itoa(i % r.size)
+		cmds = append(cmds, protocol.Command{V: 1, Op: "start", Room: "big", User: "user-" + u, Name: "Some Body", Conn: "gw:" + u, Seq: seq})
+		if len(cmds) == batch {
+			flush()
+		}
+	}
+	for i := range r.size {
+		refresh(i, seq0)
+	}
+	flush()
+	run := startRun(b, r.p)
+	for i := range b.N {
+		refresh(i, seq0+1+uint64(i/r.size))
+	}
+	flush()
+	run.report(b)
+}
+
+// toggleRun is a start then stop of a new user, back to back (two state
+// changes per iteration): the mean per call over the run.
+func (r *roomSizeRun) toggleRun(b *testing.B) {
+	okStart, okStop := mustOutcome(b, OutcomeStarted), mustOutcome(b, OutcomeStopped)
+	before := r.evals()
+	for range b.N {
+		i := strconv.FormatInt(runID.Add(1), 10)
+		u, c := "tog-"+i, "gw:t"+i
+		okStart(r.st.Start(r.ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: u, Name: "New", Conn: c}))
+		okStop(r.st.Stop(r.ctx, protocol.Command{V: 1, Op: "stop", Room: "big", User: u, Conn: c}, protocol.ReasonStopped))
+	}
+	b.ReportMetric(float64(r.evals()-before)/float64(2*b.N), "run-srv-µs/op")
+}
+
+func (r *roomSizeRun) firstStart(b *testing.B) {
+	ok, okStop := mustOutcome(b, OutcomeStarted), mustOutcome(b, OutcomeStopped)
+	var s samples
+	for range b.N {
+		i := strconv.FormatInt(runID.Add(1), 10)
+		u, c := "new-"+i, "gw:n"+i
+		before := r.evals()
+		ok(r.st.Start(r.ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: u, Name: "New", Conn: c}))
+		s.add(r.evals() - before)
+		okStop(r.st.Stop(r.ctx, protocol.Command{V: 1, Op: "stop", Room: "big", User: u, Conn: c}, protocol.ReasonStopped))
+	}
+	s.report(b)
+}
+
+func (r *roomSizeRun) stop(b *testing.B) {
+	ok := mustOutcome(b, OutcomeStopped)
+	var s samples
+	for range b.N {
+		i := strconv.FormatInt(runID.Add(1), 10)
+		u := "stop-" + i
+		_, _ = r.st.Start(r.ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: u, Conn: "gw:s" + i})
+		before := r.evals()
+		ok(r.st.Stop(r.ctx, protocol.Command{V: 1, Op: "stop", Room: "big", User: u, Conn: "gw:s" + i}, protocol.ReasonStopped))
+		s.add(r.evals() - before)
+	}
+	s.report(b)
+}
+
+func (r *roomSizeRun) sweep(b *testing.B) {
+	m, _ := newMetrics(prometheus.NewRegistry(), false)
+	short, err := New(Options{Kind: r.kind, PubSub: storetest.PubSub, Redis: r.p.rdb, Names: r.n, TTL: 20 * time.Millisecond, Throttle: 10 * time.Millisecond, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = r.st.Sweep(r.ctx) // settle the index
+	var s samples
+	for range b.N {
+		_, _ = short.Start(r.ctx, protocol.Command{V: 1, Op: "start", Room: "big", User: "exp-" + strconv.FormatInt(runID.Add(1), 10), Conn: "gw:e"})
+		time.Sleep(30 * time.Millisecond)
+		before := r.evals()
+		res, err := r.st.Sweep(r.ctx)
+		s.add(r.evals() - before)
+		if err != nil || res.Stops != 1 {
+			b.Fatalf("sweep: %+v, %v; want 1 stop", res, err)
+		}
+	}
+	s.report(b)
 }
 
 // benchChurn is how many connections of one user op=stop/churned ran
