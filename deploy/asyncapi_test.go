@@ -277,13 +277,6 @@ func TestAsyncAPIExamplesDecodeInGo(t *testing.T) {
 
 func TestAsyncAPISchemasAcceptGoMessages(t *testing.T) {
 	doc := loadAsyncAPI(t)
-	enc := func(v any) []byte {
-		b, err := protocol.Encode(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
 	long := strings.Repeat("é", protocol.MaxIDBytes/2) // 256 bytes, 128 characters
 	odd := []string{"42", "room:42", "!abc:matrix.org", "a*b?c[d]", "{x}", "café ☕", "a b", ".", long}
 	snaps := []protocol.Snapshot{
@@ -291,76 +284,21 @@ func TestAsyncAPISchemasAcceptGoMessages(t *testing.T) {
 		{Users: []protocol.Typist{{User: "alice", Name: "Alice"}}, Total: 1},
 		{Users: []protocol.Typist{{User: "bob"}, {User: long, Name: `<b>&"`}}, Total: 250},
 	}
-	type produced struct {
-		id  string
-		msg []byte
-	}
-	var all []produced
-	add := func(id string, msg []byte) { all = append(all, produced{id, msg}) }
-
+	m := &goMessages{t: t}
 	for _, room := range odd {
 		for _, id := range []string{"", "c1"} {
-			for _, s := range snaps {
-				add("joined", enc(protocol.NewJoined(room, s, id)))
-				add("typing", enc(protocol.NewTypingSnapshot(room, s, id)))
-				add("joined", enc(protocol.NewJoined(room, s.WithoutUser("alice"), id)))
-			}
-			add("left", enc(protocol.NewLeft(room, id)))
-			add("pong", enc(protocol.NewPong(id)))
-			for _, code := range []string{protocol.CodeBadRequest, protocol.CodeUnknownType, protocol.CodeNotJoined,
-				protocol.CodeForbidden, protocol.CodeRoomLimit, protocol.CodeUnavailable, protocol.CodeInternal} {
-				add("error", enc(protocol.NewError(code, "room: must be 1..256 bytes, got 300", room, id)))
-			}
-			// Client frames as a Go client (the load generator, tests) writes them.
-			for typ, msgID := range map[string]string{protocol.TypeJoin: "join", protocol.TypeLeave: "leave",
-				protocol.TypeTypingStart: "typingStartCommand", protocol.TypeTypingStop: "typingStopCommand", protocol.TypeSync: "sync"} {
-				add(msgID, enc(protocol.ClientFrame{Type: typ, Room: room, ID: id}))
-			}
-			add("ping", enc(protocol.ClientFrame{Type: protocol.TypePing, ID: id}))
+			m.addWebSocketFrames(room, id, snaps)
 		}
-		add("error", enc(protocol.NewError(protocol.CodeRateLimited, "too many frames", "", "")))
-
-		// Room events: the worker's prefix, then Redis TIME and "}" (the Lua
-		// scripts append them).
-		event := func(ev protocol.RoomEvent) []byte {
-			return append(strconv.AppendInt(protocol.RoomEventPrefix(ev), 1764480000123, 10), '}')
-		}
-		// The NATS room events (ELLIPSIS_NATS_EVENTS) are the same bytes.
-		for _, name := range []string{"", "Alice", long} {
-			ev := event(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: room, User: "alice", Name: name, TTLMs: 5000})
-			add("typingStart", ev)
-			add("natsTypingStart", ev)
-		}
-		for _, reason := range []string{protocol.ReasonStopped, protocol.ReasonExpired, protocol.ReasonDisconnected, protocol.ReasonLeft} {
-			ev := event(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: long, Reason: reason})
-			add("typingStop", ev)
-			add("natsTypingStop", ev)
-		}
-
-		// NATS payloads as the gateway and the worker build them.
-		for _, c := range []protocol.Command{
-			{V: protocol.Version, Op: protocol.OpStart, Room: room, User: "alice", Name: "Alice", Conn: "gw-a1b2-5f3c:17", Seq: 1, TsMs: 1764480000000},
-			{V: protocol.Version, Op: protocol.OpStop, Room: room, User: "alice", Conn: "gw-a1b2-5f3c:17", Seq: 1<<64 - 1, TsMs: 1764480000000},
-			{V: protocol.Version, Op: protocol.OpLeave, Room: room, User: "alice", Conn: "gw:1", Seq: 3},
-			{V: protocol.Version, Op: protocol.OpStop, Room: room, User: "alice"},
-			{V: protocol.Version, Op: protocol.OpDisconnect, Rooms: []string{room, "lobby"}, User: "alice", Conn: "gw:1", Seq: 4},
-		} {
-			if err := c.Validate(); err != nil {
-				t.Fatalf("test command %+v: %v", c, err)
-			}
-			add("command", enc(c))
-		}
-		add("snapshotRequest", enc(protocol.SnapshotRequest{V: protocol.Version, Room: room}))
-		for _, s := range snaps {
-			add("snapshotReply", enc(protocol.SnapshotReply{V: protocol.Version, Room: room, Users: s.Users, Total: s.Total}))
-		}
+		m.add("error", m.enc(protocol.NewError(protocol.CodeRateLimited, "too many frames", "", "")))
+		m.addRoomEvents(room, long)
+		m.addNATSPayloads(room, snaps)
 	}
 	for _, code := range []string{protocol.CodeBadRequest, protocol.CodeUnavailable, protocol.CodeInternal} {
-		add("snapshotReply", enc(protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: code, Message: "typing state unavailable, retry"}}))
+		m.add("snapshotReply", m.enc(protocol.SnapshotReply{V: protocol.Version, Error: &protocol.ReplyError{Code: code, Message: "typing state unavailable, retry"}}))
 	}
 
 	seen := map[string]bool{}
-	for _, p := range all {
+	for _, p := range m.all {
 		seen[p.id] = true
 		if err := doc.validate(t, p.id, p.msg); err != nil {
 			t.Errorf("message %s: %s does not validate against docs/asyncapi.yaml: %v", p.id, p.msg, err)
@@ -370,6 +308,95 @@ func TestAsyncAPISchemasAcceptGoMessages(t *testing.T) {
 		if decode != nil && !seen[id] {
 			t.Errorf("message %s: no Go-produced message checked against its schema", id)
 		}
+	}
+}
+
+// producedMessage is one message the Go code builds, with the AsyncAPI
+// message id whose schema it must match.
+type producedMessage struct {
+	id  string
+	msg []byte
+}
+
+// goMessages collects, in order, the messages the Go code produces.
+type goMessages struct {
+	t   *testing.T
+	all []producedMessage
+}
+
+func (m *goMessages) add(id string, msg []byte) { m.all = append(m.all, producedMessage{id, msg}) }
+
+// enc is protocol.Encode, failing the test on an error.
+func (m *goMessages) enc(v any) []byte {
+	m.t.Helper()
+	b, err := protocol.Encode(v)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return b
+}
+
+// addWebSocketFrames adds the server frames the gateway writes for room
+// and request id, and the client frames a Go client (the load generator,
+// tests) writes.
+func (m *goMessages) addWebSocketFrames(room, id string, snaps []protocol.Snapshot) {
+	m.t.Helper()
+	for _, s := range snaps {
+		m.add("joined", m.enc(protocol.NewJoined(room, s, id)))
+		m.add("typing", m.enc(protocol.NewTypingSnapshot(room, s, id)))
+		m.add("joined", m.enc(protocol.NewJoined(room, s.WithoutUser("alice"), id)))
+	}
+	m.add("left", m.enc(protocol.NewLeft(room, id)))
+	m.add("pong", m.enc(protocol.NewPong(id)))
+	for _, code := range []string{protocol.CodeBadRequest, protocol.CodeUnknownType, protocol.CodeNotJoined,
+		protocol.CodeForbidden, protocol.CodeRoomLimit, protocol.CodeUnavailable, protocol.CodeInternal} {
+		m.add("error", m.enc(protocol.NewError(code, "room: must be 1..256 bytes, got 300", room, id)))
+	}
+	for typ, msgID := range map[string]string{protocol.TypeJoin: "join", protocol.TypeLeave: "leave",
+		protocol.TypeTypingStart: "typingStartCommand", protocol.TypeTypingStop: "typingStopCommand", protocol.TypeSync: "sync"} {
+		m.add(msgID, m.enc(protocol.ClientFrame{Type: typ, Room: room, ID: id}))
+	}
+	m.add("ping", m.enc(protocol.ClientFrame{Type: protocol.TypePing, ID: id}))
+}
+
+// addRoomEvents adds room's events: the worker's prefix, then Redis TIME
+// and "}" (the Lua scripts append them). The NATS room events
+// (ELLIPSIS_NATS_EVENTS) are the same bytes.
+func (m *goMessages) addRoomEvents(room, long string) {
+	event := func(ev protocol.RoomEvent) []byte {
+		return append(strconv.AppendInt(protocol.RoomEventPrefix(ev), 1764480000123, 10), '}')
+	}
+	for _, name := range []string{"", "Alice", long} {
+		ev := event(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: room, User: "alice", Name: name, TTLMs: 5000})
+		m.add("typingStart", ev)
+		m.add("natsTypingStart", ev)
+	}
+	for _, reason := range []string{protocol.ReasonStopped, protocol.ReasonExpired, protocol.ReasonDisconnected, protocol.ReasonLeft} {
+		ev := event(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: long, Reason: reason})
+		m.add("typingStop", ev)
+		m.add("natsTypingStop", ev)
+	}
+}
+
+// addNATSPayloads adds the NATS payloads for room as the gateway and the
+// worker build them.
+func (m *goMessages) addNATSPayloads(room string, snaps []protocol.Snapshot) {
+	m.t.Helper()
+	for _, c := range []protocol.Command{
+		{V: protocol.Version, Op: protocol.OpStart, Room: room, User: "alice", Name: "Alice", Conn: "gw-a1b2-5f3c:17", Seq: 1, TsMs: 1764480000000},
+		{V: protocol.Version, Op: protocol.OpStop, Room: room, User: "alice", Conn: "gw-a1b2-5f3c:17", Seq: 1<<64 - 1, TsMs: 1764480000000},
+		{V: protocol.Version, Op: protocol.OpLeave, Room: room, User: "alice", Conn: "gw:1", Seq: 3},
+		{V: protocol.Version, Op: protocol.OpStop, Room: room, User: "alice"},
+		{V: protocol.Version, Op: protocol.OpDisconnect, Rooms: []string{room, "lobby"}, User: "alice", Conn: "gw:1", Seq: 4},
+	} {
+		if err := c.Validate(); err != nil {
+			m.t.Fatalf("test command %+v: %v", c, err)
+		}
+		m.add("command", m.enc(c))
+	}
+	m.add("snapshotRequest", m.enc(protocol.SnapshotRequest{V: protocol.Version, Room: room}))
+	for _, s := range snaps {
+		m.add("snapshotReply", m.enc(protocol.SnapshotReply{V: protocol.Version, Room: room, Users: s.Users, Total: s.Total}))
 	}
 }
 

@@ -474,103 +474,12 @@ func TestTopologySpread(t *testing.T) {
 // has its autoscaler and disruption budget.
 func TestSelectorsAndReferences(t *testing.T) {
 	forEachOverlay(t, func(t *testing.T, r *rendered) {
-		// podsOf lists the Deployments whose pods a selector matches.
-		podsOf := func(sel labels.Selector) []string {
-			var out []string
-			for name, d := range r.deployments {
-				if !sel.Empty() && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-					out = append(out, name)
-				}
-			}
-			sort.Strings(out)
-			return out
-		}
-		for name, d := range r.deployments {
-			sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-			if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-				t.Errorf("%s: Deployment %s: selector does not match its own pod template", r.dir, name)
-			}
-			if got := podsOf(sel); len(got) != 1 {
-				t.Errorf("%s: Deployment %s: selector also matches %v", r.dir, name, got)
-			}
-		}
-		for name, s := range r.services {
-			got := podsOf(labels.SelectorFromSet(s.Spec.Selector))
-			if len(got) != 1 {
-				t.Errorf("%s: Service %s selects the pods of %v, want exactly one Deployment", r.dir, name, got)
-				continue
-			}
-			d := r.deployments[got[0]]
-			for _, sp := range s.Spec.Ports {
-				found := false
-				for i := range d.Spec.Template.Spec.Containers {
-					if _, ok := resolvePort(&d.Spec.Template.Spec.Containers[i], sp.TargetPort); ok {
-						found = true
-					}
-				}
-				if !found {
-					t.Errorf("%s: Service %s port %s targets %s, which no container of %s has", r.dir, name, sp.Name, sp.TargetPort.String(), got[0])
-				}
-			}
-		}
+		checkDeploymentSelectors(t, r)
+		checkServiceSelectors(t, r)
 		for _, ec := range ellipsisContainers(t, r) {
 			where := r.dir + ": " + ec.svc.name
-			var hpas, pdbs int
-			for name, h := range r.hpas {
-				ref := h.Spec.ScaleTargetRef
-				if ref.Kind != "Deployment" || ref.APIVersion != "apps/v1" {
-					t.Errorf("%s: HPA %s scales %s %s", r.dir, name, ref.APIVersion, ref.Kind)
-				}
-				if _, ok := r.deployments[ref.Name]; !ok {
-					t.Errorf("%s: HPA %s scales Deployment %s, which is not in the render", r.dir, name, ref.Name)
-				}
-				if ref.Name != ec.dep.Name {
-					continue
-				}
-				hpas++
-				minR := int32(1)
-				if h.Spec.MinReplicas != nil {
-					minR = *h.Spec.MinReplicas
-				}
-				if minR < 1 || minR > h.Spec.MaxReplicas {
-					t.Errorf("%s: HPA %s: minReplicas %d, maxReplicas %d", where, name, minR, h.Spec.MaxReplicas)
-				}
-				if len(h.Spec.Metrics) == 0 {
-					t.Errorf("%s: HPA %s has no metric", where, name)
-				}
-				if ec.dep.Spec.Replicas != nil {
-					t.Errorf("%s: Deployment sets replicas while HPA %s owns the count; every apply would reset it", where, name)
-				}
-				for _, m := range h.Spec.Metrics {
-					if m.Resource != nil {
-						if _, ok := ec.c.Resources.Requests[m.Resource.Name]; !ok {
-							t.Errorf("%s: HPA %s scales on %s utilisation, but the container requests no %s", where, name, m.Resource.Name, m.Resource.Name)
-						}
-					}
-				}
-			}
-			for name, p := range r.pdbs {
-				sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
-				if err != nil {
-					t.Errorf("%s: PDB %s: %v", r.dir, name, err)
-					continue
-				}
-				got := podsOf(sel)
-				if len(got) != 1 {
-					t.Errorf("%s: PDB %s selects the pods of %v, want exactly one Deployment", r.dir, name, got)
-				}
-				if !contains(got, ec.dep.Name) {
-					continue
-				}
-				pdbs++
-				// It must let a drain through even at the autoscaler's
-				// minimum, or node maintenance blocks forever.
-				if p.Spec.MaxUnavailable == nil || p.Spec.MinAvailable != nil {
-					t.Errorf("%s: PDB %s: use maxUnavailable (a minAvailable can block every eviction at minReplicas)", where, name)
-				} else if v, err := intstr.GetScaledValueFromIntOrPercent(p.Spec.MaxUnavailable, 1, true); err != nil || v < 1 {
-					t.Errorf("%s: PDB %s: maxUnavailable %s allows no eviction", where, name, p.Spec.MaxUnavailable.String())
-				}
-			}
+			hpas := checkHPAs(t, r, ec, where)
+			pdbs := checkPDBs(t, r, ec, where)
 			if hpas != 1 || pdbs != 1 {
 				t.Errorf("%s: %d HorizontalPodAutoscalers and %d PodDisruptionBudgets, want one each", where, hpas, pdbs)
 			}
@@ -582,6 +491,133 @@ func TestSelectorsAndReferences(t *testing.T) {
 			t.Errorf("%s: no ClusterIP Service %s for the gateway", r.dir, gateway.deployment)
 		}
 	})
+}
+
+// podsOf lists the Deployments of r whose pods sel matches, sorted; none
+// for an empty selector.
+func (r *rendered) podsOf(sel labels.Selector) []string {
+	var out []string
+	for name, d := range r.deployments {
+		if !sel.Empty() && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkDeploymentSelectors checks that each Deployment's selector matches
+// its own pod template and no other Deployment's.
+func checkDeploymentSelectors(t *testing.T, r *rendered) {
+	t.Helper()
+	for name, d := range r.deployments {
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("%s: Deployment %s: selector does not match its own pod template", r.dir, name)
+		}
+		if got := r.podsOf(sel); len(got) != 1 {
+			t.Errorf("%s: Deployment %s: selector also matches %v", r.dir, name, got)
+		}
+	}
+}
+
+// checkServiceSelectors checks that each Service selects exactly one
+// Deployment and that each of its target ports is a port of that
+// Deployment's containers.
+func checkServiceSelectors(t *testing.T, r *rendered) {
+	t.Helper()
+	for name, s := range r.services {
+		got := r.podsOf(labels.SelectorFromSet(s.Spec.Selector))
+		if len(got) != 1 {
+			t.Errorf("%s: Service %s selects the pods of %v, want exactly one Deployment", r.dir, name, got)
+			continue
+		}
+		d := r.deployments[got[0]]
+		for _, sp := range s.Spec.Ports {
+			found := false
+			for i := range d.Spec.Template.Spec.Containers {
+				if _, ok := resolvePort(&d.Spec.Template.Spec.Containers[i], sp.TargetPort); ok {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("%s: Service %s port %s targets %s, which no container of %s has", r.dir, name, sp.Name, sp.TargetPort.String(), got[0])
+			}
+		}
+	}
+}
+
+// checkHPAs checks every HorizontalPodAutoscaler's target and, for those
+// that scale ec's Deployment, their bounds and metrics; it returns how many
+// scale ec's Deployment.
+func checkHPAs(t *testing.T, r *rendered, ec ellipsisContainer, where string) int {
+	t.Helper()
+	var hpas int
+	for name, h := range r.hpas {
+		ref := h.Spec.ScaleTargetRef
+		if ref.Kind != "Deployment" || ref.APIVersion != "apps/v1" {
+			t.Errorf("%s: HPA %s scales %s %s", r.dir, name, ref.APIVersion, ref.Kind)
+		}
+		if _, ok := r.deployments[ref.Name]; !ok {
+			t.Errorf("%s: HPA %s scales Deployment %s, which is not in the render", r.dir, name, ref.Name)
+		}
+		if ref.Name != ec.dep.Name {
+			continue
+		}
+		hpas++
+		minR := int32(1)
+		if h.Spec.MinReplicas != nil {
+			minR = *h.Spec.MinReplicas
+		}
+		if minR < 1 || minR > h.Spec.MaxReplicas {
+			t.Errorf("%s: HPA %s: minReplicas %d, maxReplicas %d", where, name, minR, h.Spec.MaxReplicas)
+		}
+		if len(h.Spec.Metrics) == 0 {
+			t.Errorf("%s: HPA %s has no metric", where, name)
+		}
+		if ec.dep.Spec.Replicas != nil {
+			t.Errorf("%s: Deployment sets replicas while HPA %s owns the count; every apply would reset it", where, name)
+		}
+		for _, m := range h.Spec.Metrics {
+			if m.Resource != nil {
+				if _, ok := ec.c.Resources.Requests[m.Resource.Name]; !ok {
+					t.Errorf("%s: HPA %s scales on %s utilisation, but the container requests no %s", where, name, m.Resource.Name, m.Resource.Name)
+				}
+			}
+		}
+	}
+	return hpas
+}
+
+// checkPDBs checks that every PodDisruptionBudget selects one Deployment
+// and that those for ec's Deployment let a drain through; it returns how
+// many select ec's Deployment.
+func checkPDBs(t *testing.T, r *rendered, ec ellipsisContainer, where string) int {
+	t.Helper()
+	var pdbs int
+	for name, p := range r.pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+		if err != nil {
+			t.Errorf("%s: PDB %s: %v", r.dir, name, err)
+			continue
+		}
+		got := r.podsOf(sel)
+		if len(got) != 1 {
+			t.Errorf("%s: PDB %s selects the pods of %v, want exactly one Deployment", r.dir, name, got)
+		}
+		if !contains(got, ec.dep.Name) {
+			continue
+		}
+		pdbs++
+		// It must let a drain through even at the autoscaler's
+		// minimum, or node maintenance blocks forever.
+		if p.Spec.MaxUnavailable == nil || p.Spec.MinAvailable != nil {
+			t.Errorf("%s: PDB %s: use maxUnavailable (a minAvailable can block every eviction at minReplicas)", where, name)
+		} else if v, err := intstr.GetScaledValueFromIntOrPercent(p.Spec.MaxUnavailable, 1, true); err != nil || v < 1 {
+			t.Errorf("%s: PDB %s: maxUnavailable %s allows no eviction", where, name, p.Spec.MaxUnavailable.String())
+		}
+	}
+	return pdbs
 }
 
 // The dev overlay's Redis keeps nothing on disk and caps its memory; both

@@ -132,19 +132,7 @@ func render(t testing.TB, dir string) *rendered {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	r := &rendered{
-		dir:         dir,
-		yaml:        all,
-		deployments: map[string]*appsv1.Deployment{},
-		services:    map[string]*corev1.Service{},
-		configMaps:  map[string]*corev1.ConfigMap{},
-		accounts:    map[string]*corev1.ServiceAccount{},
-		hpas:        map[string]*autoscalingv2.HorizontalPodAutoscaler{},
-		pdbs:        map[string]*policyv1.PodDisruptionBudget{},
-		netpols:     map[string]*networkingv1.NetworkPolicy{},
-		promRules:   map[string]*monitoringv1.PrometheusRule{},
-		podMonitors: map[string]*monitoringv1.PodMonitor{},
-	}
+	r := newRendered(dir, all)
 	var errs []string
 	for _, res := range resMap.Resources() {
 		id := res.CurId()
@@ -157,40 +145,7 @@ func render(t testing.TB, dir string) *rendered {
 			errs = append(errs, fmt.Sprintf("%s %s: %v", id.Gvk, id.Name, err))
 			continue
 		}
-		r.objs = append(r.objs, obj)
-		name := res.GetName()
-		key := res.GetKind() + "/" + name
-		for _, seen := range r.kindsAndName {
-			if seen == key {
-				errs = append(errs, "two objects named "+key)
-			}
-		}
-		r.kindsAndName = append(r.kindsAndName, key)
-		if ns := res.GetNamespace(); ns != "" {
-			errs = append(errs, key+": sets namespace "+ns+"; the manifests stay namespace-agnostic (skaffold/kubectl choose it)")
-		}
-		switch o := obj.(type) {
-		case *appsv1.Deployment:
-			r.deployments[name] = o
-		case *corev1.Service:
-			r.services[name] = o
-		case *corev1.ConfigMap:
-			r.configMaps[name] = o
-		case *corev1.ServiceAccount:
-			r.accounts[name] = o
-		case *autoscalingv2.HorizontalPodAutoscaler:
-			r.hpas[name] = o
-		case *policyv1.PodDisruptionBudget:
-			r.pdbs[name] = o
-		case *networkingv1.NetworkPolicy:
-			r.netpols[name] = o
-		case *monitoringv1.PrometheusRule:
-			r.promRules[name] = o
-		case *monitoringv1.PodMonitor:
-			r.podMonitors[name] = o
-		default:
-			errs = append(errs, fmt.Sprintf("%s: kind %T has no check here; add one", key, obj))
-		}
+		errs = append(errs, r.add(res.GetKind(), res.GetName(), res.GetNamespace(), obj)...)
 	}
 	if len(errs) > 0 {
 		sort.Strings(errs)
@@ -198,6 +153,64 @@ func render(t testing.TB, dir string) *rendered {
 	}
 	renderCache[dir] = r
 	return r
+}
+
+// newRendered returns an empty render of dir whose stream is all.
+func newRendered(dir string, all []byte) *rendered {
+	return &rendered{
+		dir:         dir,
+		yaml:        all,
+		deployments: map[string]*appsv1.Deployment{},
+		services:    map[string]*corev1.Service{},
+		configMaps:  map[string]*corev1.ConfigMap{},
+		accounts:    map[string]*corev1.ServiceAccount{},
+		hpas:        map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		pdbs:        map[string]*policyv1.PodDisruptionBudget{},
+		netpols:     map[string]*networkingv1.NetworkPolicy{},
+		promRules:   map[string]*monitoringv1.PrometheusRule{},
+		podMonitors: map[string]*monitoringv1.PodMonitor{},
+	}
+}
+
+// add files a decoded object of the given kind, name and namespace under
+// its kind, and returns what is wrong with it: a second object of that kind
+// and name, a namespace, a kind with no check here.
+func (r *rendered) add(kind, name, ns string, obj runtime.Object) []string {
+	var errs []string
+	r.objs = append(r.objs, obj)
+	key := kind + "/" + name
+	for _, seen := range r.kindsAndName {
+		if seen == key {
+			errs = append(errs, "two objects named "+key)
+		}
+	}
+	r.kindsAndName = append(r.kindsAndName, key)
+	if ns != "" {
+		errs = append(errs, key+": sets namespace "+ns+"; the manifests stay namespace-agnostic (skaffold/kubectl choose it)")
+	}
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		r.deployments[name] = o
+	case *corev1.Service:
+		r.services[name] = o
+	case *corev1.ConfigMap:
+		r.configMaps[name] = o
+	case *corev1.ServiceAccount:
+		r.accounts[name] = o
+	case *autoscalingv2.HorizontalPodAutoscaler:
+		r.hpas[name] = o
+	case *policyv1.PodDisruptionBudget:
+		r.pdbs[name] = o
+	case *networkingv1.NetworkPolicy:
+		r.netpols[name] = o
+	case *monitoringv1.PrometheusRule:
+		r.promRules[name] = o
+	case *monitoringv1.PodMonitor:
+		r.podMonitors[name] = o
+	default:
+		errs = append(errs, fmt.Sprintf("%s: kind %T has no check here; add one", key, obj))
+	}
+	return errs
 }
 
 // container returns the named container of the named Deployment.

@@ -154,38 +154,7 @@ func TestSkaffold(t *testing.T) {
 	root := repoRoot(t)
 	cfg := readSkaffold(t)
 
-	checkArtifacts := func(where string, b *skaffoldBuild) []string {
-		if b == nil {
-			return nil
-		}
-		var images []string
-		for _, a := range b.Artifacts {
-			images = append(images, a.Image)
-			var svc *service
-			for i := range services {
-				if services[i].image == a.Image {
-					svc = &services[i]
-				}
-			}
-			if svc == nil {
-				t.Errorf("%s: artifact %s is no service's image", where, a.Image)
-				continue
-			}
-			if path.Clean(a.Context) != "." {
-				t.Errorf("%s: artifact %s: context %q, want . (the repository root: the Go workspace's modules)", where, a.Image, a.Context)
-			}
-			if a.Docker == nil || path.Clean(a.Docker.Dockerfile) != svc.dir+"/Dockerfile" {
-				t.Errorf("%s: artifact %s: want docker.dockerfile %s/Dockerfile", where, a.Image, svc.dir)
-				continue
-			}
-			if _, err := os.Stat(filepath.Join(root, a.Context, a.Docker.Dockerfile)); err != nil {
-				t.Errorf("%s: artifact %s: %v", where, a.Image, err)
-			}
-		}
-		sort.Strings(images)
-		return images
-	}
-	images := checkArtifacts("build", cfg.Build)
+	images := checkSkaffoldArtifacts(t, root, "build", cfg.Build)
 	want := []string{}
 	for _, s := range services {
 		want = append(want, s.image)
@@ -198,33 +167,82 @@ func TestSkaffold(t *testing.T) {
 		t.Errorf("skaffold.yaml: deploy has no kubectl deployer for the kustomize manifests")
 	}
 
-	overlayOf := func(where string, m *skaffoldManifests) string {
-		if m == nil || m.Kustomize == nil || len(m.Kustomize.Paths) != 1 || len(m.RawYaml) > 0 {
-			t.Errorf("%s: want manifests.kustomize.paths with exactly one overlay", where)
-			return ""
-		}
-		p := path.Clean(m.Kustomize.Paths[0])
-		if _, err := os.Stat(filepath.Join(root, p, "kustomization.yaml")); err != nil {
-			t.Errorf("%s: kustomize path %s: %v", where, p, err)
-		}
-		return p
-	}
-	if got := overlayOf("manifests", cfg.Manifests); got != "deploy/"+devDir {
+	if got := skaffoldOverlay(t, root, "manifests", cfg.Manifests); got != "deploy/"+devDir {
 		t.Errorf("skaffold.yaml: the default manifests are %s, want the dev overlay deploy/%s", got, devDir)
 	}
+	checkSkaffoldProfiles(t, root, cfg)
+	checkOverlayImages(t, images)
+	checkPortForwards(t, cfg)
+}
+
+// checkSkaffoldArtifacts checks that each artifact of b is a service's image
+// built from the repository root with the service's Dockerfile, and returns
+// the artifacts' images, sorted.
+func checkSkaffoldArtifacts(t *testing.T, root, where string, b *skaffoldBuild) []string {
+	t.Helper()
+	if b == nil {
+		return nil
+	}
+	var images []string
+	for _, a := range b.Artifacts {
+		images = append(images, a.Image)
+		var svc *service
+		for i := range services {
+			if services[i].image == a.Image {
+				svc = &services[i]
+			}
+		}
+		if svc == nil {
+			t.Errorf("%s: artifact %s is no service's image", where, a.Image)
+			continue
+		}
+		if path.Clean(a.Context) != "." {
+			t.Errorf("%s: artifact %s: context %q, want . (the repository root: the Go workspace's modules)", where, a.Image, a.Context)
+		}
+		if a.Docker == nil || path.Clean(a.Docker.Dockerfile) != svc.dir+"/Dockerfile" {
+			t.Errorf("%s: artifact %s: want docker.dockerfile %s/Dockerfile", where, a.Image, svc.dir)
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(root, a.Context, a.Docker.Dockerfile)); err != nil {
+			t.Errorf("%s: artifact %s: %v", where, a.Image, err)
+		}
+	}
+	sort.Strings(images)
+	return images
+}
+
+// skaffoldOverlay returns the one kustomize overlay m deploys, "" (and an
+// error) if m is not exactly one existing kustomize path.
+func skaffoldOverlay(t *testing.T, root, where string, m *skaffoldManifests) string {
+	t.Helper()
+	if m == nil || m.Kustomize == nil || len(m.Kustomize.Paths) != 1 || len(m.RawYaml) > 0 {
+		t.Errorf("%s: want manifests.kustomize.paths with exactly one overlay", where)
+		return ""
+	}
+	p := path.Clean(m.Kustomize.Paths[0])
+	if _, err := os.Stat(filepath.Join(root, p, "kustomization.yaml")); err != nil {
+		t.Errorf("%s: kustomize path %s: %v", where, p, err)
+	}
+	return p
+}
+
+// checkSkaffoldProfiles checks one profile per overlay, each deploying its
+// overlay and building valid artifacts.
+func checkSkaffoldProfiles(t *testing.T, root string, cfg skaffoldConfig) {
+	t.Helper()
 	profiles := map[string]bool{}
 	for _, p := range cfg.Profiles {
 		profiles[p.Name] = true
 		where := "profile " + p.Name
 		if p.Build != nil {
-			checkArtifacts(where, p.Build)
+			checkSkaffoldArtifacts(t, root, where, p.Build)
 		}
 		dir, ok := overlays[p.Name]
 		if !ok {
 			t.Errorf("skaffold.yaml: %s has no overlay here to check", where)
 			continue
 		}
-		if got := overlayOf(where, p.Manifests); got != "deploy/"+dir {
+		if got := skaffoldOverlay(t, root, where, p.Manifests); got != "deploy/"+dir {
 			t.Errorf("skaffold.yaml: %s deploys %s, want deploy/%s", where, got, dir)
 		}
 	}
@@ -233,9 +251,13 @@ func TestSkaffold(t *testing.T) {
 			t.Errorf("skaffold.yaml: no profile %s", name)
 		}
 	}
+}
 
-	// Images: each overlay's containers of ours use exactly the artifacts'
-	// image names, so skaffold substitutes the images it built.
+// checkOverlayImages checks that each overlay's containers of ours use
+// exactly the artifacts' image names, so skaffold substitutes the images it
+// built.
+func checkOverlayImages(t *testing.T, images []string) {
+	t.Helper()
 	for name, dir := range overlays {
 		r := render(t, dir)
 		used := map[string]bool{}
@@ -260,44 +282,17 @@ func TestSkaffold(t *testing.T) {
 			}
 		}
 	}
+}
 
-	// Port forwards reach the gateway's public and admin ports.
+// checkPortForwards checks that the port forwards (top level and per
+// profile) reach the gateway's public and admin ports in the dev overlay.
+func checkPortForwards(t *testing.T, cfg skaffoldConfig) {
+	t.Helper()
 	dev := render(t, devDir)
 	forwarded := map[int32]bool{}
-	checkForwards := func(where string, pfs []skaffoldPortForward) {
-		for _, pf := range pfs {
-			if pf.ResourceType != "service" {
-				t.Errorf("%s: portForward to a %s; forward the Service", where, pf.ResourceType)
-				continue
-			}
-			s, ok := dev.services[pf.ResourceName]
-			if !ok {
-				t.Errorf("%s: portForward to Service %s, which the dev overlay lacks", where, pf.ResourceName)
-				continue
-			}
-			found := false
-			for _, sp := range s.Spec.Ports {
-				if (pf.Port.Type == intstr.Int && sp.Port == pf.Port.IntVal) || (pf.Port.Type == intstr.String && sp.Name == pf.Port.StrVal) {
-					found = true
-					if pf.ResourceName == gateway.deployment {
-						_, c := dev.container(t, gateway.deployment, gateway.name)
-						if target, ok := resolvePort(c, sp.TargetPort); ok {
-							forwarded[target] = true
-						}
-					}
-				}
-			}
-			if !found {
-				t.Errorf("%s: portForward to %s port %s, which the Service lacks", where, pf.ResourceName, pf.Port.String())
-			}
-			if pf.LocalPort == 0 {
-				t.Errorf("%s: portForward to %s port %s has no localPort", where, pf.ResourceName, pf.Port.String())
-			}
-		}
-	}
-	checkForwards("portForward", cfg.PortForward)
+	checkForwards(t, dev, "portForward", cfg.PortForward, forwarded)
 	for _, p := range cfg.Profiles {
-		checkForwards("profile "+p.Name+" portForward", p.PortForward)
+		checkForwards(t, dev, "profile "+p.Name+" portForward", p.PortForward, forwarded)
 	}
 	for _, ec := range ellipsisContainers(t, dev) {
 		if !ec.svc.public {
@@ -307,6 +302,41 @@ func TestSkaffold(t *testing.T) {
 			if p := portOf(t, "listen address", addr); !forwarded[p] {
 				t.Errorf("skaffold.yaml: the gateway's port %d is not port-forwarded", p)
 			}
+		}
+	}
+}
+
+// checkForwards checks that each of pfs forwards an existing port of a dev
+// Service, and records in forwarded the gateway container ports they reach.
+func checkForwards(t *testing.T, dev *rendered, where string, pfs []skaffoldPortForward, forwarded map[int32]bool) {
+	t.Helper()
+	for _, pf := range pfs {
+		if pf.ResourceType != "service" {
+			t.Errorf("%s: portForward to a %s; forward the Service", where, pf.ResourceType)
+			continue
+		}
+		s, ok := dev.services[pf.ResourceName]
+		if !ok {
+			t.Errorf("%s: portForward to Service %s, which the dev overlay lacks", where, pf.ResourceName)
+			continue
+		}
+		found := false
+		for _, sp := range s.Spec.Ports {
+			if (pf.Port.Type == intstr.Int && sp.Port == pf.Port.IntVal) || (pf.Port.Type == intstr.String && sp.Name == pf.Port.StrVal) {
+				found = true
+				if pf.ResourceName == gateway.deployment {
+					_, c := dev.container(t, gateway.deployment, gateway.name)
+					if target, ok := resolvePort(c, sp.TargetPort); ok {
+						forwarded[target] = true
+					}
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: portForward to %s port %s, which the Service lacks", where, pf.ResourceName, pf.Port.String())
+		}
+		if pf.LocalPort == 0 {
+			t.Errorf("%s: portForward to %s port %s has no localPort", where, pf.ResourceName, pf.Port.String())
 		}
 	}
 }

@@ -211,6 +211,30 @@ func TestRunAgainstFakeGateway(t *testing.T) {
 	}
 	text := out.String()
 	t.Logf("output:\n%s", text)
+	checkDemoOutput(t, text)
+	if len(res.Users) != 3 {
+		t.Fatalf("users = %+v", res.Users)
+	}
+	for _, u := range res.Users {
+		checkUserSent(t, g, u)
+	}
+	var sum bytes.Buffer
+	if err := res.WriteSummary(&sum); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("summary:\n%s", sum.String())
+	for _, want := range []string{"keystrokes/frame", "alice", "total", "fewer frames than one per keystroke"} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+}
+
+// checkDemoOutput checks the demo's verbose output for alice, bob and
+// carol: the server's timers, enough indicator lines, each ending on
+// Nobody, an overlap shown and the sent frames logged.
+func checkDemoOutput(t *testing.T, text string) {
+	t.Helper()
 	if !strings.Contains(text, "refresh 1s, idle stop 600ms, ttl 2s") {
 		t.Errorf("timers from /v1/config not used")
 	}
@@ -229,47 +253,38 @@ func TestRunAgainstFakeGateway(t *testing.T) {
 	if !strings.Contains(text, "sends typing_start (start)") {
 		t.Errorf("verbose: no sent lines")
 	}
-	if len(res.Users) != 3 {
-		t.Fatalf("users = %+v", res.Users)
+}
+
+// checkUserSent checks one user's stats after 4 s of typing with refresh
+// 1s, and that the frames g received from that user are exactly what the
+// stats say was sent.
+func checkUserSent(t *testing.T, g *fakeGateway, u UserResult) {
+	t.Helper()
+	s := u.Sent
+	if s.Keystrokes == 0 || s.Starts == 0 {
+		t.Errorf("%s typed nothing: %+v", u.ID, s)
 	}
-	for _, u := range res.Users {
-		s := u.Sent
-		if s.Keystrokes == 0 || s.Starts == 0 {
-			t.Errorf("%s typed nothing: %+v", u.ID, s)
-		}
-		if s.Starts != s.Stops() {
-			t.Errorf("%s: %d starts but %d stops; every burst must end", u.ID, s.Starts, s.Stops())
-		}
-		if s.Refreshes == 0 {
-			t.Errorf("%s: no refresh in 4 s of typing with refresh 1s: %+v", u.ID, s)
-		}
-		if u.Received == 0 || u.Lines == 0 {
-			t.Errorf("%s received %d events, printed %d lines", u.ID, u.Received, u.Lines)
-		}
-		// What the server got is exactly what the stats say was sent.
-		frames := g.received(u.ID)
-		var starts, stops int
-		for _, f := range frames {
-			switch f {
-			case "typing_start":
-				starts++
-			case "typing_stop":
-				stops++
-			}
-		}
-		if starts != s.Starts+s.Refreshes || stops != s.Stops() || frames[0] != "join" {
-			t.Errorf("%s: server got %v; stats %+v", u.ID, frames, s)
+	if s.Starts != s.Stops() {
+		t.Errorf("%s: %d starts but %d stops; every burst must end", u.ID, s.Starts, s.Stops())
+	}
+	if s.Refreshes == 0 {
+		t.Errorf("%s: no refresh in 4 s of typing with refresh 1s: %+v", u.ID, s)
+	}
+	if u.Received == 0 || u.Lines == 0 {
+		t.Errorf("%s received %d events, printed %d lines", u.ID, u.Received, u.Lines)
+	}
+	frames := g.received(u.ID)
+	var starts, stops int
+	for _, f := range frames {
+		switch f {
+		case "typing_start":
+			starts++
+		case "typing_stop":
+			stops++
 		}
 	}
-	var sum bytes.Buffer
-	if err := res.WriteSummary(&sum); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("summary:\n%s", sum.String())
-	for _, want := range []string{"keystrokes/frame", "alice", "total", "fewer frames than one per keystroke"} {
-		if !strings.Contains(sum.String(), want) {
-			t.Errorf("summary lacks %q", want)
-		}
+	if starts != s.Starts+s.Refreshes || stops != s.Stops() || frames[0] != "join" {
+		t.Errorf("%s: server got %v; stats %+v", u.ID, frames, s)
 	}
 }
 

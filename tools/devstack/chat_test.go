@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -40,37 +41,13 @@ func TestDemoChat(t *testing.T) {
 		t.Fatalf("chat stream: %d", stream.StatusCode)
 	}
 
-	dial := func(user string) *websocket.Conn {
-		c, _, err := websocket.DefaultDialer.Dial(st.WebSocketURL()+"?user="+user+"&name="+user, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		if err := c.WriteJSON(map[string]string{"type": "join", "room": room}); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	until := func(c *websocket.Conn, typ, user string) map[string]any {
-		t.Helper()
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		for {
-			var f map[string]any
-			if err := c.ReadJSON(&f); err != nil {
-				t.Fatalf("waiting for %s of %s: %v", typ, user, err)
-			}
-			if f["type"] == typ && (user == "" || f["user"] == user) {
-				return f
-			}
-		}
-	}
-	alice, bob := dial("alice"), dial("bob")
-	until(alice, "joined", "")
-	until(bob, "joined", "")
+	alice, bob := dialChat(t, st.WebSocketURL(), "alice", room), dialChat(t, st.WebSocketURL(), "bob", room)
+	untilChatFrame(t, alice, "joined", "")
+	untilChatFrame(t, bob, "joined", "")
 	if err := alice.WriteJSON(map[string]string{"type": "typing_start", "room": room}); err != nil {
 		t.Fatal(err)
 	}
-	until(bob, "typing_start", "alice")
+	untilChatFrame(t, bob, "typing_start", "alice")
 
 	resp, err := http.Post(chatURL, "application/json", strings.NewReader(`{"user":"alice","name":"Alice","text":"hello from the chat"}`))
 	if err != nil {
@@ -80,10 +57,55 @@ func TestDemoChat(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("post: %d", resp.StatusCode)
 	}
-	if f := until(bob, "typing_stop", "alice"); f["reason"] != "stopped" {
+	if f := untilChatFrame(t, bob, "typing_stop", "alice"); f["reason"] != "stopped" {
 		t.Fatalf("typing_stop %v, want reason stopped", f)
 	}
-	sc := bufio.NewScanner(stream.Body)
+	untilStreamed(t, stream.Body, room)
+	// Shutdown must not wait for the open stream.
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	begin := time.Now()
+	if err := st.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown with an open chat stream: %v (after %s)", err, time.Since(begin))
+	}
+}
+
+// dialChat connects user (as their name too) to the gateway at wsURL and
+// joins room; the connection closes at the test's end.
+func dialChat(t *testing.T, wsURL, user, room string) *websocket.Conn {
+	t.Helper()
+	c, _, err := websocket.DefaultDialer.Dial(wsURL+"?user="+user+"&name="+user, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.WriteJSON(map[string]string{"type": "join", "room": room}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// untilChatFrame reads frames from c for up to 10 s until one of type typ
+// (and of user, unless user is "") and returns it.
+func untilChatFrame(t *testing.T, c *websocket.Conn, typ, user string) map[string]any {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		var f map[string]any
+		if err := c.ReadJSON(&f); err != nil {
+			t.Fatalf("waiting for %s of %s: %v", typ, user, err)
+		}
+		if f["type"] == typ && (user == "" || f["user"] == user) {
+			return f
+		}
+	}
+}
+
+// untilStreamed reads the chat's event stream until its first message,
+// which must be Alice's "hello from the chat" in room.
+func untilStreamed(t *testing.T, body io.Reader, room string) {
+	t.Helper()
+	sc := bufio.NewScanner(body)
 	for sc.Scan() {
 		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
 			var m struct{ Room, User, Name, Text string }
@@ -92,13 +114,6 @@ func TestDemoChat(t *testing.T) {
 			}
 			if m.Room != room || m.User != "alice" || m.Name != "Alice" || m.Text != "hello from the chat" {
 				t.Fatalf("streamed %+v", m)
-			}
-			// Shutdown must not wait for the open stream.
-			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer scancel()
-			begin := time.Now()
-			if err := st.Shutdown(sctx); err != nil {
-				t.Fatalf("Shutdown with an open chat stream: %v (after %s)", err, time.Since(begin))
 			}
 			return
 		}

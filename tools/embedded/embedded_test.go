@@ -159,35 +159,44 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) + 1000)
 return now`
-	const live = `
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')}`
 	added, err := c.Eval(ctx, add, []string{"typing:users:{x}"}, life, "alice:c1").Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// liveAt returns the server's TIME (ms) and the live members then.
-	liveAt := func() (int64, []any) {
-		t.Helper()
-		v, err := c.Eval(ctx, live, []string{"typing:users:{x}"}).Slice()
-		if err != nil || len(v) != 2 {
-			t.Fatalf("live = %v, %v", v, err)
-		}
-		now, _ := v[0].(int64)
-		members, _ := v[1].([]any)
-		return now, members
-	}
-	now, got := liveAt()
+	now, got := liveMembers(t, ctx, c)
 	if now >= added+life {
 		t.Fatalf("the second eval ran %d ms after the first: cannot check the live member", now-added)
 	}
 	if len(got) != 1 || got[0] != "alice:c1" {
 		t.Fatalf("live %d ms after the add = %v, want alice:c1", now-added, got)
 	}
-	// Until its score the member is live; from then on it is not.
+	untilMemberExpired(t, ctx, c, added, life)
+	untilKeyExpired(t, ctx, c, added, life)
+}
+
+// liveMembers returns the server's TIME (ms) and the members of
+// typing:users:{x} whose score is after it.
+func liveMembers(t *testing.T, ctx context.Context, c *redis.Client) (int64, []any) {
+	t.Helper()
+	const live = `
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')}`
+	v, err := c.Eval(ctx, live, []string{"typing:users:{x}"}).Slice()
+	if err != nil || len(v) != 2 {
+		t.Fatalf("live = %v, %v", v, err)
+	}
+	now, _ := v[0].(int64)
+	members, _ := v[1].([]any)
+	return now, members
+}
+
+// untilMemberExpired polls, by the server's TIME, the member added at added
+// (ms) with score added+life: live until its score, not from then on.
+func untilMemberExpired(t *testing.T, ctx context.Context, c *redis.Client, added, life int64) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		now, got = liveAt()
+		now, got := liveMembers(t, ctx, c)
 		if now >= added+life {
 			if len(got) != 0 {
 				t.Fatalf("live %d ms after the add (score %d ms after) = %v; want none", now-added, life, got)
@@ -201,9 +210,14 @@ return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')}`
 			t.Fatalf("server TIME stuck %d ms after the add", now-added)
 		}
 	}
-	// The key lives until its PEXPIRE (life + 1 s after the add) and not
-	// after. The PEXPIRE ran a little after the TIME the add returned, and
-	// TIME and EXISTS below are two calls: margin is the slack either way.
+}
+
+// untilKeyExpired polls, by the server's TIME, the room key added at added
+// (ms): it lives until its PEXPIRE (life + 1 s after the add) and not after.
+// The PEXPIRE ran a little after the TIME the add returned, and TIME and
+// EXISTS are two calls: margin is the slack either way.
+func untilKeyExpired(t *testing.T, ctx context.Context, c *redis.Client, added, life int64) {
+	t.Helper()
 	const margin = 50
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		tm, err := c.Time(ctx).Result()
