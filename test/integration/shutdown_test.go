@@ -93,7 +93,14 @@ func TestGatewaySIGTERMDrains(t *testing.T) {
 	if readyAtFirstClose.code != 503 || !strings.Contains(readyAtFirstClose.body, "shutdown") {
 		t.Fatalf("/readyz when the first client was closed: %d %s, want 503 shutdown", readyAtFirstClose.code, readyAtFirstClose.body)
 	}
-	code, exited := g0.waitExit(t, 30*time.Second)
+	checkExitAfterDrain(t, g0, term, lameDuck, drain)
+}
+
+// checkExitAfterDrain checks that the gateway g exits 0 within lame duck +
+// drain + 5 s of its SIGTERM at term.
+func checkExitAfterDrain(t *testing.T, g *proc, term time.Time, lameDuck, drain time.Duration) {
+	t.Helper()
+	code, exited := g.waitExit(t, 30*time.Second)
 	if code != 0 {
 		t.Fatalf("gateway exited with %d after SIGTERM", code)
 	}
