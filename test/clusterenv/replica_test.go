@@ -30,9 +30,39 @@ func keyOn(t *testing.T, c *clusterenv.RedisCluster, prefix string, node int) (s
 func TestRedisAddReplicaFailover(t *testing.T) {
 	t.Parallel()
 	c := clusterenv.StartRedisCluster(t, 3)
-	ctx := t.Context()
-	url := c.URL()
+	r := addReplicaOf1(t, c, c.URL())
 
+	// A slot moved to master 1 while it has a replica: the replica follows.
+	_, movedSlot := keyOn(t, c, "mv", 0)
+	c.MoveSlot(t, movedSlot, 1)
+	if got := c.Owner(t, movedSlot); got != 1 {
+		t.Fatalf("Owner(%d) = %d after MoveSlot to 1", movedSlot, got)
+	}
+
+	key, slot := keyOn(t, c, "fo", 1)
+	writeAndWaitReplica(t, c, key)
+
+	killed := time.Now()
+	c.Kill(1)
+	promoted := c.WaitMaster(t, r, 15*time.Second)
+	ok := c.WaitClusterOK(t, 10*time.Second)
+	t.Logf("master 1 killed: replica %d master after %v, cluster_state:ok on every node after %v",
+		r, promoted.Sub(killed), ok.Sub(killed))
+	// Node timeout 2000 ms + FAIL gossip + election delay (500-1000 ms) +
+	// votes: a few seconds, far below 10.
+	if d := promoted.Sub(killed); d > 10*time.Second {
+		t.Errorf("promotion took %v, want < 10 s", d)
+	}
+	checkPromoted(t, c, r, key, slot, movedSlot)
+
+	checkClusterClientFollows(t, c, key)
+}
+
+// addReplicaOf1 adds a replica to master 1 and checks the cluster's view
+// of it: node 3, a slave of master 1, known to the cluster, while URL()
+// still lists the masters only (url).
+func addReplicaOf1(t *testing.T, c *clusterenv.RedisCluster, url string) int {
+	t.Helper()
 	added := time.Now()
 	r := c.AddReplica(t, 1)
 	t.Logf("replica node %d of master 1 added and synced in %v", r, time.Since(added))
@@ -57,18 +87,17 @@ func TestRedisAddReplicaFailover(t *testing.T) {
 	if got := c.ClusterInfo(t, r)["cluster_known_nodes"]; got != "4" {
 		t.Errorf("replica's cluster_known_nodes = %q, want 4", got)
 	}
+	return r
+}
 
-	// A slot moved to master 1 while it has a replica: the replica follows.
-	_, movedSlot := keyOn(t, c, "mv", 0)
-	c.MoveSlot(t, movedSlot, 1)
-	if got := c.Owner(t, movedSlot); got != 1 {
-		t.Fatalf("Owner(%d) = %d after MoveSlot to 1", movedSlot, got)
-	}
-
-	key, slot := keyOn(t, c, "fo", 1)
-	// SET and WAIT in one pipeline, so on one connection: WAIT waits only
-	// for the writes of its own connection (Redis docs, WAIT), so after a
-	// SET made elsewhere it returns at once and the kill could lose the key.
+// writeAndWaitReplica sets key to v1 on master 1 and waits until its
+// replica has it. SET and WAIT go in one pipeline, so on one connection:
+// WAIT waits only for the writes of its own connection (Redis docs, WAIT),
+// so after a SET made elsewhere it returns at once and the kill could lose
+// the key.
+func writeAndWaitReplica(t *testing.T, c *clusterenv.RedisCluster, key string) {
+	t.Helper()
+	ctx := t.Context()
 	pipe := c.Node(1).Pipeline()
 	pipe.Set(ctx, key, "v1", 0)
 	wait := pipe.Do(ctx, "WAIT", 1, 2000)
@@ -78,18 +107,14 @@ func TestRedisAddReplicaFailover(t *testing.T) {
 	if n, err := wait.Int(); err != nil || n != 1 {
 		t.Fatalf("WAIT 1 2000 on master 1 = %d, %v; want 1 replica", n, err)
 	}
+}
 
-	killed := time.Now()
-	c.Kill(1)
-	promoted := c.WaitMaster(t, r, 15*time.Second)
-	ok := c.WaitClusterOK(t, 10*time.Second)
-	t.Logf("master 1 killed: replica %d master after %v, cluster_state:ok on every node after %v",
-		r, promoted.Sub(killed), ok.Sub(killed))
-	// Node timeout 2000 ms + FAIL gossip + election delay (500-1000 ms) +
-	// votes: a few seconds, far below 10.
-	if d := promoted.Sub(killed); d > 10*time.Second {
-		t.Errorf("promotion took %v, want < 10 s", d)
-	}
+// checkPromoted checks the cluster after the failover: the promoted
+// replica r owns both slots, is a master and has key; every node is ok
+// with all slots assigned.
+func checkPromoted(t *testing.T, c *clusterenv.RedisCluster, r int, key string, slot, movedSlot int) {
+	t.Helper()
+	ctx := t.Context()
 	for _, s := range []int{slot, movedSlot} {
 		if got := c.Owner(t, s); got != r {
 			t.Errorf("Owner(%d) = %d after the failover, want the promoted replica %d", s, got, r)
@@ -107,9 +132,14 @@ func TestRedisAddReplicaFailover(t *testing.T) {
 	if v, err := c.Node(r).Get(ctx, key).Result(); err != nil || v != "v1" {
 		t.Errorf("GET %s on the promoted replica = %q, %v; want v1", key, v, err)
 	}
+}
 
-	// The shared cluster client still maps the slot to the dead master
-	// until it reloads its slot map.
+// checkClusterClientFollows checks that the shared cluster client, which
+// still maps the slot to the dead master until it reloads its slot map,
+// reads key (5 s) after ReloadState and can write it.
+func checkClusterClientFollows(t *testing.T, c *clusterenv.RedisCluster, key string) {
+	t.Helper()
+	ctx := t.Context()
 	c.Client().ReloadState(ctx)
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -148,46 +148,9 @@ func TestSlowClientNeverStallsTheRoom(t *testing.T) {
 		fast = append(fast, readLatencies(ws))
 	}
 
-	// Flood the room's channel as workers would: 10000 events of ~600
-	// bytes (6 MB: more than the kernel buffers up for the stuck socket,
-	// 4 MB at most here) over a few seconds.
-	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(testkit.RedisURL(), "redis://")})
-	defer rdb.Close()
-	channel := names.New(ps.s.cfg.KeyPrefix, "").RoomChannel(room)
-	const total, batch = 10000, 40
-	name := strings.Repeat("x", 200)
-	ctx := context.Background()
-	began := time.Now()
-	for i := 0; i < total; i += batch {
-		pipe := rdb.Pipeline()
-		for j := i; j < i+batch; j++ {
-			ev := protocol.RoomEvent{V: 1, Type: protocol.TypeTypingStart, Room: room, User: fmt.Sprintf("flood%d-%s", j, name[:180]), Name: name, TTLMs: 1500, TsMs: time.Now().UnixMilli()}
-			b, _ := json.Marshal(ev)
-			pipe.Publish(ctx, channel, b)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatalf("publish: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Logf("published %d events in %v", total, time.Since(began))
-	for i, r := range fast {
-		deadline := time.Now().Add(10 * time.Second)
-		for r.count() < total && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		p99, worst := r.percentile(0.99)
-		t.Logf("fast%d: %d/%d events, latency p99 %v, max %v", i, r.count(), total, p99, worst)
-		if r.count() != total {
-			t.Fatalf("fast%d got %d of %d events: the stuck client held the room up", i, r.count(), total)
-		}
-		// Latency is logged, not asserted (the load generator measures
-		// speed); a fan-out that waited on the stuck client's write would
-		// hold events for the whole 30 s write deadline.
-		if worst >= 10*time.Second {
-			t.Fatalf("fast%d: an event waited %v next to a stuck client: the fan-out blocked on it", i, worst)
-		}
-	}
+	const total = 10000
+	floodRoomChannel(t, names.New(ps.s.cfg.KeyPrefix, "").RoomChannel(room), room, total)
+	checkFastReadersGotAll(t, fast, total)
 	if n := metric(t, g.adminAddr, "ellipsis_gateway_slow_consumer_closes_total"); n != 1 {
 		t.Fatalf("slow_consumer_closes_total = %v, want 1 (only the stuck client)", n)
 	}
@@ -205,7 +168,62 @@ func TestSlowClientNeverStallsTheRoom(t *testing.T) {
 	if n := g.countLines("closing slow consumer"); n != 1 {
 		t.Fatalf("%d 'closing slow consumer' log lines, want 1 (rate-limited)", n)
 	}
-	// The stuck client's socket ends once it reads what the kernel holds.
+	checkStuckSocketEnds(t, stuck)
+}
+
+// floodRoomChannel floods the room's channel as workers would: total
+// events of ~600 bytes (for 10000, 6 MB: more than the kernel buffers up
+// for the stuck socket, 4 MB at most here) over a few seconds.
+func floodRoomChannel(t *testing.T, channel, room string, total int) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(testkit.RedisURL(), "redis://")})
+	defer rdb.Close()
+	const batch = 40
+	name := strings.Repeat("x", 200)
+	ctx := context.Background()
+	began := time.Now()
+	for i := 0; i < total; i += batch {
+		pipe := rdb.Pipeline()
+		for j := i; j < i+batch; j++ {
+			ev := protocol.RoomEvent{V: 1, Type: protocol.TypeTypingStart, Room: room, User: fmt.Sprintf("flood%d-%s", j, name[:180]), Name: name, TTLMs: 1500, TsMs: time.Now().UnixMilli()}
+			b, _ := json.Marshal(ev)
+			pipe.Publish(ctx, channel, b)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("published %d events in %v", total, time.Since(began))
+}
+
+// checkFastReadersGotAll waits (10 s each) until every fast reader got
+// total events, and fails if one got fewer or an event waited 10 s or more.
+func checkFastReadersGotAll(t *testing.T, fast []*latencyReader, total int) {
+	t.Helper()
+	for i, r := range fast {
+		deadline := time.Now().Add(10 * time.Second)
+		for r.count() < total && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		p99, worst := r.percentile(0.99)
+		t.Logf("fast%d: %d/%d events, latency p99 %v, max %v", i, r.count(), total, p99, worst)
+		if r.count() != total {
+			t.Fatalf("fast%d got %d of %d events: the stuck client held the room up", i, r.count(), total)
+		}
+		// Latency is logged, not asserted (the load generator measures
+		// speed); a fan-out that waited on the stuck client's write would
+		// hold events for the whole 30 s write deadline.
+		if worst >= 10*time.Second {
+			t.Fatalf("fast%d: an event waited %v next to a stuck client: the fan-out blocked on it", i, worst)
+		}
+	}
+}
+
+// checkStuckSocketEnds checks that the stuck client's socket ends once it
+// reads what the kernel holds (within 5 s).
+func checkStuckSocketEnds(t *testing.T, stuck *websocket.Conn) {
+	t.Helper()
 	_ = stuck.SetReadDeadline(time.Now().Add(5 * time.Second))
 	for {
 		if _, _, err := stuck.ReadMessage(); err != nil {

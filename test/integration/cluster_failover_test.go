@@ -101,27 +101,7 @@ func TestClusterPubSubReconnect(t *testing.T) {
 	rc, ps, g0, g1 := clusterProcStack(t, nil)
 	n := names.New(ps.s.cfg.KeyPrefix, "")
 
-	// Two rooms whose channels share a master but not a slot.
-	tok := testkit.RandHex(5)
-	var rooms, channels []string
-	var slots []int
-	master := -1
-	for k := 0; len(rooms) < 2 && k < 200; k++ {
-		room := fmt.Sprintf("reconnect-%d:%s", k, tok)
-		ch := n.RoomChannel(room)
-		slot := clusterenv.SlotOf(ch)
-		owner := rc.Owner(t, slot)
-		if master == -1 {
-			master = owner
-		}
-		if owner == master && !slices.Contains(slots, slot) {
-			rooms, channels, slots = append(rooms, room), append(channels, ch), append(slots, slot)
-		}
-	}
-	if len(rooms) < 2 {
-		t.Fatalf("no two rooms in different slots of master %d: %v", master, rooms)
-	}
-	t.Logf("rooms %q (slots %v) on master %d", rooms, slots, master)
+	rooms, channels, master := roomsOnOneMasterTwoSlots(t, rc, n)
 
 	// Bob watches on both gateways: each has its own link to the master.
 	alice := dial(t, g0.wsURL("alice", "Alice"), "alice")
@@ -163,7 +143,50 @@ func TestClusterPubSubReconnect(t *testing.T) {
 	}
 	recordRecovery(t, "redis cluster CLIENT KILL TYPE pubsub, 2 slots on the master: typing_start again", last.Sub(killed))
 
-	// The master has both channels subscribed again, once per gateway.
+	waitResubscribedOnce(t, rc, master, n, channels, deadline)
+	checkPubSubRelinkLogged(t, g0, g1)
+
+	// And the rooms keep working: alice stops, bob sees it in both.
+	for _, room := range rooms {
+		alice.stop(room)
+		for _, b := range bobs {
+			b.next(isStop(room, "alice", "stopped"), 3*time.Second, "typing_stop in "+room+" after recovery")
+		}
+	}
+}
+
+// roomsOnOneMasterTwoSlots picks two rooms whose channels share a master
+// but not a slot, and returns them, their channels and the master.
+func roomsOnOneMasterTwoSlots(t *testing.T, rc *clusterenv.RedisCluster, n names.Names) (rooms, channels []string, master int) {
+	t.Helper()
+	tok := testkit.RandHex(5)
+	var slots []int
+	master = -1
+	for k := 0; len(rooms) < 2 && k < 200; k++ {
+		room := fmt.Sprintf("reconnect-%d:%s", k, tok)
+		ch := n.RoomChannel(room)
+		slot := clusterenv.SlotOf(ch)
+		owner := rc.Owner(t, slot)
+		if master == -1 {
+			master = owner
+		}
+		if owner == master && !slices.Contains(slots, slot) {
+			rooms, channels, slots = append(rooms, room), append(channels, ch), append(slots, slot)
+		}
+	}
+	if len(rooms) < 2 {
+		t.Fatalf("no two rooms in different slots of master %d: %v", master, rooms)
+	}
+	t.Logf("rooms %q (slots %v) on master %d", rooms, slots, master)
+	return rooms, channels, master
+}
+
+// waitResubscribedOnce waits until deadline for master to have exactly
+// channels subscribed again (PUBSUB SHARDCHANNELS), each by 2 subscribers
+// (SHARDNUMSUB): once per gateway.
+func waitResubscribedOnce(t *testing.T, rc *clusterenv.RedisCluster, master int, n names.Names, channels []string, deadline time.Time) {
+	t.Helper()
+	ctx := t.Context()
 	for {
 		got, err := rc.Node(master).PubSubShardChannels(ctx, n.KeyPrefix()+"chat:room:*").Result()
 		if err != nil {
@@ -183,6 +206,12 @@ func TestClusterPubSubReconnect(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// checkPubSubRelinkLogged checks that each gateway logged its lost Pub/Sub
+// link and its channels restored, and got no CROSSSLOT reply.
+func checkPubSubRelinkLogged(t *testing.T, g0, g1 *proc) {
+	t.Helper()
 	for _, g := range []*proc{g0, g1} {
 		lost := g.countLines("redis pubsub connection lost")
 		restored := g.countLines("redis pubsub channels restored")
@@ -190,14 +219,6 @@ func TestClusterPubSubReconnect(t *testing.T) {
 		t.Logf("%s: %d connection-lost, %d restored, %d CROSSSLOT log lines", g.name, lost, restored, crossSlot)
 		if lost < 1 || restored < 1 || crossSlot != 0 {
 			t.Errorf("%s: want the lost link logged, its channels restored and no CROSSSLOT reply", g.name)
-		}
-	}
-
-	// And the rooms keep working: alice stops, bob sees it in both.
-	for _, room := range rooms {
-		alice.stop(room)
-		for _, b := range bobs {
-			b.next(isStop(room, "alice", "stopped"), 3*time.Second, "typing_stop in "+room+" after recovery")
 		}
 	}
 }
@@ -214,23 +235,7 @@ func TestClusterMasterFailover(t *testing.T) {
 	var room string
 	var master, replica int
 	rc, ps, g0, g1 := clusterProcStack(t, func(rc *clusterenv.RedisCluster, n names.Names) {
-		// A room whose sweep bucket is on the room's master too, so the
-		// expiry after the failover is swept from the promoted master.
-		tok := testkit.RandHex(5)
-		for k := 0; k < 200 && room == ""; k++ {
-			r := fmt.Sprintf("failover-%d:%s", k, tok)
-			m := rc.Owner(t, clusterenv.SlotOf(n.RoomChannel(r)))
-			if rc.Owner(t, clusterenv.SlotOf(n.SweepKey(names.SweepBucket(r)))) == m {
-				room, master = r, m
-			}
-		}
-		if room == "" {
-			t.Fatal("no room with its sweep bucket on its own master")
-		}
-		added := time.Now()
-		replica = rc.AddReplica(t, master)
-		t.Logf("room %q on master %d (slot %d); replica node %d synced in %v",
-			room, master, clusterenv.SlotOf(n.RoomChannel(room)), replica, time.Since(added))
+		room, master, replica = pickFailoverRoom(t, rc, n)
 	})
 
 	// Bob watches on both gateways: each must move its subscription.
@@ -266,9 +271,42 @@ func TestClusterMasterFailover(t *testing.T) {
 	}
 	alice.drain(100 * time.Millisecond) // error frames of the failover rounds
 
-	// Both gateways subscribe the room on the promoted master now.
+	checkSubscribedOnPromoted(t, rc, replica, names.New(ps.s.cfg.KeyPrefix, "").RoomChannel(room), g0, g1)
+
+	checkExpiryAfterFailover(t, g0, g1, alice, bobs, room)
+	if d := time.Since(killed); d > 30*time.Second {
+		t.Errorf("the failover scenario took %v, want < 30 s", d)
+	}
+}
+
+// pickFailoverRoom picks a room whose sweep bucket is on the room's master
+// too, so the expiry after the failover is swept from the promoted master,
+// and adds a replica to that master.
+func pickFailoverRoom(t *testing.T, rc *clusterenv.RedisCluster, n names.Names) (room string, master, replica int) {
+	t.Helper()
+	tok := testkit.RandHex(5)
+	for k := 0; k < 200 && room == ""; k++ {
+		r := fmt.Sprintf("failover-%d:%s", k, tok)
+		m := rc.Owner(t, clusterenv.SlotOf(n.RoomChannel(r)))
+		if rc.Owner(t, clusterenv.SlotOf(n.SweepKey(names.SweepBucket(r)))) == m {
+			room, master = r, m
+		}
+	}
+	if room == "" {
+		t.Fatal("no room with its sweep bucket on its own master")
+	}
+	added := time.Now()
+	replica = rc.AddReplica(t, master)
+	t.Logf("room %q on master %d (slot %d); replica node %d synced in %v",
+		room, master, clusterenv.SlotOf(n.RoomChannel(room)), replica, time.Since(added))
+	return room, master, replica
+}
+
+// checkSubscribedOnPromoted checks that both gateways subscribe channel on
+// the promoted master (node replica) now, and counted a channel move.
+func checkSubscribedOnPromoted(t *testing.T, rc *clusterenv.RedisCluster, replica int, channel string, g0, g1 *proc) {
+	t.Helper()
 	ctx := t.Context()
-	channel := names.New(ps.s.cfg.KeyPrefix, "").RoomChannel(room)
 	if got, err := rc.Node(replica).PubSubShardNumSub(ctx, channel).Result(); err != nil || got[channel] != 2 {
 		t.Errorf("PUBSUB SHARDNUMSUB %s on the promoted master = %v, %v; want 2 (one per gateway)", channel, got, err)
 	}
@@ -277,8 +315,13 @@ func TestClusterMasterFailover(t *testing.T) {
 			t.Errorf("%s: redis_channel_moves_total = %v, want ≥ 1", g.name, n)
 		}
 	}
+}
 
-	// New joins on the room, on both gateways, with snapshots.
+// checkExpiryAfterFailover makes new joins on the room, on both gateways,
+// with snapshots; carol types once and goes silent: the promoted master's
+// sweep bucket yields her expired stop on both gateways.
+func checkExpiryAfterFailover(t *testing.T, g0, g1 *proc, alice *client, bobs []*client, room string) {
+	t.Helper()
 	carol := dial(t, g1.wsURL("carol", "Carol"), "carol")
 	dave := dial(t, g0.wsURL("dave", "Dave"), "dave")
 	if j := carol.join(room); users(j.Typing) != "" {
@@ -286,8 +329,6 @@ func TestClusterMasterFailover(t *testing.T) {
 	}
 	dave.join(room)
 
-	// Carol types once and goes silent: the promoted master's sweep bucket
-	// yields her expired stop on both gateways.
 	carol.start(room)
 	started := dave.next(isStart(room, "carol"), 3*time.Second, "carol's typing_start").at
 	for _, b := range bobs {
@@ -301,8 +342,5 @@ func TestClusterMasterFailover(t *testing.T) {
 		if c == dave {
 			t.Logf("carol's expired stop reached dave %v after her start", f.at.Sub(started))
 		}
-	}
-	if d := time.Since(killed); d > 30*time.Second {
-		t.Errorf("the failover scenario took %v, want < 30 s", d)
 	}
 }

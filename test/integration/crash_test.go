@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/nats-io/nats.go"
 )
 
 // A gateway is SIGKILLed while two of its users type:
@@ -102,7 +103,49 @@ func TestWorkerCrashUnderLoad(t *testing.T) {
 	bob.join(room)
 	carol.join(room)
 
-	// Background load: a platform service's starts in 50 other rooms.
+	stopBots := startBotLoad(nc, ps.s.cfg.SubjectPrefix)
+	defer stopBots()
+	stopTypists := startTypists(t, ps, room)
+	time.Sleep(time.Second)
+	before := metric(t, w1.adminAddr, "ellipsis_worker_commands_total") + metric(t, w2.adminAddr, "ellipsis_worker_commands_total")
+	if metric(t, w0.adminAddr, "ellipsis_worker_commands_total") == 0 {
+		t.Fatal("worker0 got no commands before it was killed")
+	}
+	var joiners []*view
+	for i := range 6 {
+		joiners = append(joiners, watch(dial(t, ps.gateways[i%2].wsURL(fmt.Sprintf("joiner%d", i), ""), fmt.Sprintf("joiner%d", i))))
+	}
+	late := dial(t, g0.wsURL("late", ""), "late")
+	late.join(room)
+	w0.kill(syscall.SIGKILL)
+	killed := time.Now()
+
+	joinRightAfterCrash(t, joiners, room, killed)
+	showLateTypistAfterCrash(t, bob, late, room, killed)
+
+	time.Sleep(1500 * time.Millisecond)
+	stopTypists()
+	ended := time.Now()
+	var worst time.Duration
+	for _, v := range []*view{bob, carol} {
+		at := v.waitShown(room, "", expiryBound+time.Second)
+		if d := at.Sub(ended); d > expiryBound {
+			t.Fatalf("%s still showed typists %v after their last command, want ≤ ttl+1s", v.c.name, d)
+		}
+		worst = max(worst, at.Sub(ended))
+	}
+	after := metric(t, w1.adminAddr, "ellipsis_worker_commands_total") + metric(t, w2.adminAddr, "ellipsis_worker_commands_total")
+	t.Logf("surviving workers applied %.0f commands after the crash", after-before)
+	if after-before < 500 {
+		t.Fatalf("the surviving workers applied only %.0f commands after the crash", after-before)
+	}
+	recordRecovery(t, "worker SIGKILL under load: receivers empty after last command", worst)
+}
+
+// startBotLoad is the background load: a platform service's starts in 50
+// other rooms, ~1000 commands/s, published on nc until the returned stop
+// is called (stop waits for the publisher to end).
+func startBotLoad(nc *nats.Conn, subjectPrefix string) (stop func()) {
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -121,13 +164,19 @@ func TestWorkerCrashUnderLoad(t *testing.T) {
 				seq++
 				b, _ := protocol.Encode(protocol.Command{V: 1, Op: protocol.OpStart, Room: fmt.Sprintf("load-%d", seq%50),
 					User: fmt.Sprintf("bot%d", seq%200), Conn: "bots:1", Seq: seq, TsMs: time.Now().UnixMilli()})
-				_ = nc.Publish(ps.s.cfg.SubjectPrefix+".typing.v1.cmd", b)
+				_ = nc.Publish(subjectPrefix+".typing.v1.cmd", b)
 			}
 		}
 	}()
-	defer func() { close(quit); wg.Wait() }()
+	return func() { close(quit); wg.Wait() }
+}
 
-	// Typists: each refreshes every 100 ms and sometimes stops and starts.
+// startTypists joins 10 typists to room, alternating over the two
+// gateways; each refreshes every 80–120 ms and sometimes stops and starts.
+// The returned stop ends them: the even ones send a typing_stop, the
+// others go silent; stop returns once all have ended.
+func startTypists(t *testing.T, ps *procStack, room string) (stop func()) {
+	t.Helper()
 	var typists []*client
 	for i := range 10 {
 		u := fmt.Sprintf("ty%d", i)
@@ -158,22 +207,14 @@ func TestWorkerCrashUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(time.Second)
-	before := metric(t, w1.adminAddr, "ellipsis_worker_commands_total") + metric(t, w2.adminAddr, "ellipsis_worker_commands_total")
-	if metric(t, w0.adminAddr, "ellipsis_worker_commands_total") == 0 {
-		t.Fatal("worker0 got no commands before it was killed")
-	}
-	var joiners []*view
-	for i := range 6 {
-		joiners = append(joiners, watch(dial(t, ps.gateways[i%2].wsURL(fmt.Sprintf("joiner%d", i), ""), fmt.Sprintf("joiner%d", i))))
-	}
-	late := dial(t, g0.wsURL("late", ""), "late")
-	late.join(room)
-	w0.kill(syscall.SIGKILL)
-	killed := time.Now()
+	return func() { close(stopLoad); lwg.Wait() }
+}
 
-	// Clients joining right after the crash get their snapshot: a snapshot
-	// request the queue group still routed to the dead worker is retried.
+// joinRightAfterCrash checks that clients joining right after the crash
+// get their snapshot (joined within 3 s): a snapshot request the queue
+// group still routed to the dead worker is retried.
+func joinRightAfterCrash(t *testing.T, joiners []*view, room string, killed time.Time) {
+	t.Helper()
 	var jwg sync.WaitGroup
 	replies := make([]frame, len(joiners))
 	for i, v := range joiners {
@@ -203,14 +244,18 @@ func TestWorkerCrashUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d clients joined right after the crash, the slowest %v after it", len(joiners), slowest)
 	recordRecovery(t, "worker SIGKILL: joins sent at the crash answered (retry)", slowest)
+}
 
-	// The others continue: a new typist is shown. A start is one
-	// fire-and-forget command, and the queue group may still route it to
-	// the killed worker until nats-server has seen that connection close:
-	// there it is lost (commands are at most once, docs/protocol.md). A
-	// typing client repeats its start while the user types (the refresh),
-	// so the late typist sends one every 250 ms, as a fast refresh would,
-	// until bob shows it; the worker throttles the repeats.
+// showLateTypistAfterCrash checks that the other workers continue: a new
+// typist is shown to bob within 2 s. A start is one fire-and-forget
+// command, and the queue group may still route it to the killed worker
+// until nats-server has seen that connection close: there it is lost
+// (commands are at most once, docs/protocol.md). A typing client repeats
+// its start while the user types (the refresh), so the late typist sends
+// one every 250 ms, as a fast refresh would, until bob shows it; the
+// worker throttles the repeats. The late typist stops at the end.
+func showLateTypistAfterCrash(t *testing.T, bob *view, late *client, room string, killed time.Time) {
+	t.Helper()
 	since := bob.mark()
 	sent := time.Now()
 	shown := func() bool { // bob.mu is held (tryUntil)
@@ -233,23 +278,4 @@ func TestWorkerCrashUnderLoad(t *testing.T) {
 	f := bob.frames(since, isStart(room, "late"))[0]
 	t.Logf("new typist shown %v after its first start (%d sent), %v after the crash", f.at.Sub(sent), sends, f.at.Sub(killed))
 	late.stop(room)
-
-	time.Sleep(1500 * time.Millisecond)
-	close(stopLoad)
-	lwg.Wait()
-	ended := time.Now()
-	var worst time.Duration
-	for _, v := range []*view{bob, carol} {
-		at := v.waitShown(room, "", expiryBound+time.Second)
-		if d := at.Sub(ended); d > expiryBound {
-			t.Fatalf("%s still showed typists %v after their last command, want ≤ ttl+1s", v.c.name, d)
-		}
-		worst = max(worst, at.Sub(ended))
-	}
-	after := metric(t, w1.adminAddr, "ellipsis_worker_commands_total") + metric(t, w2.adminAddr, "ellipsis_worker_commands_total")
-	t.Logf("surviving workers applied %.0f commands after the crash", after-before)
-	if after-before < 500 {
-		t.Fatalf("the surviving workers applied only %.0f commands after the crash", after-before)
-	}
-	recordRecovery(t, "worker SIGKILL under load: receivers empty after last command", worst)
 }

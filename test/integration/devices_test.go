@@ -93,8 +93,7 @@ func TestMultiDeviceOneTypistAcrossGateways(t *testing.T) {
 	bob.join(room)
 	carol.join(room)
 	receivers := []*view{bob, carol}
-	since := bob.mark()
-	sinceC := carol.mark()
+	marks := []int{bob.mark(), carol.mark()}
 
 	// Both devices type; they refresh like the JS client (every testRefresh).
 	stopLaptop := keepTyping(laptop, room, testRefresh)
@@ -103,40 +102,10 @@ func TestMultiDeviceOneTypistAcrossGateways(t *testing.T) {
 	for _, r := range receivers {
 		r.waitShown(room, "alice", 2*time.Second)
 	}
-	// Receivers show alice after the first device's start; wait until the
-	// workers applied both devices' starts (two connection entries, c:<conn>,
-	// in alice's hash in the room: docs/protocol.md, "Keys"), or a phone
-	// stop could be applied before the laptop's first start.
-	userKey := ps.s.cfg.KeyPrefix + "typing:user:" + names.RoomTag(room) + ":" + names.Enc("alice")
-	conns := func() int {
-		n := 0
-		for _, f := range ps.s.rdb.HKeys(context.Background(), userKey).Val() {
-			if strings.HasPrefix(f, "c:") {
-				n++
-			}
-		}
-		return n
-	}
-	for deadline := time.Now().Add(3 * time.Second); conns() != 2; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the two devices' entries are not both in %s", userKey)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// holds checks that alice stays shown and no stop about her arrives for
-	// a while after one device ended.
+	waitDeviceEntries(t, ps, room, "alice", 2)
 	holds := func(what string) {
 		t.Helper()
-		time.Sleep(400 * time.Millisecond)
-		for i, r := range receivers {
-			s := []int{since, sinceC}[i]
-			if stops := r.frames(s, isStop(room, "alice", "")); len(stops) > 0 || r.shown(room) != "alice" {
-				t.Fatalf("after the phone's %s, %s shows %q (stops %v): the laptop still types", what, r.c.name, r.shown(room), stops)
-			}
-		}
-		if st, us, _ := httpTyping(t, g1.httpAddr, room, "dave"); st != 200 || us != "alice" {
-			t.Fatalf("after the phone's %s, the snapshot is %d %q, want alice", what, st, us)
-		}
+		checkAliceHolds(t, receivers, marks, room, g1, what)
 	}
 
 	stopPhone()
@@ -157,18 +126,64 @@ func TestMultiDeviceOneTypistAcrossGateways(t *testing.T) {
 	phone.close() // the gateway publishes the connection's disconnect
 	holds("disconnect")
 
-	// The last device stops: now receivers see exactly one stop.
+	checkLastDeviceStop(t, receivers, marks, room, laptop, stopLaptop)
+}
+
+// waitDeviceEntries waits (3 s) until the workers applied the starts of
+// user's devices: want connection entries, c:<conn>, in the user's hash
+// in the room (docs/protocol.md, "Keys").
+func waitDeviceEntries(t *testing.T, ps *procStack, room, user string, want int) {
+	t.Helper()
+	userKey := ps.s.cfg.KeyPrefix + "typing:user:" + names.RoomTag(room) + ":" + names.Enc(user)
+	conns := func() int {
+		n := 0
+		for _, f := range ps.s.rdb.HKeys(context.Background(), userKey).Val() {
+			if strings.HasPrefix(f, "c:") {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(3 * time.Second); conns() != want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the two devices' entries are not both in %s", userKey)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkAliceHolds checks that alice stays shown and no stop about her
+// arrives at receivers (after marks) for a while after one device ended,
+// and that g1's snapshot still has her.
+func checkAliceHolds(t *testing.T, receivers []*view, marks []int, room string, g1 *proc, what string) {
+	t.Helper()
+	time.Sleep(400 * time.Millisecond)
+	for i, r := range receivers {
+		s := marks[i]
+		if stops := r.frames(s, isStop(room, "alice", "")); len(stops) > 0 || r.shown(room) != "alice" {
+			t.Fatalf("after the phone's %s, %s shows %q (stops %v): the laptop still types", what, r.c.name, r.shown(room), stops)
+		}
+	}
+	if st, us, _ := httpTyping(t, g1.httpAddr, room, "dave"); st != 200 || us != "alice" {
+		t.Fatalf("after the phone's %s, the snapshot is %d %q, want alice", what, st, us)
+	}
+}
+
+// checkLastDeviceStop stops the last device (laptop): now receivers see
+// exactly one stop.
+func checkLastDeviceStop(t *testing.T, receivers []*view, marks []int, room string, laptop *client, stopLaptop func()) {
+	t.Helper()
 	stopLaptop()
 	ended := time.Now()
 	laptop.stop(room)
 	for i, r := range receivers {
-		s := []int{since, sinceC}[i]
+		s := marks[i]
 		r.waitFrame(s, isStop(room, "alice", "stopped"), time.Second, "typing_stop stopped")
 		t.Logf("%s saw the stop %v after the laptop's", r.c.name, r.frames(s, isStop(room, "alice", ""))[0].at.Sub(ended))
 	}
 	time.Sleep(300 * time.Millisecond)
 	for i, r := range receivers {
-		s := []int{since, sinceC}[i]
+		s := marks[i]
 		if n := len(r.frames(s, isStop(room, "alice", ""))); n != 1 {
 			t.Fatalf("%s got %d typing_stop for alice, want exactly 1", r.c.name, n)
 		}

@@ -39,7 +39,47 @@ func TestNATSOutageAndRestart(t *testing.T) {
 		at := waitReadyz(t, p.adminAddr, 503, 3*time.Second, "nats")
 		t.Logf("%s /readyz 503 (nats) %v after the kill", p.name, at.Sub(down))
 	}
-	// Frames that need NATS are refused at once, with the reason.
+	checkRefusedDuringNATSOutage(t, g, w, alice, room)
+
+	since := bob.mark()
+	back := time.Now()
+	n.Restart()
+	for _, p := range []*proc{g, w} {
+		at := waitReadyz(t, p.adminAddr, 200, 10*time.Second)
+		t.Logf("%s reconnected (/readyz 200) %v after NATS was back", p.name, at.Sub(back))
+	}
+	f := bob.waitFrame(since, isPushedSnapshot(room), 5*time.Second, "typing snapshot after the NATS reconnect")
+	recordRecovery(t, "NATS restart: gateway resync snapshot pushed", f.at.Sub(back))
+	ok := waitKeystrokePathBack(t, alice, bob, room)
+	recordRecovery(t, "NATS restart: keystroke path works again", ok.Sub(back))
+	if metric(t, g.adminAddr, "ellipsis_gateway_nats_connected") != 1 ||
+		metric(t, w.adminAddr, "ellipsis_worker_nats_connected") != 1 {
+		t.Fatal("nats_connected is not 1 on both services once NATS is back")
+	}
+	if metric(t, g.adminAddr, "ellipsis_gateway_nats_errors_total", `kind="disconnect"`) != 1 ||
+		metric(t, w.adminAddr, "ellipsis_worker_nats_errors_total", `kind="disconnect"`) != 1 {
+		t.Fatal("the NATS disconnect was not counted once by each service (nats_errors_total{kind=\"disconnect\"})")
+	}
+	// None of the refused commands was published later: the workers saw one
+	// more start (the accepted one), and receivers no start before it.
+	time.Sleep(300 * time.Millisecond)
+	if got := metric(t, w.adminAddr, "ellipsis_worker_commands_total", `op="start"`) - startsBefore; got != 1 {
+		t.Fatalf("the worker applied %v starts since the outage began, want 1: a refused command was sent later", got)
+	}
+	if starts := bob.frames(since, isStart(room, "alice")); len(starts) != 1 {
+		t.Fatalf("bob saw %d typing_start after the outage, want 1: %v", len(starts), starts)
+	}
+	alice.c.stop(room)
+	bob.waitShown(room, "", 2*time.Second)
+
+	checkSnapshotsWithoutWorker(t, g, w, bob, room)
+}
+
+// checkRefusedDuringNATSOutage checks that frames that need NATS (typing,
+// sync, join, the HTTP snapshot) are refused at once, with the reason, and
+// that both services report nats_connected 0.
+func checkRefusedDuringNATSOutage(t *testing.T, g, w *proc, alice *view, room string) {
+	t.Helper()
 	refused := 0
 	for _, msg := range []map[string]any{
 		{"type": "typing_start", "room": room},
@@ -69,17 +109,12 @@ func TestNATSOutageAndRestart(t *testing.T) {
 		metric(t, w.adminAddr, "ellipsis_worker_nats_connected") != 0 {
 		t.Fatal("nats_connected is not 0 on both services during the NATS outage")
 	}
+}
 
-	since := bob.mark()
-	back := time.Now()
-	n.Restart()
-	for _, p := range []*proc{g, w} {
-		at := waitReadyz(t, p.adminAddr, 200, 10*time.Second)
-		t.Logf("%s reconnected (/readyz 200) %v after NATS was back", p.name, at.Sub(back))
-	}
-	f := bob.waitFrame(since, isPushedSnapshot(room), 5*time.Second, "typing snapshot after the NATS reconnect")
-	recordRecovery(t, "NATS restart: gateway resync snapshot pushed", f.at.Sub(back))
-	// The keystroke path works again: retry until a start is accepted.
+// waitKeystrokePathBack retries (10 s) until alice's start is accepted and
+// reaches bob, and returns when bob got it.
+func waitKeystrokePathBack(t *testing.T, alice, bob *view, room string) time.Time {
+	t.Helper()
 	var ok time.Time
 	for deadline := time.Now().Add(10 * time.Second); ok.IsZero(); {
 		if time.Now().After(deadline) {
@@ -96,32 +131,17 @@ func TestNATSOutageAndRestart(t *testing.T) {
 		}
 		ok = bob.waitFrame(m, isStart(room, "alice"), 2*time.Second, "typing_start after the NATS restart").at
 	}
-	recordRecovery(t, "NATS restart: keystroke path works again", ok.Sub(back))
-	if metric(t, g.adminAddr, "ellipsis_gateway_nats_connected") != 1 ||
-		metric(t, w.adminAddr, "ellipsis_worker_nats_connected") != 1 {
-		t.Fatal("nats_connected is not 1 on both services once NATS is back")
-	}
-	if metric(t, g.adminAddr, "ellipsis_gateway_nats_errors_total", `kind="disconnect"`) != 1 ||
-		metric(t, w.adminAddr, "ellipsis_worker_nats_errors_total", `kind="disconnect"`) != 1 {
-		t.Fatal("the NATS disconnect was not counted once by each service (nats_errors_total{kind=\"disconnect\"})")
-	}
-	// None of the refused commands was published later: the workers saw one
-	// more start (the accepted one), and receivers no start before it.
-	time.Sleep(300 * time.Millisecond)
-	if got := metric(t, w.adminAddr, "ellipsis_worker_commands_total", `op="start"`) - startsBefore; got != 1 {
-		t.Fatalf("the worker applied %v starts since the outage began, want 1: a refused command was sent later", got)
-	}
-	if starts := bob.frames(since, isStart(room, "alice")); len(starts) != 1 {
-		t.Fatalf("bob saw %d typing_start after the outage, want 1: %v", len(starts), starts)
-	}
-	alice.c.stop(room)
-	bob.waitShown(room, "", 2*time.Second)
+	return ok
+}
 
-	// A worker that does not answer: snapshot requests time out (700 ms)
-	// with an error that says so, instead of hanging.
+// checkSnapshotsWithoutWorker stops the worker w: snapshot requests (HTTP
+// and sync) time out (700 ms) with an error that says so, instead of
+// hanging; then kills it: with no worker at all, the error says that.
+func checkSnapshotsWithoutWorker(t *testing.T, g, w *proc, bob *view, room string) {
+	t.Helper()
 	w.kill(syscall.SIGSTOP)
 	began := time.Now()
-	st, _, msg = httpTyping(t, g.httpAddr, room, "bob")
+	st, _, msg := httpTyping(t, g.httpAddr, room, "bob")
 	took := time.Since(began)
 	if st != 503 || !strings.Contains(msg, "timed out") || took > 2*time.Second {
 		t.Fatalf("GET typing with a hung worker: %d %q after %v, want 503 'timed out' after ~700ms", st, msg, took)

@@ -105,6 +105,33 @@ func TestOrderAcrossThreeWorkersWithDelays(t *testing.T) {
 	// before the start (seq 1) that was sent 20 ms earlier.
 	bob := watch(dial(t, gw.wsURL("bob", "Bob"), "bob"))
 	bob.join(room)
+	checkDirectOutOfOrder(t, nc, wkPrefix, gw, bob, room)
+
+	carol, want := typeRoundsThroughProxy(t, gw, room)
+	sent := time.Now()
+	wantCSV := sortedCSV(want...)
+	for _, v := range []*view{bob, carol} {
+		at := v.waitShown(room, wantCSV, time.Second)
+		t.Logf("%s right %v after the last command", v.c.name, at.Sub(sent))
+	}
+	// Stay right: no late (stale) command may change it.
+	time.Sleep(200 * time.Millisecond)
+	for _, v := range []*view{bob, carol} {
+		if got := v.shown(room); got != wantCSV {
+			t.Fatalf("%s: after the last commands the room showed %q, then %q", v.c.name, wantCSV, got)
+		}
+	}
+	if st, us, _ := httpTyping(t, gw.httpAddr, room, "bob"); st != 200 || us != wantCSV {
+		t.Fatalf("snapshot %d %q, want %q", st, us, wantCSV)
+	}
+	checkStaleIgnored(t, proxy, workers)
+}
+
+// checkDirectOutOfOrder is direct out-of-order delivery, no proxy: the
+// stop (seq 2) is applied before the start (seq 1) that was sent 20 ms
+// earlier, so bob never sees zoe and the snapshot is empty.
+func checkDirectOutOfOrder(t *testing.T, nc *nats.Conn, wkPrefix string, gw *proc, bob *view, room string) {
+	t.Helper()
 	since := bob.mark()
 	publishCommand(t, nc, wkPrefix, protocol.Command{Op: protocol.OpStop, Room: room, User: "zoe", Conn: "ext:1", Seq: 2})
 	time.Sleep(20 * time.Millisecond)
@@ -116,10 +143,14 @@ func TestOrderAcrossThreeWorkersWithDelays(t *testing.T) {
 	if st, us, _ := httpTyping(t, gw.httpAddr, room, "bob"); st != 200 || us != "" {
 		t.Fatalf("after stop(seq 2), start(seq 1) the snapshot is %d %q, want nobody", st, us)
 	}
+}
 
-	// Through the gateway and the delaying proxy: 8 users, each on its own
-	// connection, 6 rounds of start, 20 ms, stop; then half of them start
-	// once more. Receivers must end with exactly those.
+// typeRoundsThroughProxy types through the gateway and the delaying proxy:
+// 8 users, each on its own connection, 6 rounds of start, 20 ms, stop;
+// then half of them start once more. It returns carol, a receiver joined
+// before the rounds, and those last typists, whom receivers must end with.
+func typeRoundsThroughProxy(t *testing.T, gw *proc, room string) (*view, []string) {
+	t.Helper()
 	const nUsers, rounds = 8, 6
 	type typer struct {
 		user string
@@ -157,22 +188,13 @@ func TestOrderAcrossThreeWorkersWithDelays(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	sent := time.Now()
-	wantCSV := sortedCSV(want...)
-	for _, v := range []*view{bob, carol} {
-		at := v.waitShown(room, wantCSV, time.Second)
-		t.Logf("%s right %v after the last command", v.c.name, at.Sub(sent))
-	}
-	// Stay right: no late (stale) command may change it.
-	time.Sleep(200 * time.Millisecond)
-	for _, v := range []*view{bob, carol} {
-		if got := v.shown(room); got != wantCSV {
-			t.Fatalf("%s: after the last commands the room showed %q, then %q", v.c.name, wantCSV, got)
-		}
-	}
-	if st, us, _ := httpTyping(t, gw.httpAddr, room, "bob"); st != 200 || us != wantCSV {
-		t.Fatalf("snapshot %d %q, want %q", st, us, wantCSV)
-	}
+	return carol, want
+}
+
+// checkStaleIgnored checks that the proxy did reorder commands, that at
+// least 2 of the workers got commands, and that they ignored some as stale.
+func checkStaleIgnored(t *testing.T, proxy *delayProxy, workers []*proc) {
+	t.Helper()
 	if proxy.reordered.Load() == 0 {
 		t.Fatalf("the proxy forwarded %d commands and none out of order: the test proved nothing", proxy.forwarded.Load())
 	}

@@ -80,8 +80,38 @@ func TestRedisFrozen(t *testing.T) {
 
 	px.Freeze(true)
 	frozen := time.Now()
-	// /readyz is polled from the freeze on: every answer within a second,
-	// and the first 503 timed.
+	noticedCh := pollReadyzFromFreeze(t, admin, frozen)
+	carol := dial(t, s.wsURL(0, "carol", ""), "carol")
+	checkJoinsWhileFrozen(t, carol, bound)
+	start := time.Now()
+	leaver.close() // the close handshake, and the hub's leave, never wait on Redis
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("closing a connection took %v with Redis frozen", took)
+	}
+	noticed := <-noticedCh
+	if noticed < 0 {
+		t.Fatalf("/readyz never 503 within ping interval + timeout + 3 s of the freeze")
+	}
+	if code := timedReadyz(t, admin); code != 503 {
+		t.Fatalf("/readyz %d while Redis is frozen", code)
+	}
+	t.Logf("silent Redis link noticed (/readyz 503) %v after the freeze (ping interval %v + timeout %v)", noticed, faultPingInterval, faultPingTimeout)
+	recordRecovery(t, "Redis frozen: silent Pub/Sub link noticed (/readyz 503)", noticed)
+
+	since := bob.mark()
+	px.Freeze(false)
+	px.Cut()
+	back := time.Now()
+	f := bob.waitFrame(since, isPushedSnapshot("frozen:1"), 10*time.Second, "resync of frozen:1 after the thaw")
+	t.Logf("frozen:1 resynced %v after the thaw", f.at.Sub(back))
+	waitReadyz(t, admin, 200, 10*time.Second)
+}
+
+// pollReadyzFromFreeze polls admin's /readyz from the freeze on: every
+// answer within a second, and the first 503 timed. The channel gets the
+// time from frozen to the first 503, or -1 if none came within ping
+// interval + timeout + 3 s.
+func pollReadyzFromFreeze(t *testing.T, admin string, frozen time.Time) <-chan time.Duration {
 	noticedCh := make(chan time.Duration, 1)
 	go func() {
 		for time.Since(frozen) < faultPingInterval+faultPingTimeout+3*time.Second {
@@ -98,7 +128,14 @@ func TestRedisFrozen(t *testing.T) {
 		}
 		noticedCh <- -1
 	}()
-	carol := dial(t, s.wsURL(0, "carol", ""), "carol")
+	return noticedCh
+}
+
+// checkJoinsWhileFrozen has carol join a known and a new room, each with a
+// ping, with Redis frozen: the join is answered (joined or unavailable)
+// and the ping ponged, both within bound.
+func checkJoinsWhileFrozen(t *testing.T, carol *client, bound time.Duration) {
+	t.Helper()
 	for i, room := range []string{"frozen:1", "frozen:new"} {
 		id := "j" + strconv.Itoa(i)
 		sent := time.Now()
@@ -127,28 +164,6 @@ func TestRedisFrozen(t *testing.T) {
 			t.Fatalf("ping: %v after %v", p, p.at.Sub(sent))
 		}
 	}
-	start := time.Now()
-	leaver.close() // the close handshake, and the hub's leave, never wait on Redis
-	if took := time.Since(start); took > 2*time.Second {
-		t.Fatalf("closing a connection took %v with Redis frozen", took)
-	}
-	noticed := <-noticedCh
-	if noticed < 0 {
-		t.Fatalf("/readyz never 503 within ping interval + timeout + 3 s of the freeze")
-	}
-	if code := timedReadyz(t, admin); code != 503 {
-		t.Fatalf("/readyz %d while Redis is frozen", code)
-	}
-	t.Logf("silent Redis link noticed (/readyz 503) %v after the freeze (ping interval %v + timeout %v)", noticed, faultPingInterval, faultPingTimeout)
-	recordRecovery(t, "Redis frozen: silent Pub/Sub link noticed (/readyz 503)", noticed)
-
-	since := bob.mark()
-	px.Freeze(false)
-	px.Cut()
-	back := time.Now()
-	f := bob.waitFrame(since, isPushedSnapshot("frozen:1"), 10*time.Second, "resync of frozen:1 after the thaw")
-	t.Logf("frozen:1 resynced %v after the thaw", f.at.Sub(back))
-	waitReadyz(t, admin, 200, 10*time.Second)
 }
 
 // The hang the issue measured: Redis connections are reset and new ones

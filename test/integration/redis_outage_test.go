@@ -104,74 +104,21 @@ func TestRedisOutagesLeakNoGoroutines(t *testing.T) {
 	alice.join(room)
 	bob := watch(dial(t, s.wsURL(0, "bob", ""), "bob"))
 	bob.join(room)
-	noKeepAlive := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	status := func(addr string) int {
-		resp, err := noKeepAlive.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	waitStatus := func(addr string, want int) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for status(addr) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz of %s never %d", addr, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	outage := func(i int) time.Duration {
-		t.Helper()
-		r.Kill()
-		waitStatus(gwAdmin, 503)
-		waitStatus(wkAdmin, 503)
-		if i == 0 {
-			// The worker's sweeper (every ELLIPSIS_SWEEP_INTERVAL) meets the
-			// dead Redis and counts it: wait for that once, so the count
-			// checked at the end does not depend on whether a short
-			// outage happened to fall between two sweeps.
-			for deadline := time.Now().Add(5 * time.Second); metric(t, wkAdmin, "ellipsis_worker_redis_errors_total") == 0; {
-				if time.Now().After(deadline) {
-					t.Fatal("the worker counted no Redis error 5 s into an outage")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
-		since := bob.mark()
-		back := time.Now()
-		r.Restart()
-		f := bob.waitFrame(since, isPushedSnapshot(room), 5*time.Second, "typing snapshot after the Redis restart")
-		waitStatus(gwAdmin, 200)
-		waitStatus(wkAdmin, 200)
-		// The whole keystroke path works again.
-		since = bob.mark()
-		alice.start(room)
-		bob.waitFrame(since, isStart(room, "alice"), 3*time.Second, "typing_start after the Redis restart")
-		alice.stop(room)
-		bob.waitFrame(since, isStop(room, "alice", "stopped"), 3*time.Second, "typing_stop after the Redis restart")
-		return f.at.Sub(back)
-	}
-	outage(0) // warm up: connections, pools and timers exist from now on
-	settle := func() int {
-		runtime.GC()
-		time.Sleep(300 * time.Millisecond)
-		return runtime.NumGoroutine()
-	}
-	base := settle()
+	o := &outageEnv{t: t, r: r, gwAdmin: gwAdmin, wkAdmin: wkAdmin, room: room, alice: alice, bob: bob,
+		noKeepAlive: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
+	o.outage(0) // warm up: connections, pools and timers exist from now on
+	base := settleGoroutines()
 	var worst, total time.Duration
 	for i := 1; i <= 10; i++ {
-		d := outage(i)
+		d := o.outage(i)
 		worst, total = max(worst, d), total+d
 	}
 	t.Logf("ten Redis outages: snapshot pushed %v after Redis was back on average, %v at worst", total/10, worst)
 	recordRecovery(t, "Redis restart ×10 (in process): snapshot pushed, worst", worst)
 	deadline := time.Now().Add(5 * time.Second)
-	n := settle()
+	n := settleGoroutines()
 	for n > base+3 && time.Now().Before(deadline) {
-		n = settle()
+		n = settleGoroutines()
 	}
 	t.Logf("goroutines: %d after the first outage, %d after ten more", base, n)
 	if n > base+3 {
@@ -182,4 +129,85 @@ func TestRedisOutagesLeakNoGoroutines(t *testing.T) {
 	if errs := metric(t, wkAdmin, "ellipsis_worker_redis_errors_total"); errs == 0 {
 		t.Fatal("the worker counted no Redis errors over ten outages")
 	}
+}
+
+// outageEnv is the Redis-outage scenario: one gateway and one worker on
+// the private Redis r, alice typing and bob watching in room.
+type outageEnv struct {
+	t                *testing.T
+	r                testkit.RedisServer
+	gwAdmin, wkAdmin string
+	room             string
+	alice            *client
+	bob              *view
+	noKeepAlive      *http.Client
+}
+
+// status is the HTTP status of addr's /readyz, 0 if it does not answer.
+func (o *outageEnv) status(addr string) int {
+	resp, err := o.noKeepAlive.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// waitStatus waits (5 s) until addr's /readyz answers want.
+func (o *outageEnv) waitStatus(addr string, want int) {
+	t := o.t
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for o.status(addr) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz of %s never %d", addr, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// outage is outage i: Redis is killed until both services are unready
+// (the first time, also until the worker counted a Redis error), then
+// restarted; the gateway pushes bob a snapshot, both are ready again and
+// the whole keystroke path works. It returns the time from the restart to
+// the snapshot.
+func (o *outageEnv) outage(i int) time.Duration {
+	t := o.t
+	t.Helper()
+	o.r.Kill()
+	o.waitStatus(o.gwAdmin, 503)
+	o.waitStatus(o.wkAdmin, 503)
+	if i == 0 {
+		// The worker's sweeper (every ELLIPSIS_SWEEP_INTERVAL) meets the
+		// dead Redis and counts it: wait for that once, so the count
+		// checked at the end does not depend on whether a short
+		// outage happened to fall between two sweeps.
+		for deadline := time.Now().Add(5 * time.Second); metric(t, o.wkAdmin, "ellipsis_worker_redis_errors_total") == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("the worker counted no Redis error 5 s into an outage")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	since := o.bob.mark()
+	back := time.Now()
+	o.r.Restart()
+	f := o.bob.waitFrame(since, isPushedSnapshot(o.room), 5*time.Second, "typing snapshot after the Redis restart")
+	o.waitStatus(o.gwAdmin, 200)
+	o.waitStatus(o.wkAdmin, 200)
+	// The whole keystroke path works again.
+	since = o.bob.mark()
+	o.alice.start(o.room)
+	o.bob.waitFrame(since, isStart(o.room, "alice"), 3*time.Second, "typing_start after the Redis restart")
+	o.alice.stop(o.room)
+	o.bob.waitFrame(since, isStop(o.room, "alice", "stopped"), 3*time.Second, "typing_stop after the Redis restart")
+	return f.at.Sub(back)
+}
+
+// settleGoroutines collects garbage, waits 300 ms and returns the number
+// of goroutines.
+func settleGoroutines() int {
+	runtime.GC()
+	time.Sleep(300 * time.Millisecond)
+	return runtime.NumGoroutine()
 }

@@ -51,57 +51,12 @@ func testSentinelFailover(t *testing.T, manual bool) {
 	g0, g1 := ps.startGateway(nil), ps.startGateway(nil)
 	all := []*proc{ps.workers[0], ps.workers[1], g0, g1}
 
-	scenarios := func(round string) {
-		t.Run(round+"/start-stop-across-gateways", func(t *testing.T) {
-			room := "sentinel:" + round + ":" + testkit.RandHex(5)
-			alice := dial(t, g0.wsURL("alice", "Alice"), "alice")
-			bob := dial(t, g1.wsURL("bob", "Bob"), "bob")
-			joinRetry(alice, room, 5*time.Second)
-			joinRetry(bob, room, 5*time.Second)
-			alice.start(room)
-			if f := bob.next(isStart(room, "alice"), 3*time.Second, "typing_start"); f.Name != "Alice" {
-				t.Fatalf("typing_start %v, want name Alice", f)
-			}
-			alice.stop(room)
-			bob.next(isStop(room, "alice", "stopped"), 3*time.Second, "typing_stop")
-		})
-		t.Run(round+"/silent-typist-expires", func(t *testing.T) {
-			room := "sentinel:" + round + ":" + testkit.RandHex(5)
-			alice := dial(t, g0.wsURL("alice", "Alice"), "alice")
-			bob := dial(t, g1.wsURL("bob", "Bob"), "bob")
-			joinRetry(alice, room, 5*time.Second)
-			joinRetry(bob, room, 5*time.Second)
-			started := time.Now()
-			alice.start(room)
-			bob.next(isStart(room, "alice"), 3*time.Second, "typing_start")
-			f := bob.next(isStop(room, "alice", ""), expiryBound+time.Second, "typing_stop (expired)")
-			if f.Reason != "expired" {
-				t.Fatalf("stop reason %q, want expired", f.Reason)
-			}
-			t.Logf("typing_stop(expired) %v after the start (bound %v)", f.at.Sub(started).Round(time.Millisecond), expiryBound)
-		})
-	}
-	scenarios("before")
+	sentinelScenarios(t, "before", g0, g1)
 	if t.Failed() {
 		return
 	}
 
-	// Clients that stay connected through the failover: alice on gateway 0,
-	// bob on gateway 1 and carol on gateway 0, in one room, so both
-	// gateways' Pub/Sub connections must follow the new master.
-	room := "sentinel:through:" + testkit.RandHex(5)
-	alice := watch(dial(t, g0.wsURL("alice", "Alice"), "alice"))
-	bob := watch(dial(t, g1.wsURL("bob", "Bob"), "bob"))
-	carol := watch(dial(t, g0.wsURL("carol", "Carol"), "carol"))
-	for _, v := range []*view{alice, bob, carol} {
-		v.join(room)
-	}
-	alice.c.start(room)
-	bob.waitShown(room, "alice", 3*time.Second)
-	carol.waitShown(room, "alice", 3*time.Second)
-	alice.c.stop(room)
-	bob.waitShown(room, "", 3*time.Second)
-	carol.waitShown(room, "", 3*time.Second)
+	room, alice, bob, carol := joinThroughFailover(t, g0, g1)
 	marks := map[*view]int{bob: bob.mark(), carol: carol.mark()}
 
 	old, promoted := se.redis[0], se.redis[1]
@@ -117,10 +72,87 @@ func testSentinelFailover(t *testing.T, manual bool) {
 	switched := time.Now()
 	t.Logf("sentinels report %s as the master %v after %s", promoted.Addr(), switched.Sub(began).Round(time.Millisecond), how)
 
-	// alice types again and again (stop, start: each start is new, so it is
-	// published) until bob and carol both see a typing_start published after
-	// the failover began, on the new master. Bound: 5 s after the switch
-	// (go-redis probes a refused address once a second; seen: ~0.4 s).
+	firstStart := startThroughFailover(t, alice, bob, carol, room, marks, switched, promoted.Addr())
+	last := checkResyncAfterFailover(t, bob, carol, room, marks, firstStart, began, switched)
+	recordRecovery(t, "Sentinel failover ("+how+"): typing_start through again", last.Sub(began))
+	if errs := alice.frames(0, func(f frame) bool { return f.Type == "error" && f.Code != "unavailable" }); len(errs) > 0 {
+		t.Fatalf("alice got errors other than unavailable: %v", errs)
+	}
+	// The typist stops; both receivers are right.
+	_ = alice.c.trySend(map[string]any{"type": "typing_stop", "room": room})
+	bob.waitShown(room, "", 3*time.Second)
+	carol.waitShown(room, "", 3*time.Second)
+
+	for _, p := range all {
+		at := waitReadyz(t, p.adminAddr, 200, 10*time.Second)
+		t.Logf("%s /readyz 200 %v after the failover began", p.name, at.Sub(began).Round(time.Millisecond))
+	}
+	sentinelScenarios(t, "after", g0, g1)
+}
+
+// sentinelScenarios runs the typing scenarios of round (the subtests
+// round+"/…"), alice on g0 and bob on g1, each in a new room.
+func sentinelScenarios(t *testing.T, round string, g0, g1 *proc) {
+	t.Helper()
+	t.Run(round+"/start-stop-across-gateways", func(t *testing.T) {
+		room := "sentinel:" + round + ":" + testkit.RandHex(5)
+		alice := dial(t, g0.wsURL("alice", "Alice"), "alice")
+		bob := dial(t, g1.wsURL("bob", "Bob"), "bob")
+		joinRetry(alice, room, 5*time.Second)
+		joinRetry(bob, room, 5*time.Second)
+		alice.start(room)
+		if f := bob.next(isStart(room, "alice"), 3*time.Second, "typing_start"); f.Name != "Alice" {
+			t.Fatalf("typing_start %v, want name Alice", f)
+		}
+		alice.stop(room)
+		bob.next(isStop(room, "alice", "stopped"), 3*time.Second, "typing_stop")
+	})
+	t.Run(round+"/silent-typist-expires", func(t *testing.T) {
+		room := "sentinel:" + round + ":" + testkit.RandHex(5)
+		alice := dial(t, g0.wsURL("alice", "Alice"), "alice")
+		bob := dial(t, g1.wsURL("bob", "Bob"), "bob")
+		joinRetry(alice, room, 5*time.Second)
+		joinRetry(bob, room, 5*time.Second)
+		started := time.Now()
+		alice.start(room)
+		bob.next(isStart(room, "alice"), 3*time.Second, "typing_start")
+		f := bob.next(isStop(room, "alice", ""), expiryBound+time.Second, "typing_stop (expired)")
+		if f.Reason != "expired" {
+			t.Fatalf("stop reason %q, want expired", f.Reason)
+		}
+		t.Logf("typing_stop(expired) %v after the start (bound %v)", f.at.Sub(started).Round(time.Millisecond), expiryBound)
+	})
+}
+
+// joinThroughFailover joins the clients that stay connected through the
+// failover: alice on gateway 0, bob on gateway 1 and carol on gateway 0, in
+// one room, so both gateways' Pub/Sub connections must follow the new
+// master. alice starts and stops, and bob and carol show both.
+func joinThroughFailover(t *testing.T, g0, g1 *proc) (string, *view, *view, *view) {
+	t.Helper()
+	room := "sentinel:through:" + testkit.RandHex(5)
+	alice := watch(dial(t, g0.wsURL("alice", "Alice"), "alice"))
+	bob := watch(dial(t, g1.wsURL("bob", "Bob"), "bob"))
+	carol := watch(dial(t, g0.wsURL("carol", "Carol"), "carol"))
+	for _, v := range []*view{alice, bob, carol} {
+		v.join(room)
+	}
+	alice.c.start(room)
+	bob.waitShown(room, "alice", 3*time.Second)
+	carol.waitShown(room, "alice", 3*time.Second)
+	alice.c.stop(room)
+	bob.waitShown(room, "", 3*time.Second)
+	carol.waitShown(room, "", 3*time.Second)
+	return room, alice, bob, carol
+}
+
+// startThroughFailover has alice type again and again (stop, start: each
+// start is new, so it is published) until bob and carol both see a
+// typing_start published after the failover began (after marks), on the
+// new master. Bound: 5 s after the switch (go-redis probes a refused
+// address once a second; seen: ~0.4 s). It returns when each saw it.
+func startThroughFailover(t *testing.T, alice, bob, carol *view, room string, marks map[*view]int, switched time.Time, promoted string) map[*view]time.Time {
+	t.Helper()
 	firstStart := map[*view]time.Time{}
 	const bound = 5 * time.Second
 	deadline := switched.Add(bound)
@@ -139,9 +171,17 @@ func testSentinelFailover(t *testing.T, manual bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("typing_start did not get through again within %v of the switch to %s (bob on gateway 1: %v, carol on gateway 0: %v); "+
 				"a gateway whose Pub/Sub connection stays on the old master (still up after SENTINEL FAILOVER) gets no events",
-				bound, promoted.Addr(), !firstStart[bob].IsZero(), !firstStart[carol].IsZero())
+				bound, promoted, !firstStart[bob].IsZero(), !firstStart[carol].IsZero())
 		}
 	}
+	return firstStart
+}
+
+// checkResyncAfterFailover waits (5 s) for the resync snapshot bob and
+// carol each get after the failover, logs their timings, and returns the
+// later of their first typing_start after the failover.
+func checkResyncAfterFailover(t *testing.T, bob, carol *view, room string, marks map[*view]int, firstStart map[*view]time.Time, began, switched time.Time) time.Time {
+	t.Helper()
 	for _, v := range []*view{bob, carol} {
 		// Events published while the gateway's Pub/Sub connection was
 		// down are lost: once it is back, the gateway pushes a snapshot.
@@ -155,20 +195,7 @@ func testSentinelFailover(t *testing.T, manual bool) {
 	if firstStart[carol].After(last) {
 		last = firstStart[carol]
 	}
-	recordRecovery(t, "Sentinel failover ("+how+"): typing_start through again", last.Sub(began))
-	if errs := alice.frames(0, func(f frame) bool { return f.Type == "error" && f.Code != "unavailable" }); len(errs) > 0 {
-		t.Fatalf("alice got errors other than unavailable: %v", errs)
-	}
-	// The typist stops; both receivers are right.
-	_ = alice.c.trySend(map[string]any{"type": "typing_stop", "room": room})
-	bob.waitShown(room, "", 3*time.Second)
-	carol.waitShown(room, "", 3*time.Second)
-
-	for _, p := range all {
-		at := waitReadyz(t, p.adminAddr, 200, 10*time.Second)
-		t.Logf("%s /readyz 200 %v after the failover began", p.name, at.Sub(began).Round(time.Millisecond))
-	}
-	scenarios("after")
+	return last
 }
 
 // joinRetry joins room, retrying while the gateway answers unavailable (its
@@ -231,6 +258,26 @@ func startSentinelEnv(t *testing.T, name string) *sentinelEnv {
 		return strings.Contains(info, "master_link_status:up"), info
 	})
 
+	se.startSentinels(m)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- sentinels ---\n%s", se.logs())
+		}
+	})
+
+	started := time.Now()
+	se.waitSentinelsSee(m, r)
+	t.Logf("sentinels see master %s, replica %s and each other %v after they started", m.Addr(), r.Addr(), time.Since(started).Round(time.Millisecond))
+	return se
+}
+
+// startSentinels starts three Sentinels on spare loopback ports, each
+// monitoring master m under se.name (quorum 2, down after 1 s), with its
+// own writable config file.
+func (se *sentinelEnv) startSentinels(m testkit.RedisServer) {
+	t := se.t
+	t.Helper()
+	name := se.name
 	bin := testkit.FindBinary(t, "redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server")
 	dir := t.TempDir()
 	for i := range 3 {
@@ -261,15 +308,15 @@ func startSentinelEnv(t *testing.T, name string) *sentinelEnv {
 		})
 		se.sentinels = append(se.sentinels, s)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- sentinels ---\n%s", se.logs())
-		}
-	})
+}
 
-	// Every Sentinel sees the master, its replica (link up) and the two
-	// other Sentinels (hello messages, every 2 s): a failover can start.
-	started := time.Now()
+// waitSentinelsSee waits (15 s each) until every Sentinel sees the master
+// m, its replica r (link up) and the two other Sentinels (hello messages,
+// every 2 s): a failover can start.
+func (se *sentinelEnv) waitSentinelsSee(m, r testkit.RedisServer) {
+	t := se.t
+	t.Helper()
+	name := se.name
 	for _, s := range se.sentinels {
 		testkit.WaitForWhy(t, 15*time.Second, s.Name()+" seeing the master, the replica and 2 sentinels", func() (bool, string) {
 			c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
@@ -297,8 +344,6 @@ func startSentinelEnv(t *testing.T, name string) *sentinelEnv {
 			return true, ""
 		})
 	}
-	t.Logf("sentinels see master %s, replica %s and each other %v after they started", m.Addr(), r.Addr(), time.Since(started).Round(time.Millisecond))
-	return se
 }
 
 // url is the services' ELLIPSIS_REDIS_URL: the first Sentinel, the others

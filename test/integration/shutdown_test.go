@@ -55,23 +55,7 @@ func TestGatewaySIGTERMDrains(t *testing.T) {
 	bob.waitShown(room, strings.Join(typists, ","), 3*time.Second)
 	since := bob.mark()
 
-	// Watch the first close: readiness must already say "shutdown" then.
-	var readyAtFirstClose struct {
-		sync.Once
-		code int
-		body string
-		done chan struct{}
-	}
-	readyAtFirstClose.done = make(chan struct{})
-	for _, c := range clients {
-		go func() {
-			<-c.done
-			readyAtFirstClose.Do(func() {
-				readyAtFirstClose.code, readyAtFirstClose.body = readyz(g0.adminAddr)
-				close(readyAtFirstClose.done)
-			})
-		}()
-	}
+	readyAtFirstClose := watchReadyAtFirstClose(clients, g0.adminAddr)
 	g0.kill(syscall.SIGTERM)
 	term := time.Now()
 
@@ -101,7 +85,61 @@ func TestGatewaySIGTERMDrains(t *testing.T) {
 	t.Logf("lame duck: /readyz 503 %v, upgrade refused %v, a new typist shown elsewhere %v after SIGTERM",
 		readyFailed.Sub(term), refused.Sub(term), servedAt.Sub(term))
 
-	// 1001 for everyone, spread over the drain window, after the lame duck.
+	closedAt := checkDrainCloses(t, clients, term, lameDuck, drain)
+
+	checkStopsAfterCloses(t, bob, room, since, typists, closedAt)
+
+	<-readyAtFirstClose.done
+	if readyAtFirstClose.code != 503 || !strings.Contains(readyAtFirstClose.body, "shutdown") {
+		t.Fatalf("/readyz when the first client was closed: %d %s, want 503 shutdown", readyAtFirstClose.code, readyAtFirstClose.body)
+	}
+	checkExitAfterDrain(t, g0, term, lameDuck, drain)
+}
+
+// checkExitAfterDrain checks that the gateway g exits 0 within lame duck +
+// drain + 5 s of its SIGTERM at term.
+func checkExitAfterDrain(t *testing.T, g *proc, term time.Time, lameDuck, drain time.Duration) {
+	t.Helper()
+	code, exited := g.waitExit(t, 30*time.Second)
+	if code != 0 {
+		t.Fatalf("gateway exited with %d after SIGTERM", code)
+	}
+	if d := exited.Sub(term); d > lameDuck+drain+5*time.Second {
+		t.Fatalf("gateway took %v to exit after SIGTERM with a %v lame duck and a %v drain", d, lameDuck, drain)
+	} else {
+		t.Logf("gateway exited %v after SIGTERM", d)
+	}
+}
+
+// readyAtClose is the gateway's /readyz answer when its first client was
+// closed; done is closed once it is set.
+type readyAtClose struct {
+	sync.Once
+	code int
+	body string
+	done chan struct{}
+}
+
+// watchReadyAtFirstClose watches the first close among clients: readiness
+// (adminAddr's /readyz) must already say "shutdown" then.
+func watchReadyAtFirstClose(clients []*client, adminAddr string) *readyAtClose {
+	readyAtFirstClose := &readyAtClose{done: make(chan struct{})}
+	for _, c := range clients {
+		go func() {
+			<-c.done
+			readyAtFirstClose.Do(func() {
+				readyAtFirstClose.code, readyAtFirstClose.body = readyz(adminAddr)
+				close(readyAtFirstClose.done)
+			})
+		}()
+	}
+	return readyAtFirstClose
+}
+
+// checkDrainCloses checks 1001 for everyone, spread over the drain window,
+// after the lame duck, and returns each client's close time by name.
+func checkDrainCloses(t *testing.T, clients []*client, term time.Time, lameDuck, drain time.Duration) map[string]time.Time {
+	t.Helper()
 	var times []time.Time
 	closedAt := map[string]time.Time{}
 	for _, c := range clients {
@@ -121,9 +159,13 @@ func TestGatewaySIGTERMDrains(t *testing.T) {
 	if spread < drain/2 || spread > drain+500*time.Millisecond {
 		t.Fatalf("closes spread over %v, want about the drain window %v", spread, drain)
 	}
+	return closedAt
+}
 
-	// Receivers elsewhere see every typist stop, as disconnected, within
-	// 1 s of that typist's close.
+// checkStopsAfterCloses checks that receivers elsewhere (bob) see every
+// typist stop, as disconnected, within 1 s of that typist's close.
+func checkStopsAfterCloses(t *testing.T, bob *view, room string, since int, typists []string, closedAt map[string]time.Time) {
+	t.Helper()
 	bob.waitShown(room, "", 2*time.Second)
 	var worst time.Duration
 	for _, u := range typists {
@@ -138,20 +180,6 @@ func TestGatewaySIGTERMDrains(t *testing.T) {
 		worst = max(worst, d)
 	}
 	recordRecovery(t, "gateway SIGTERM: typing_stop disconnected after its client's close (worst)", worst)
-
-	<-readyAtFirstClose.done
-	if readyAtFirstClose.code != 503 || !strings.Contains(readyAtFirstClose.body, "shutdown") {
-		t.Fatalf("/readyz when the first client was closed: %d %s, want 503 shutdown", readyAtFirstClose.code, readyAtFirstClose.body)
-	}
-	code, exited := g0.waitExit(t, 30*time.Second)
-	if code != 0 {
-		t.Fatalf("gateway exited with %d after SIGTERM", code)
-	}
-	if d := exited.Sub(term); d > lameDuck+drain+5*time.Second {
-		t.Fatalf("gateway took %v to exit after SIGTERM with a %v lame duck and a %v drain", d, lameDuck, drain)
-	} else {
-		t.Logf("gateway exited %v after SIGTERM", d)
-	}
 }
 
 // refusedUpgrade tries a WebSocket upgrade that must be refused and

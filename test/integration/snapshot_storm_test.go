@@ -42,48 +42,17 @@ func TestSyncStormIsPriced(t *testing.T) {
 	})
 	fill(t, s.rdb, "itfill-"+testkit.RandHex(5)+":", fillerKeys)
 
-	// SCAN calls of one snapshot of an empty room over this keyspace.
-	scans0 := scanCalls(t, s.rdb)
-	httpSnapshot(t, s, "probe-room", "probe")
-	perSnapshot := scanCalls(t, s.rdb) - scans0
-	if perSnapshot < 10 {
-		t.Fatalf("one snapshot ran %d SCANs over %d keys: is the store keys?", perSnapshot, fillerKeys)
-	}
+	perSnapshot := snapshotScans(t, s, fillerKeys)
 
 	obs := dial(t, s.wsURL(0, "obs", "Obs"), "obs")
 	obs.join("quiet")
-	typists := func(set string) []*client {
-		cs := make([]*client, samples)
-		for i := range cs {
-			u := "tp" + set + strconv.Itoa(i)
-			cs[i] = dial(t, s.wsURL(0, u, u), u)
-			cs[i].join("quiet")
-		}
-		return cs
-	}
-	calm, busy := typists("a"), typists("b")
+	calm, busy := dialQuietTypists(t, s, "a", samples), dialQuietTypists(t, s, "b", samples)
 	baseline := startLatencies(t, obs, calm, "quiet")
 
-	storms := make([]*client, conns)
-	for i := range storms {
-		storms[i] = dial(t, s.wsURL(0, "storm", "Storm"), "storm"+strconv.Itoa(i))
-		storms[i].join("loud")
-	}
+	storms := dialStorms(t, s, conns)
 	scansBefore := scanCalls(t, s.rdb)
 	began := time.Now()
-	var wg sync.WaitGroup
-	for _, c := range storms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(time.Second / syncsPerSec)
-			defer tick.Stop()
-			for n := 0; time.Since(began) < storm; n++ {
-				c.send(map[string]any{"type": "sync", "room": "loud", "id": "s" + strconv.Itoa(n)})
-				<-tick.C
-			}
-		}()
-	}
+	wg := syncStorm(storms, began, storm, syncsPerSec)
 	time.Sleep(storm / 8) // past the buckets' bursts
 	during := startLatencies(t, obs, busy, "quiet")
 	wg.Wait()
@@ -91,28 +60,7 @@ func TestSyncStormIsPriced(t *testing.T) {
 	time.Sleep(s.cfg.SnapshotTimeout)
 	scans := scanCalls(t, s.rdb) - scansBefore
 
-	answered, refused, overflowed := 0, 0, 0
-	for _, c := range storms {
-		for _, f := range c.drain(100 * time.Millisecond) {
-			switch {
-			case f.Type == "typing" && strings.HasPrefix(f.ID, "s"):
-				answered++
-			case f.Type == "error" && f.Code == "rate_limited" && strings.HasPrefix(f.ID, "s"):
-				refused++
-			case f.Type == "error" && f.Code == "unavailable" && strings.HasPrefix(f.ID, "s") && strings.Contains(f.Message, "too many frames waiting behind"):
-				// The room's lane is full (session.LaneQueue frames) while an
-				// admitted sync waits on its snapshot: on a loaded machine a
-				// snapshot of this keyspace can outlast 16 ticks. A bounded
-				// queue's documented refusal, not a cost.
-				overflowed++
-			case f.Type == "error":
-				t.Errorf("%s: %v", c.name, f)
-			}
-		}
-	}
-	if overflowed > 0 {
-		t.Logf("%d syncs refused by the room lane's bound while a snapshot was in flight", overflowed)
-	}
+	answered, refused := countSyncReplies(t, storms)
 	// The storm's last sync goes out at most one tick after it ends.
 	window := storm + time.Second/syncsPerSec
 	// One user: its connections share one bucket (the joins were free).
@@ -138,6 +86,93 @@ func TestSyncStormIsPriced(t *testing.T) {
 	if b, d := median(baseline), median(during); d > 3*b+2*time.Millisecond {
 		t.Errorf("quiet room's typing_start p50 %v during the storm, baseline %v: more than 3× + 2 ms", d, b)
 	}
+}
+
+// snapshotScans returns the SCAN calls of one snapshot of an empty room
+// over the keyspace of fillerKeys keys.
+func snapshotScans(t *testing.T, s *stack, fillerKeys int) int {
+	t.Helper()
+	scans0 := scanCalls(t, s.rdb)
+	httpSnapshot(t, s, "probe-room", "probe")
+	perSnapshot := scanCalls(t, s.rdb) - scans0
+	if perSnapshot < 10 {
+		t.Fatalf("one snapshot ran %d SCANs over %d keys: is the store keys?", perSnapshot, fillerKeys)
+	}
+	return perSnapshot
+}
+
+// dialQuietTypists dials n typists (tp<set><i>) joined to the quiet room.
+func dialQuietTypists(t *testing.T, s *stack, set string, n int) []*client {
+	t.Helper()
+	cs := make([]*client, n)
+	for i := range cs {
+		u := "tp" + set + strconv.Itoa(i)
+		cs[i] = dial(t, s.wsURL(0, u, u), u)
+		cs[i].join("quiet")
+	}
+	return cs
+}
+
+// dialStorms dials n connections of one user (storm) joined to the loud
+// room.
+func dialStorms(t *testing.T, s *stack, n int) []*client {
+	t.Helper()
+	storms := make([]*client, n)
+	for i := range storms {
+		storms[i] = dial(t, s.wsURL(0, "storm", "Storm"), "storm"+strconv.Itoa(i))
+		storms[i].join("loud")
+	}
+	return storms
+}
+
+// syncStorm has every storm connection send syncPerSec syncs of the loud
+// room a second until storm after began; the returned group is done when
+// all have stopped.
+func syncStorm(storms []*client, began time.Time, storm time.Duration, syncsPerSec int) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, c := range storms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second / time.Duration(syncsPerSec))
+			defer tick.Stop()
+			for n := 0; time.Since(began) < storm; n++ {
+				c.send(map[string]any{"type": "sync", "room": "loud", "id": "s" + strconv.Itoa(n)})
+				<-tick.C
+			}
+		}()
+	}
+	return &wg
+}
+
+// countSyncReplies drains the storm connections and counts the syncs
+// answered (a typing snapshot) and refused (rate_limited); any other
+// error is a test error.
+func countSyncReplies(t *testing.T, storms []*client) (answered, refused int) {
+	t.Helper()
+	overflowed := 0
+	for _, c := range storms {
+		for _, f := range c.drain(100 * time.Millisecond) {
+			switch {
+			case f.Type == "typing" && strings.HasPrefix(f.ID, "s"):
+				answered++
+			case f.Type == "error" && f.Code == "rate_limited" && strings.HasPrefix(f.ID, "s"):
+				refused++
+			case f.Type == "error" && f.Code == "unavailable" && strings.HasPrefix(f.ID, "s") && strings.Contains(f.Message, "too many frames waiting behind"):
+				// The room's lane is full (session.LaneQueue frames) while an
+				// admitted sync waits on its snapshot: on a loaded machine a
+				// snapshot of this keyspace can outlast 16 ticks. A bounded
+				// queue's documented refusal, not a cost.
+				overflowed++
+			case f.Type == "error":
+				t.Errorf("%s: %v", c.name, f)
+			}
+		}
+	}
+	if overflowed > 0 {
+		t.Logf("%d syncs refused by the room lane's bound while a snapshot was in flight", overflowed)
+	}
+	return answered, refused
 }
 
 // fill writes n small keys under prefix (pipelined MSETs) and deletes them

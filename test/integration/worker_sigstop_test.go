@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -33,33 +34,9 @@ func TestFrozenWorkerProcessStaleStartNeverShows(t *testing.T) {
 	cfg := ps.s.cfg
 	n := names.New(cfg.KeyPrefix, cfg.SubjectPrefix)
 	const room = "frozen-worker"
-	ctx := context.Background()
 
-	sub := ps.s.rdb.Subscribe(ctx, n.RoomChannel(room))
-	t.Cleanup(func() { sub.Close() })
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	events := sub.Channel()
-	next := func(d time.Duration) (protocol.RoomEvent, bool) {
-		select {
-		case m := <-events:
-			ev, err := protocol.DecodeRoomEvent([]byte(m.Payload))
-			if err != nil {
-				t.Fatalf("bad room event %q: %v", m.Payload, err)
-			}
-			return ev, true
-		case <-time.After(d):
-			return protocol.RoomEvent{}, false
-		}
-	}
-	expect := func(typ, reason string, within time.Duration) {
-		t.Helper()
-		ev, ok := next(within)
-		if !ok || ev.Type != typ || ev.User != "alice" || ev.Reason != reason {
-			t.Fatalf("want %s %s of alice within %v, got %+v (ok %v)", typ, reason, within, ev, ok)
-		}
-	}
+	re := subscribeRoomEvents(t, ps.s.rdb, n.RoomChannel(room))
+	next, expect := re.next, re.expect
 
 	w0 := ps.startWorker(nil)
 	nc := connectNATS(t, cfg.NATSURL)
@@ -81,30 +58,10 @@ func TestFrozenWorkerProcessStaleStartNeverShows(t *testing.T) {
 	// until a live worker has applied it; repeats are harmless (a stop
 	// without conn of a hidden user is a noop).
 	ps.startWorker(nil)
-	stopped := false
-	for deadline := time.Now().Add(20 * time.Second); !stopped && time.Now().Before(deadline); {
-		publishCommand(t, nc, cfg.SubjectPrefix, protocol.Command{Op: protocol.OpStop, Room: room, User: "alice"})
-		if ev, ok := next(time.Second); ok {
-			if ev.Type != protocol.TypeTypingStop || ev.User != "alice" || ev.Reason != protocol.ReasonStopped {
-				t.Fatalf("while worker 0 is frozen: %+v, want alice's typing_stop (stopped)", ev)
-			}
-			stopped = true
-		}
-	}
-	if !stopped {
-		t.Fatal("no typing_stop of alice from the live worker")
-	}
+	publishStopUntilApplied(t, nc, cfg.SubjectPrefix, room, next)
 
 	w0.kill(syscall.SIGCONT)
-	superseded := func() float64 {
-		return metric(t, w0.adminAddr, "ellipsis_worker_commands_total", `op="start"`, `outcome="superseded"`)
-	}
-	for deadline := time.Now().Add(20 * time.Second); superseded() < 1; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker 0 did not drop the held start as superseded: commands %v",
-				metric(t, w0.adminAddr, "ellipsis_worker_commands_total", `op="start"`))
-		}
-	}
+	waitSuperseded(t, w0)
 	if ev, ok := next(time.Second); ok {
 		t.Fatalf("after the stop, with worker 0 resumed: %+v, want nothing", ev)
 	}
@@ -116,6 +73,86 @@ func TestFrozenWorkerProcessStaleStartNeverShows(t *testing.T) {
 	time.Sleep(time.Second)
 	publishCommand(t, nc, cfg.SubjectPrefix, aliceStart(3))
 	expect(protocol.TypeTypingStart, "", 10*time.Second)
+}
+
+// roomEvents is a Pub/Sub subscription to one room's channel, read as
+// room events (protocol.DecodeRoomEvent).
+type roomEvents struct {
+	t      *testing.T
+	events <-chan *redis.Message
+}
+
+// subscribeRoomEvents subscribes channel on rdb, closed at the test's end.
+func subscribeRoomEvents(t *testing.T, rdb *redis.Client, channel string) *roomEvents {
+	t.Helper()
+	ctx := context.Background()
+	sub := rdb.Subscribe(ctx, channel)
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return &roomEvents{t: t, events: sub.Channel()}
+}
+
+// next returns the next room event within d, or false.
+func (re *roomEvents) next(d time.Duration) (protocol.RoomEvent, bool) {
+	t, events := re.t, re.events
+	select {
+	case m := <-events:
+		ev, err := protocol.DecodeRoomEvent([]byte(m.Payload))
+		if err != nil {
+			t.Fatalf("bad room event %q: %v", m.Payload, err)
+		}
+		return ev, true
+	case <-time.After(d):
+		return protocol.RoomEvent{}, false
+	}
+}
+
+// expect fails unless the next event within is alice's typ with reason.
+func (re *roomEvents) expect(typ, reason string, within time.Duration) {
+	t, next := re.t, re.next
+	t.Helper()
+	ev, ok := next(within)
+	if !ok || ev.Type != typ || ev.User != "alice" || ev.Reason != reason {
+		t.Fatalf("want %s %s of alice within %v, got %+v (ok %v)", typ, reason, within, ev, ok)
+	}
+}
+
+// publishStopUntilApplied publishes the platform's stop of alice (no conn)
+// until a live worker has applied it (20 s): the queue group may hand a
+// copy to the frozen worker (which only holds it); repeats are harmless (a
+// stop without conn of a hidden user is a noop). Any other event fails.
+func publishStopUntilApplied(t *testing.T, nc *nats.Conn, subjectPrefix, room string, next func(time.Duration) (protocol.RoomEvent, bool)) {
+	t.Helper()
+	stopped := false
+	for deadline := time.Now().Add(20 * time.Second); !stopped && time.Now().Before(deadline); {
+		publishCommand(t, nc, subjectPrefix, protocol.Command{Op: protocol.OpStop, Room: room, User: "alice"})
+		if ev, ok := next(time.Second); ok {
+			if ev.Type != protocol.TypeTypingStop || ev.User != "alice" || ev.Reason != protocol.ReasonStopped {
+				t.Fatalf("while worker 0 is frozen: %+v, want alice's typing_stop (stopped)", ev)
+			}
+			stopped = true
+		}
+	}
+	if !stopped {
+		t.Fatal("no typing_stop of alice from the live worker")
+	}
+}
+
+// waitSuperseded waits (20 s) until the resumed worker w0 dropped the start
+// it held as superseded.
+func waitSuperseded(t *testing.T, w0 *proc) {
+	t.Helper()
+	superseded := func() float64 {
+		return metric(t, w0.adminAddr, "ellipsis_worker_commands_total", `op="start"`, `outcome="superseded"`)
+	}
+	for deadline := time.Now().Add(20 * time.Second); superseded() < 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker 0 did not drop the held start as superseded: commands %v",
+				metric(t, w0.adminAddr, "ellipsis_worker_commands_total", `op="start"`))
+		}
+	}
 }
 
 // snapshotOf asks the workers who is typing in room over NATS.
