@@ -164,18 +164,14 @@ func gatherSumB(m *metrics, outcome string) float64 {
 // pipelining is internal/store's BenchmarkCommandThroughput.
 func BenchmarkCommandThroughput(b *testing.B) {
 	requireServices(b)
-	opts := testkit.RedisOptions(b)
-	opts.PoolSize = 64
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
+	rdb := storetest.BenchRedis(b)
 	for _, kind := range storetest.Kinds {
 		b.Run("store="+kind+"/shards=16", func(b *testing.B) {
 			m, err := newMetrics(prometheus.NewRegistry(), false)
 			if err != nil {
 				b.Fatal(err)
 			}
-			n := names.New("t-bench-"+testkit.RandHex(4)+":", "")
-			defer testkit.CleanupKeys(rdb, n.KeyPrefix())
+			n := storetest.BenchNames(b, rdb)
 			st, err := store.New(store.Options{Kind: kind, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: &m.Metrics, Log: zap.NewNop(), RateLog: ratelog.New(zap.NewNop(), time.Minute)})
 			if err != nil {
 				b.Fatal(err)

@@ -556,10 +556,7 @@ func (m *memoryBench) fillPattern2(n names.Names, perRoom int) {
 // of 1,600 connections over 100 rooms.
 func BenchmarkCommandThroughput(b *testing.B) {
 	requireServices(b)
-	opts := testkit.RedisOptions(b)
-	opts.PoolSize = 64
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
+	rdb := storetest.BenchRedis(b)
 	for _, kind := range storetest.Kinds {
 		// The store's ceiling with pipelining: each goroutine (GOMAXPROCS of
 		// them) sends 64 commands per round trip as one pipeline of scripts,
@@ -571,8 +568,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n := names.New("t-bench-"+testkit.RandHex(4)+":", "")
-			defer testkit.CleanupKeys(rdb, n.KeyPrefix())
+			n := storetest.BenchNames(b, rdb)
 			st, err := New(Options{Kind: kind, PubSub: storetest.PubSub, Redis: rdb, Names: n, TTL: config.Default().TypingTTL, Throttle: config.Default().TypingThrottle, Metrics: m, Log: zap.NewNop(), RateLog: testRateLog{zap.NewNop()}})
 			if err != nil {
 				b.Fatal(err)

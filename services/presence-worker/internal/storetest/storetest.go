@@ -263,3 +263,24 @@ func ThroughputMix(room, user, conn string, seq uint64) []protocol.Command {
 	c.Op, c.Seq, c.Name = "stop", seq+4, ""
 	return append(out, c)
 }
+
+// BenchRedis is the command benchmarks' client of the test Redis, with a
+// pool of 64 connections (more than their goroutines), closed when tb
+// ends.
+func BenchRedis(tb testing.TB) *redis.Client {
+	tb.Helper()
+	opts := testkit.RedisOptions(tb)
+	opts.PoolSize = 64
+	rdb := redis.NewClient(opts)
+	tb.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// BenchNames are names under a fresh "t-bench-<hex>:" key prefix, whose
+// keys in rdb are deleted when tb ends.
+func BenchNames(tb testing.TB, rdb *redis.Client) names.Names {
+	tb.Helper()
+	n := names.New("t-bench-"+testkit.RandHex(4)+":", "")
+	tb.Cleanup(func() { testkit.CleanupKeys(rdb, n.KeyPrefix()) })
+	return n
+}
