@@ -72,6 +72,7 @@ func (s *Server) publicHandler() http.Handler {
 	mux.HandleFunc("GET /v1/ws", s.handleWS)
 	mux.HandleFunc("GET /v1/rooms/{room}/typing", s.handleRoomTyping)
 	mux.HandleFunc("GET /v1/config", s.handleConfig)
+	routeSDK(mux)
 	if s.cfg.DemoPage {
 		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Cache-Control", "no-cache")
@@ -89,7 +90,7 @@ func (s *Server) publicHandler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
-	return mux
+	return s.withCORS(mux)
 }
 
 // authenticate runs the authenticator and answers 401 (credentials) or 400
