@@ -1,3 +1,3 @@
 module github.com/ellipsis-chat/ellipsis/clients/js
 
-go 1.26.0
+go 1.26
