@@ -9,27 +9,13 @@
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, existsSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { chromium } from "playwright-core";
 import { startStack, startDevStack, repoRoot } from "./stack.js";
+import { launchChromium } from "./browser.js";
 
 const artifacts = join(repoRoot, "clients", "js", "test-artifacts");
-const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
-// The flags this machine needs (no outside network, no GPU, root). Playwright
-// starts every launch on a fresh temporary --user-data-dir of its own (and
-// refuses one in args), so the profile is always clean.
-const CHROMIUM_ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 
 let stack;
 let browser;
@@ -38,13 +24,12 @@ let timing; // GET /v1/config
 before(
   async () => {
     mkdirSync(artifacts, { recursive: true });
-    if (!existsSync(CHROMIUM)) throw new Error(`e2e: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM)`);
     // ELLIPSIS_E2E_URL: test a stack that already runs (make run, a
     // Kubernetes port-forward; auth=none) instead of starting one.
     const external = process.env.ELLIPSIS_E2E_URL;
     [stack, browser] = await Promise.all([
       external ? { url: external.replace(/\/+$/, ""), gateway: null, stop: async () => {} } : startStack({ root: repoRoot, artifacts }),
-      chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS }),
+      launchChromium(),
     ]);
     timing = await (await fetch(`${stack.url}/v1/config`)).json();
   },
