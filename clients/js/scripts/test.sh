@@ -5,17 +5,22 @@
 #   3. unit tests (node --test, fake timers; docs/asyncapi.yaml parsed and
 #      its examples validated) and the keystroke replay of
 #      tools/keystrokes/data (events per message vs keystrokes)
-#   4. end-to-end tests in headless Chromium against a real stack: builds
+#   4. the package as published: `npm pack` into a temporary folder (no
+#      lifecycle scripts), its file list checked (LICENSE, README.md,
+#      package.json, src/ only), the tarball installed offline into a scratch
+#      project that imports it by name in Node (test/pack/pack.test.js)
+#   5. end-to-end tests in headless Chromium against a real stack: builds
 #      the gateway and presence-worker into a temporary folder and runs them
 #      on free loopback ports with their own Redis key / NATS subject prefix
-#      (and the dev stack, ellipsis-dev, for the demo page's chat service).
+#      (and the dev stack, ellipsis-dev, for the demo page's chat service);
+#      test/e2e/pack.test.js loads the packed tarball with an import map.
 # Needs Node >= 20, Go, and the Redis and NATS named by
 # ELLIPSIS_TEST_REDIS_URL / ELLIPSIS_TEST_NATS_URL (`make test` starts
 # private ones; else 127.0.0.1:6379 and :4222). Installs Debian's chromium when /usr/bin/chromium
 # (or $CHROMIUM) is missing. Artifacts (screenshots, service logs, replay
 # figures): clients/js/test-artifacts/.
 #
-# ELLIPSIS_JS_SKIP_E2E=1 skips step 4; ELLIPSIS_E2E_URL=<gateway URL> runs it
+# ELLIPSIS_JS_SKIP_E2E=1 skips step 5 (step 4 still runs); ELLIPSIS_E2E_URL=<gateway URL> runs it
 # against a stack that already runs (auth=none) instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +61,9 @@ node --disable-warning=ExperimentalWarning --test --test-reporter=spec test/unit
 step "types (tsc --strict types/usage.ts)"
 if ! wait "$tsc_pid"; then cat test-artifacts/tsc.log; echo "clients/js: type check failed" >&2; exit 1; fi
 echo "ok"
+
+step "npm pack, offline install into a scratch project, import in Node"
+node --disable-warning=ExperimentalWarning --test --test-reporter=spec test/pack/*.test.js
 
 if [ "${ELLIPSIS_JS_SKIP_E2E:-}" = 1 ]; then
   step "end-to-end tests skipped (ELLIPSIS_JS_SKIP_E2E=1)"

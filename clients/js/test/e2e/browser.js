@@ -4,6 +4,8 @@
 
 import { createServer } from "node:http";
 import { existsSync } from "node:fs";
+import { readFile, stat } from "node:fs/promises";
+import { extname, join, resolve, sep } from "node:path";
 import { once } from "node:events";
 import { chromium } from "playwright-core";
 
@@ -47,6 +49,63 @@ export async function serveOrigin(files) {
     }
     res.writeHead(200, { "Content-Type": f.type || "text/html; charset=utf-8", "Cache-Control": "no-store" });
     res.end(req.method === "HEAD" ? undefined : f.body);
+  });
+  srv.listen(0, "127.0.0.1");
+  await once(srv, "listening");
+  const { port } = srv.address();
+  return {
+    origin: `http://127.0.0.1:${port}`,
+    async close() {
+      srv.closeAllConnections();
+      srv.close();
+      await once(srv, "close");
+    },
+  };
+}
+
+const TYPES = {
+  ".html": "text/html; charset=utf-8",
+  ".js": "text/javascript; charset=utf-8",
+  ".mjs": "text/javascript; charset=utf-8",
+  ".json": "application/json",
+  ".ts": "text/plain; charset=utf-8",
+};
+
+/**
+ * Serves a folder's files on 127.0.0.1 at a free port (GET and HEAD; a
+ * path outside the folder, a directory or a missing file is a 404), plus
+ * fixed `files` that take precedence, as serveOrigin does. For pages that
+ * load modules from a scratch project's node_modules without a bundler.
+ * @param {string} dir
+ * @param {Record<string, {body: string | Buffer, type?: string}>} [files]
+ * @returns {Promise<{origin: string, close: () => Promise<void>}>}
+ */
+export async function serveFolder(dir, files = {}) {
+  const root = resolve(dir);
+  const srv = createServer(async (req, res) => {
+    const notFound = () => res.writeHead(404, { "Content-Type": "text/plain" }).end("not found\n");
+    if (req.method !== "GET" && req.method !== "HEAD") return notFound();
+    let path;
+    try {
+      path = decodeURIComponent(new URL(req.url, "http://x").pathname);
+    } catch {
+      return notFound();
+    }
+    let body = files[path]?.body;
+    let type = files[path]?.type;
+    if (body === undefined) {
+      const file = resolve(join(root, path));
+      if (!file.startsWith(root + sep)) return notFound();
+      try {
+        if (!(await stat(file)).isFile()) return notFound();
+        body = await readFile(file);
+      } catch {
+        return notFound();
+      }
+      type = TYPES[extname(file)] || "application/octet-stream";
+    }
+    res.writeHead(200, { "Content-Type": type || "text/html; charset=utf-8", "Cache-Control": "no-store" });
+    res.end(req.method === "HEAD" ? undefined : body);
   });
   srv.listen(0, "127.0.0.1");
   await once(srv, "listening");

@@ -20,6 +20,38 @@ test("package.json: ES module with exports, version, types, no runtime dependenc
   assert.equal(sdk.VERSION, pkg.version, "VERSION matches package.json");
 });
 
+test("package.json: publishable (license, repository, homepage, bugs, public access, files, engines)", () => {
+  assert.equal(pkg.name, "@ellipsis-chat/client");
+  assert.equal(pkg.license, "Apache-2.0");
+  assert.deepEqual(pkg.repository, { type: "git", url: "git+https://github.com/ellipsis-chat/ellipsis.git", directory: "clients/js" });
+  assert.equal(pkg.homepage, "https://github.com/ellipsis-chat/ellipsis/tree/main/clients/js#readme");
+  assert.deepEqual(pkg.bugs, { url: "https://github.com/ellipsis-chat/ellipsis/issues" });
+  assert.equal(pkg.publishConfig?.access, "public", "a scoped package is private on npm unless published with access public");
+  assert.equal(pkg.private, undefined, "not private");
+  assert.deepEqual([...pkg.files].sort(), ["LICENSE", "README.md", "src"]);
+  // engines warns (or, with engine-strict, refuses) consumers on older
+  // Node: only a lower bound on Node, nothing for bundlers or browsers.
+  assert.deepEqual(Object.keys(pkg.engines), ["node"]);
+  assert.match(pkg.engines.node, /^>=\d+$/);
+  // Nothing runs on npm pack / install that could need the network.
+  for (const s of ["prepare", "prepack", "postpack", "prepublishOnly", "preinstall", "install", "postinstall"]) {
+    assert.equal(pkg.scripts?.[s], undefined, `no "${s}" lifecycle script`);
+  }
+});
+
+test("LICENSE is the repository's Apache-2.0 text", () => {
+  const own = readFileSync(join(root, "LICENSE"), "utf8");
+  assert.equal(own, readFileSync(join(root, "..", "..", "LICENSE"), "utf8"));
+  assert.match(own, /Apache License\s+Version 2\.0/);
+});
+
+test("README links are absolute (they must work on the npm package page)", () => {
+  const readme = readFileSync(join(root, "README.md"), "utf8");
+  const links = [...readme.matchAll(/\]\(([^)\s]+)/g)].map((m) => m[1]);
+  for (const l of links) assert.match(l, /^(https:\/\/|#)/, `README link ${l} is absolute`);
+  assert.doesNotMatch(readme, /published package/);
+});
+
 test("every runtime export is declared in ellipsis.d.ts, and nothing more", async () => {
   const sdk = await import(join(root, "src", "ellipsis.js"));
   const dts = readFileSync(join(root, "src", "ellipsis.d.ts"), "utf8");
