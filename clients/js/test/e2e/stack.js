@@ -115,10 +115,13 @@ class Service {
 /**
  * Starts worker and gateway (auth=none, seed timing unless env overrides)
  * and waits until both are ready. `env` adds settings to both services;
+ * `gatewayEnv` adds settings to the gateway only, applied last, so it may
+ * override the harness's own (e.g. `ELLIPSIS_AUTH: "jwt"` with
+ * `ELLIPSIS_JWT_SECRET`, `ELLIPSIS_DEMO_PAGE: "false"`);
  * `tag` names a second stack's logs (e2e-<tag>-gateway.log).
- * @param {{root: string, artifacts: string, env?: Record<string, string>, tag?: string}} opts
+ * @param {{root: string, artifacts: string, env?: Record<string, string>, gatewayEnv?: Record<string, string>, tag?: string}} opts
  */
-export async function startStack({ root, artifacts, env = {}, tag = "" }) {
+export async function startStack({ root, artifacts, env = {}, gatewayEnv = {}, tag = "" }) {
   const bins = await buildBinaries(root);
   const id = randomBytes(4).toString("hex");
   const common = {
@@ -142,6 +145,7 @@ export async function startStack({ root, artifacts, env = {}, tag = "" }) {
       ELLIPSIS_HTTP_ADDR: `127.0.0.1:${httpPort}`,
       ELLIPSIS_ADMIN_ADDR: `127.0.0.1:${gwAdmin}`,
       ELLIPSIS_SHUTDOWN_DRAIN: "1s",
+      ...gatewayEnv,
     },
     logName("gateway"),
   );
