@@ -66,7 +66,7 @@ func (c *Config) table() []Setting {
 		{Env: "ELLIPSIS_JWT_LEEWAY", For: ForGateway, V: dur(&c.JWTLeeway, 0, between(0, 5*time.Minute)),
 			Doc: "clock skew allowed on `exp` and `nbf`"},
 		{Env: "ELLIPSIS_ALLOWED_ORIGINS", For: ForGateway, V: list(&c.AllowedOrigins, rule("origins, `*`", checkOrigins)), DefaultDoc: "same host",
-			Doc: "WebSocket origin allow-list, comma-separated; `https://*.example.com` allowed, `*` allows any"},
+			Doc: "origins allowed to open a WebSocket and to read the HTTP API and the SDK cross-origin (CORS), comma-separated; `https://*.example.com` allowed, `*` allows any"},
 		{Env: "ELLIPSIS_AUTHZ", For: ForGateway, V: str(&c.Authz, AuthzNone, oneOf(AuthzNone, AuthzClaims, AuthzNATS)),
 			Doc: "`none`, `claims` (the token's `rooms` claim; needs `ELLIPSIS_AUTH=jwt`) or `nats`"},
 		{Env: "ELLIPSIS_AUTHZ_TIMEOUT", For: ForGateway, V: dur(&c.AuthzTimeout, time.Second, between(10*time.Millisecond, maxSnapshotTimeout)),
