@@ -31,6 +31,20 @@ export const DEFAULTS = Object.freeze({
   frameBurst: 20,
 });
 
+/**
+ * A timer that fires this much later than scheduled, past 2 × pingMs, means
+ * the machine slept (a laptop lid closed): the gateway may have dropped the
+ * connection and events were missed. Browser timers run on a monotonic
+ * clock that stops during sleep while Date.now() keeps wall time.
+ */
+export const WAKE_GAP_FLOOR_MS = 30000;
+
+/**
+ * Triggers (visible, online, wake) within this long of a room's last sync
+ * are coalesced into it: one sync per room, not a burst.
+ */
+export const RESYNC_COALESCE_MS = 1000;
+
 /** Error codes after which a join is retried (with backoff). */
 const RETRY_CODES = new Set(["unavailable", "rate_limited", "internal"]);
 
@@ -78,6 +92,11 @@ export const STATES = Object.freeze(["idle", "connecting", "open", "reconnecting
  *   … and "closed" for good (close(), a fatal error).
  * - "error" (frame or Error): error frames from the gateway, and failures.
  * - "change" (room: Room, typists, total): any room's typists changed.
+ * - "resync" ({reason, rooms}): the page came back ("visible": the
+ *   document became visible; "online": the browser is back online; "wake":
+ *   a timer fired over max(2 × pingMs, WAKE_GAP_FLOOR_MS) late, the machine
+ *   slept) and a sync went out for the rooms listed (ids); the connection
+ *   is checked with a ping too.
  */
 export class Client extends Emitter {
   /** @param {import("./ellipsis.js").ClientOptions} [opts] */
@@ -115,6 +134,8 @@ export class Client extends Emitter {
     this._attempt = 0;
     this._nextId = 1;
     this._timers = { reconnect: null, ping: null, pong: null, stable: null, flush: null };
+    this._pingDue = 0; // when the ping timer should fire (clock time)
+    this._doc = null; // the document listened to, for its visibilityState
     this._queue = [];
     this._tokens = opts.frameBurst ?? DEFAULTS.frameBurst;
     this._tokensAt = 0;
@@ -388,23 +409,62 @@ export class Client extends Emitter {
   // silently): drop it and reconnect.
   _armPing() {
     this._clock.clearTimeout(this._timers.ping);
+    this._pingDue = this._clock.now() + this.pingMs;
     this._timers.ping = this._clock.setTimeout(() => {
       this._timers.ping = null;
       if (this.state !== "open") return;
-      this._write({ type: "ping", id: this._id() });
-      this._timers.pong = this._clock.setTimeout(() => {
-        const ws = this._ws;
-        this._detach();
-        if (ws) {
-          try {
-            ws.close(4000, "keepalive timeout");
-          } catch {
-            /* ignore */
-          }
-        }
-        this._lost({ code: 4000, reason: "keepalive timeout" });
-      }, this.pongTimeoutMs);
+      if (this._checkGap(this._pingDue)) return; // _wake pinged
+      this._ping();
     }, this.pingMs);
+  }
+
+  // Sends a ping now, unless one is unanswered; no frame within
+  // pongTimeoutMs drops the connection.
+  _ping() {
+    if (this.state !== "open" || this._timers.pong !== null) return;
+    this._clock.clearTimeout(this._timers.ping);
+    this._timers.ping = null;
+    this._write({ type: "ping", id: this._id() });
+    this._timers.pong = this._clock.setTimeout(() => {
+      const ws = this._ws;
+      this._detach();
+      if (ws) {
+        try {
+          ws.close(4000, "keepalive timeout");
+        } catch {
+          /* ignore */
+        }
+      }
+      this._lost({ code: 4000, reason: "keepalive timeout" });
+    }, this.pongTimeoutMs);
+  }
+
+  // ---- back from the background ----
+
+  // True (and every room resynced) when a timer due at `due` fired so late
+  // that the machine must have slept. A hidden page's timers are throttled
+  // on purpose (Chrome runs them as rarely as once a minute), so lateness
+  // then means nothing; "visible" covers its return.
+  _checkGap(due) {
+    if (this._doc && this._doc.visibilityState === "hidden") return false;
+    const late = this._clock.now() - due;
+    if (!(late > Math.max(2 * this.pingMs, WAKE_GAP_FLOOR_MS))) return false;
+    this._wake("wake");
+    return true;
+  }
+
+  // The page came back (reason "visible" | "online" | "wake"): a fresh
+  // snapshot for every joined room, and a ping, since the connection may
+  // have died silently meanwhile (a hidden page's keepalive is throttled
+  // too). Rooms still joining get theirs from the join's reply; a room
+  // with a sync in flight or sent within RESYNC_COALESCE_MS is not synced
+  // again, so triggers arriving together make one sync per room.
+  _wake(reason) {
+    if (this.state !== "open") return;
+    this._ping();
+    const rooms = [];
+    for (const room of this.rooms.values()) if (room._resyncNow()) rooms.push(room.id);
+    if (rooms.length) this.emit("resync", { reason, rooms });
   }
 
   _onMessage(ws, data) {
@@ -504,20 +564,33 @@ export class Client extends Emitter {
   // ---- page lifecycle ----
 
   _listenPage() {
-    if (this._opts.stopOnHide === false) return;
+    const stopOnHide = this._opts.stopOnHide !== false;
     const win = this._opts.window ?? globalThis.window;
     const doc = this._opts.document ?? globalThis.document;
+    this._doc = doc && typeof doc.addEventListener === "function" ? doc : null;
     const add = (target, type, fn) => {
       if (!target || typeof target.addEventListener !== "function") return;
       target.addEventListener(type, fn);
       this._unlisten.push(() => target.removeEventListener(type, fn));
     };
     // A tab that goes away (closed, navigated, hidden) is no longer typing.
-    add(win, "pagehide", () => this.stopTyping("hidden"));
+    if (stopOnHide) add(win, "pagehide", () => this.stopTyping("hidden"));
+    // A tab back in front may have missed events (a throttled or frozen
+    // background tab, a link that died meanwhile): resync at once rather
+    // than showing stale typists until the next periodic resync.
     add(doc, "visibilitychange", () => {
-      if (doc.visibilityState === "hidden") this.stopTyping("hidden");
+      if (doc.visibilityState === "hidden") {
+        if (stopOnHide) this.stopTyping("hidden");
+      } else if (doc.visibilityState === "visible") {
+        this._wake("visible");
+      }
     });
-    add(win, "online", () => this._reconnectNow());
+    // Back online: reconnect now if waiting; if the socket looks open,
+    // resync and ping it (it may be half-dead after the network change).
+    add(win, "online", () => {
+      if (this.state === "reconnecting") this._reconnectNow();
+      else this._wake("online");
+    });
   }
 }
 
@@ -550,6 +623,9 @@ export class Room extends Emitter {
     this._joinAttempt = 0;
     this._retry = null;
     this._resync = null;
+    this._resyncDue = 0;
+    this._syncId = null; // the sync in flight (its id), until its reply
+    this._syncAt = -Infinity; // when the last sync went out (clock time)
     this._statsBase = null;
     if (client.config) this._configure();
   }
@@ -603,9 +679,34 @@ export class Room extends Emitter {
     if (this._timer) this._timer.stop(reason);
   }
 
-  /** Asks the gateway for a fresh snapshot now (it replaces the typists). */
+  /**
+   * Asks the gateway for a fresh snapshot now (its `typing` reply replaces
+   * the typists). At most one sync per room is in flight: while one waits
+   * for its reply (at most pongTimeoutMs; past that it counts as lost),
+   * this sends nothing. Returns true when a sync went out (or was queued
+   * under the outbound pacing).
+   * @returns {boolean}
+   */
   sync() {
-    if (this.state === "joined") this.client._send({ type: "sync", room: this.id, id: this.client._id() });
+    if (this.state !== "joined") return false;
+    const now = this._clock.now();
+    if (this._syncId !== null && now - this._syncAt < this.client.pongTimeoutMs) return false;
+    const id = this.client._id();
+    if (!this.client._send({ type: "sync", room: this.id, id })) return false;
+    this._syncId = id;
+    this._syncAt = now;
+    return true;
+  }
+
+  // A trigger (visible, online, wake) asks for a snapshot: one unless a
+  // sync is in flight or went out within RESYNC_COALESCE_MS; the periodic
+  // resync then restarts its period. True when a sync went out.
+  _resyncNow() {
+    if (this.state !== "joined") return false;
+    if (this._clock.now() - this._syncAt < RESYNC_COALESCE_MS) return false;
+    if (!this.sync()) return false;
+    this._armResync(false);
+    return true;
   }
 
   /** Leaves the room for good: stops typing, sends leave, forgets the typists. */
@@ -654,6 +755,7 @@ export class Room extends Emitter {
 
   _disconnected() {
     this._joinId = null;
+    this._syncId = null; // the rejoin's snapshot replaces its answer
     this._clock.clearTimeout(this._retry);
     this._clock.clearTimeout(this._resync);
     this._retry = this._resync = null;
@@ -678,8 +780,10 @@ export class Room extends Emitter {
     if (!(every > 0)) return;
     this._clock.clearTimeout(this._resync);
     const wait = first ? every / 2 + Math.random() * (every / 2) : every;
+    this._resyncDue = this._clock.now() + wait;
     this._resync = this._clock.setTimeout(() => {
       this._resync = null;
+      if (this.client._checkGap(this._resyncDue)) return; // every room resynced and rearmed
       this.sync();
       this._armResync(false);
     }, wait);
@@ -698,6 +802,7 @@ export class Room extends Emitter {
         if (this.typing) this.client._send({ type: "typing_start", room: this.id });
         return;
       case "typing":
+        if (f.id && f.id === this._syncId) this._syncId = null;
         this._store.replace(f.users, f.total);
         return;
       case "typing_start":
@@ -731,6 +836,7 @@ export class Room extends Emitter {
 
   _error(f) {
     this.emit("error", f);
+    if (f.id && f.id === this._syncId) this._syncId = null; // refused (rate_limited) or failed
     const isJoinReply = f.id && f.id === this._joinId;
     if (f.code === "not_joined" && this.state === "joined") {
       this._setState("joining");

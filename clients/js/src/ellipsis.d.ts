@@ -52,7 +52,13 @@ export interface ClientOptions {
   idleStopMs?: number;
   /** Added to ttl_ms for the local expiry of a typist. Default 1000. */
   graceMs?: number;
-  /** Resync every room with a `sync` this often; 0 disables. Default 10000. */
+  /**
+   * Resync every room with a `sync` this often; 0 disables. Default 10000.
+   * Independently of it, every joined room is resynced at once when the
+   * page becomes visible, the browser comes back online, or a timer fires
+   * over max(2 × pingMs, 30000) ms late (the machine slept); see the
+   * client's "resync" event.
+   */
   resyncMs?: number;
   /** Send a ping after this long. Default 25000. */
   pingMs?: number;
@@ -68,7 +74,10 @@ export interface ClientOptions {
   maxFramesPerSecond?: number;
   /** Outbound burst. Default 20. */
   frameBurst?: number;
-  /** Stop typing when the page is hidden or unloaded (pagehide, visibilitychange). Default true. */
+  /**
+   * Stop typing when the page is hidden or unloaded (pagehide, visibilitychange). Default true.
+   * The resync on becoming visible happens either way.
+   */
   stopOnHide?: boolean;
   /** WebSocket constructor (Node, tests). Default: globalThis.WebSocket. */
   WebSocket?: new (url: string) => WebSocketLike;
@@ -136,6 +145,29 @@ export interface ErrorFrame {
   id?: string;
 }
 
+/** Why every joined room was resynced at once. */
+export type ResyncReason =
+  /** document.visibilityState became "visible" (MDN: visibilitychange). */
+  | "visible"
+  /** The window's "online" event, with the connection open (it is pinged too). */
+  | "online"
+  /** A timer fired over max(2 × pingMs, 30000) ms late: the machine slept. */
+  | "wake";
+
+/**
+ * The page came back: a `sync` went out for each room listed. Rooms still
+ * joining get their snapshot from the join's reply; a room with a sync in
+ * flight, or one sent within the last 1000 ms, is not synced again, so
+ * triggers together make one sync per room. The connection is pinged too
+ * (no frame within pongTimeoutMs: reconnect, and every rejoin brings a
+ * snapshot).
+ */
+export interface ResyncEvent {
+  reason: ResyncReason;
+  /** The ids of the rooms synced. */
+  rooms: string[];
+}
+
 export interface RoomStateEvent {
   state: RoomState;
   code?: string;
@@ -167,6 +199,8 @@ export interface ClientEvents {
   state: (ev: StateEvent) => void;
   error: (err: ErrorFrame | Error) => void;
   change: (room: Room, typists: Typist[], total: number) => void;
+  /** Every joined room was resynced at once (visible, online, wake). */
+  resync: (ev: ResyncEvent) => void;
 }
 
 export interface RoomEvents {
@@ -221,8 +255,13 @@ export declare class Room extends Emitter<RoomEvents> {
   /** The message box lost focus: typing_stop at once. */
   blur(): void;
   stop(reason?: StopReason): void;
-  /** Asks for a fresh snapshot now. */
-  sync(): void;
+  /**
+   * Asks for a fresh snapshot now (its reply replaces the typists). At most
+   * one sync per room is in flight (an unanswered one counts as lost after
+   * pongTimeoutMs): returns false, sending nothing, while one is, or when
+   * the room is not joined; true when a sync went out (or was queued).
+   */
+  sync(): boolean;
   leave(): void;
 }
 

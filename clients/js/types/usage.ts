@@ -24,6 +24,9 @@ async function main(input: HTMLInputElement, line: HTMLElement): Promise<void> {
   const off: () => void = room.on("change", (typists: Typist[], total: number) => indicator.update(typists, total));
   client.on("state", (ev: StateEvent) => console.log(ev.state, ev.delayMs ?? 0));
   client.on("error", (err: ErrorFrame | Error) => console.log(err.message));
+  client.on("resync", (ev) => console.log(ev.reason === "wake", ev.rooms.length));
+  const synced: boolean = room.sync();
+  console.log(synced);
   input.addEventListener("input", () => room.keystroke());
   input.addEventListener("blur", () => client.blur("42"));
   room.messageSent();

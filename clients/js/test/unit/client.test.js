@@ -272,11 +272,26 @@ test("periodic resync every 10 s; the typing snapshot replaces", async (t) => {
   assert.deepEqual(room.typists, [{ user: "bob", name: "Bob" }]);
   await tick(10000);
   assert.equal(ws.framesOf("sync").length, 2);
-  // Unasked snapshots (after the gateway resynced) replace too.
+  // Unasked snapshots (after the gateway resynced) replace too, and do not
+  // answer the sync in flight.
   ws.receive({ type: "typing", room: "42", users: [] });
   assert.deepEqual(room.typists, []);
-  room.sync();
+  assert.equal(room.sync(), false, "one sync per room in flight");
+  assert.equal(ws.framesOf("sync").length, 2);
+  ws.receive({ type: "typing", room: "42", users: [], id: ws.framesOf("sync")[1].id });
+  assert.equal(room.sync(), true);
   assert.equal(ws.framesOf("sync").length, 3);
+  // A refused sync (over the snapshot budget) is no longer in flight.
+  ws.receive({ type: "error", code: "rate_limited", message: "too many snapshots", room: "42", id: ws.framesOf("sync")[2].id });
+  assert.equal(room.sync(), true);
+  // An unanswered one counts as lost after pongTimeoutMs.
+  assert.equal(room.sync(), false);
+  await tick(9999);
+  assert.equal(ws.framesOf("sync").length, 4, "the periodic resync waits on the one in flight");
+  ws.receive({ type: "pong" }); // keep the socket
+  await tick(1);
+  assert.equal(room.sync(), true);
+  assert.equal(ws.framesOf("sync").length, 5);
   client.close();
 });
 
@@ -447,5 +462,149 @@ test("total: a cut joined or typing snapshot counts everyone; change events carr
   assert.equal(room.total, 1);
   assert.deepEqual(seen, ["a,b/140", "a,b,c/140", "a/3", "a/1"]);
   assert.deepEqual(fromClient, ["42:140", "42:140", "42:3", "42:1"]);
+  client.close();
+});
+
+// ---- back from the background: visible, online, wake ----
+
+// A client with rooms a and b joined and c still joining; the periodic
+// resync pushed far out so only the triggers sync.
+async function backgroundSetup(t, opts = {}) {
+  const s = await setup(t, { resyncMs: 600000, ...opts });
+  const rooms = ["a", "b", "c"].map((id) => s.client.join(id));
+  const ws = await open(s.client);
+  ws.acceptJoin("a", [{ user: "alice" }]);
+  ws.acceptJoin("b");
+  const resyncs = [];
+  s.client.on("resync", (ev) => resyncs.push(ev));
+  return { ...s, rooms, ws, resyncs };
+}
+
+const syncRooms = (ws) => ws.framesOf("sync").map((f) => f.room);
+
+test("visible: one sync per joined room at once, a ping, the snapshot replaces; hidden syncs nothing", async (t) => {
+  const { client, doc, ws, rooms, resyncs } = await backgroundSetup(t);
+  doc.visibilityState = "hidden";
+  doc.dispatch("visibilitychange");
+  assert.deepEqual(syncRooms(ws), [], "hidden: no sync");
+  assert.equal(ws.framesOf("ping").length, 0);
+  doc.visibilityState = "visible";
+  doc.dispatch("visibilitychange");
+  assert.deepEqual(syncRooms(ws), ["a", "b"], "the joined rooms; c gets its snapshot from its join");
+  assert.deepEqual(resyncs, [{ reason: "visible", rooms: ["a", "b"] }]);
+  assert.equal(ws.framesOf("ping").length, 1, "the connection is checked");
+  const syncA = ws.framesOf("sync")[0];
+  ws.receive({ type: "typing", room: "a", users: [], id: syncA.id });
+  assert.deepEqual(rooms[0].typists, [], "alice stopped while we were away");
+  ws.acceptJoin("c");
+  assert.equal(rooms[2].state, "joined");
+  client.close();
+});
+
+test("visible resyncs with stopOnHide: false too; the periodic resync restarts its period after it", async (t) => {
+  const { client, tick, doc, ws } = await backgroundSetup(t, { resyncMs: 10000, stopOnHide: false });
+  await tick(3000);
+  const before = syncRooms(ws).length;
+  doc.dispatch("visibilitychange"); // visibilityState stays "visible"
+  const at = syncRooms(ws).length;
+  assert.equal(at - before, 2);
+  for (const f of ws.framesOf("sync")) ws.receive({ type: "typing", room: f.room, users: [], id: f.id });
+  await tick(9999);
+  assert.equal(syncRooms(ws).length, at, "no periodic sync within 10 s of the triggered one");
+  await tick(1);
+  assert.equal(syncRooms(ws).length, at + 2, "then every 10 s again");
+  client.close();
+});
+
+test("online while open: resync and ping; a half-dead socket is dropped by the ping's timeout and rejoined", async (t) => {
+  const { client, tick, win, ws, resyncs } = await backgroundSetup(t);
+  win.dispatch("online");
+  assert.deepEqual(syncRooms(ws), ["a", "b"]);
+  assert.deepEqual(resyncs, [{ reason: "online", rooms: ["a", "b"] }]);
+  assert.equal(ws.framesOf("ping").length, 1);
+  await tick(10000); // no frame back: the link died while offline
+  assert.deepEqual(ws.closed, { code: 4000, reason: "keepalive timeout" });
+  assert.equal(client.state, "reconnecting");
+  await tick(1000);
+  const ws2 = FakeWebSocket.last;
+  ws2.open();
+  assert.deepEqual(ws2.framesOf("join").map((f) => f.room), ["a", "b", "c"], "rejoined: each join brings a snapshot");
+  client.close();
+});
+
+test("wake: a timer far past its time (the machine slept) resyncs every room and pings; a short gap does not", async (t) => {
+  const { client, clock, tick, ws, resyncs } = await backgroundSetup(t);
+  clock.sleep(40000); // under max(2 × pingMs, 30 s) = 50 s
+  await tick(25000); // the ping timer fires 40 s late
+  assert.deepEqual(syncRooms(ws), []);
+  assert.equal(ws.framesOf("ping").length, 1, "only the keepalive");
+  ws.receive({ type: "pong" });
+  clock.sleep(3_600_000);
+  assert.deepEqual(syncRooms(ws), [], "nothing runs while asleep");
+  await tick(25000); // the next ping timer fires an hour late
+  assert.deepEqual(syncRooms(ws), ["a", "b"]);
+  assert.deepEqual(resyncs, [{ reason: "wake", rooms: ["a", "b"] }]);
+  assert.equal(ws.framesOf("ping").length, 2);
+  client.close();
+});
+
+test("wake is detected by a room's resync timer too, and ignored while the page is hidden (throttled timers)", async (t) => {
+  const { client, clock, tick, doc, ws, resyncs } = await backgroundSetup(t, { resyncMs: 10000, pingMs: 600000 });
+  doc.visibilityState = "hidden";
+  clock.sleep(3_600_000);
+  await tick(10000); // both rooms' resync timers fire late while hidden
+  assert.equal(resyncs.length, 0);
+  assert.deepEqual(syncRooms(ws).sort(), ["a", "b"], "the periodic syncs only");
+  for (const f of ws.framesOf("sync")) ws.receive({ type: "typing", room: f.room, users: [], id: f.id });
+  doc.visibilityState = "visible";
+  clock.sleep(3_600_000);
+  await tick(10000);
+  assert.deepEqual(resyncs, [{ reason: "wake", rooms: ["a", "b"] }], "one wake for both late timers");
+  assert.equal(syncRooms(ws).length, 4, "one sync per room, not one per late timer");
+  client.close();
+});
+
+test("coalescing: visible, online and wake together make one sync per room; one in flight is never doubled", async (t) => {
+  const { client, clock, tick, doc, win, ws, resyncs } = await backgroundSetup(t);
+  clock.sleep(3_600_000);
+  await tick(25000); // the ping timer fires an hour late: wake
+  doc.dispatch("visibilitychange"); // the lid opened: the page shows,
+  win.dispatch("online"); // and the network is back
+  assert.deepEqual(syncRooms(ws), ["a", "b"]);
+  assert.deepEqual(resyncs.map((e) => e.reason), ["wake"]);
+  assert.equal(ws.framesOf("ping").length, 1, "one ping in flight");
+  ws.receive({ type: "pong" });
+  // Answered, but within RESYNC_COALESCE_MS of the last sync: no burst.
+  for (const f of ws.framesOf("sync")) ws.receive({ type: "typing", room: f.room, users: [], id: f.id });
+  doc.dispatch("visibilitychange");
+  assert.equal(syncRooms(ws).length, 2);
+  // Unanswered for a while (in flight): not doubled.
+  await tick(1000);
+  doc.dispatch("visibilitychange");
+  assert.equal(syncRooms(ws).length, 4, "a second later: synced again");
+  await tick(2000);
+  win.dispatch("online");
+  assert.equal(syncRooms(ws).length, 4, "the syncs are still in flight");
+  assert.deepEqual(resyncs.map((e) => e.reason), ["wake", "visible"]);
+  client.close();
+});
+
+test("triggers while not open sync nothing: the joins on open bring the snapshots", async (t) => {
+  const { client, tick, doc, win, ws, resyncs } = await backgroundSetup(t);
+  t.mock.method(Math, "random", () => 0.5);
+  ws.drop(1006);
+  doc.dispatch("visibilitychange");
+  assert.equal(client.state, "reconnecting");
+  win.dispatch("online"); // reconnects at once
+  assert.equal(client.state, "connecting");
+  doc.dispatch("visibilitychange");
+  await flush();
+  const ws2 = FakeWebSocket.last;
+  ws2.open();
+  doc.dispatch("visibilitychange"); // open, but every room is joining
+  assert.deepEqual(ws2.framesOf("join").map((f) => f.room), ["a", "b", "c"]);
+  assert.deepEqual(syncRooms(ws2), []);
+  assert.deepEqual(resyncs, []);
+  await tick(0);
   client.close();
 });

@@ -162,6 +162,15 @@ export class FakeClock {
     }
     this._now = end;
   }
+  /**
+   * The machine slept for ms: wall time (now()) jumps, and every pending
+   * timer is delayed by as much, as a browser's are (their deadlines run
+   * on a monotonic clock that stops during sleep). Runs no timer.
+   */
+  sleep(ms) {
+    this._now += ms;
+    for (const t of this._timers.values()) t.at += ms;
+  }
   /** Like tick, letting promise callbacks run after each timer. */
   async advance(ms) {
     const end = this._now + ms;
