@@ -73,10 +73,10 @@ export interface ClientOptions {
   /** WebSocket constructor (Node, tests). Default: globalThis.WebSocket. */
   WebSocket?: new (url: string) => WebSocketLike;
   /** fetch (Node, tests). Default: globalThis.fetch. */
-  fetch?: (url: string, init?: { cache?: string }) => Promise<{ ok: boolean; status: number; json(): Promise<any> }>;
+  fetch?: (url: string, init?: { cache?: "no-store" }) => Promise<{ ok: boolean; status: number; json(): Promise<any> }>;
   /** Event targets for the page lifecycle. Default: globalThis.window / document. */
   window?: EventTargetLike;
-  document?: EventTargetLike & { visibilityState?: string };
+  document?: EventTargetLike & { visibilityState?: "visible" | "hidden" };
   /** Timers and time. Default: systemClock. */
   clock?: Clock;
 }
@@ -86,8 +86,10 @@ export interface WebSocketLike {
   send(data: string): void;
   close(code?: number, reason?: string): void;
   onopen: ((ev: any) => void) | null;
-  onmessage: ((ev: { data: any }) => void) | null;
-  onclose: ((ev: { code: number; reason: string }) => void) | null;
+  // The SDK sets these and reads ev.data, ev.code and ev.reason; `any` lets
+  // the DOM's WebSocket (MessageEvent, CloseEvent) fit.
+  onmessage: ((ev: any) => void) | null;
+  onclose: ((ev: any) => void) | null;
   onerror: ((ev: any) => void) | null;
 }
 
@@ -154,7 +156,13 @@ export interface TypingStats {
   idleStops: number;
 }
 
-export declare class Emitter<Events extends Record<string, (...args: any[]) => void> = Record<string, (...args: any[]) => void>> {
+/**
+ * An event map: event name → listener signature. Interfaces without an index
+ * signature satisfy it, so an unknown event name is a compile error.
+ */
+export type EventMap<Events> = { [K in keyof Events]: (...args: any[]) => void };
+
+export declare class Emitter<Events extends EventMap<Events> = Record<string, (...args: any[]) => void>> {
   /** Calls fn on every event until the returned function is called. */
   on<E extends keyof Events & string>(event: E, fn: Events[E]): () => void;
   once<E extends keyof Events & string>(event: E, fn: Events[E]): () => void;
@@ -162,15 +170,15 @@ export declare class Emitter<Events extends Record<string, (...args: any[]) => v
   emit<E extends keyof Events & string>(event: E, ...args: Parameters<Events[E]>): void;
 }
 
+/** The events of a Client; no others exist (a misspelled name fails to compile). */
 export interface ClientEvents {
-  [event: string]: (...args: any[]) => void;
   state: (ev: StateEvent) => void;
   error: (err: ErrorFrame | Error) => void;
   change: (room: Room, typists: Typist[], total: number) => void;
 }
 
+/** The events of a Room; no others exist. */
 export interface RoomEvents {
-  [event: string]: (...args: any[]) => void;
   change: (typists: Typist[], total: number) => void;
   state: (ev: RoomStateEvent) => void;
   error: (frame: ErrorFrame) => void;

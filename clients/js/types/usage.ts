@@ -52,3 +52,30 @@ async function main(input: HTMLInputElement, line: HTMLElement): Promise<void> {
   room.state = "left";
 }
 void main;
+
+// Mistakes the types catch (each line must fail, or tsc reports an unused directive).
+function mistakes(client: Client, room: Room, line: HTMLElement): void {
+  // @ts-expect-error misspelled event name
+  room.on("chnage", () => {});
+  // @ts-expect-error misspelled client event name
+  client.once("stat", () => {});
+  // @ts-expect-error wrong handler signature: "change" gives (typists: Typist[], total: number)
+  room.on("change", (typists: string) => console.log(typists));
+  // @ts-expect-error wrong handler signature: "state" gives a StateEvent
+  client.on("state", (ev: ErrorFrame) => console.log(ev.code));
+  // @ts-expect-error emit with the wrong arguments
+  room.emit("change", "alice", 1);
+  // @ts-expect-error wrong option name (user)
+  new Client({ usr: "alice" });
+  // @ts-expect-error wrong option type: milliseconds are numbers
+  new Client({ url: "https://chat.example.com", resyncMs: "10s" });
+  // @ts-expect-error TypingIndicator has no minShowMS (minShowMs)
+  new TypingIndicator(line, { minShowMS: 500 });
+  // @ts-expect-error a stop reason the runtime does not know
+  room.stop("idel");
+}
+void mistakes;
+
+// The page's own WebSocket and fetch fit the options.
+const pageClient = new Client({ WebSocket, fetch, window, document, fetchConfig: false });
+void pageClient;
