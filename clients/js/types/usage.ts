@@ -10,6 +10,8 @@ import {
   TypingTimer,
   TypistStore,
   validateTimers,
+  MESSAGES,
+  type TypingMessages,
   type Typist,
   type StateEvent,
   type ErrorFrame,
@@ -79,3 +81,24 @@ void mistakes;
 // The page's own WebSocket and fetch fit the options.
 const pageClient = new Client({ WebSocket, fetch, window, document, fetchConfig: false });
 void pageClient;
+
+// Languages: a table a translator fills; mistakes in it fail to compile.
+const de: TypingMessages = {
+  typing: { one: "{names} tippt…", other: "{names} tippen…" },
+  others: { one: "{count} weitere Person", other: "{count} weitere Personen" },
+  count: { one: "{count} Person tippt…", other: "{count} Personen tippen…" },
+};
+function languages(line: HTMLElement): void {
+  const ind = new TypingIndicator(line, { locale: "de-AT", messages: de, minShowMs: 500 });
+  ind.messages = { ...MESSAGES.en, count: { other: "{count} typing…" } };
+  console.log(formatTypists(["Alice"], { locale: "de", messages: de }));
+  // @ts-expect-error "other" is required
+  formatTypists([], { messages: { typing: { one: "{names} tippt…" }, count: de.count } });
+  // @ts-expect-error not a plural category
+  formatTypists([], { messages: { ...de, count: { other: "x", plural: "y" } } });
+  // @ts-expect-error a misspelled field of the table
+  formatTypists([], { messages: { ...de, other: de.others } });
+  // @ts-expect-error TypingIndicator takes no total (update(typists, total) does)
+  new TypingIndicator(line, { total: 3 });
+}
+void languages;
