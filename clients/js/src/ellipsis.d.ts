@@ -82,10 +82,10 @@ export interface ClientOptions {
   /** WebSocket constructor (Node, tests). Default: globalThis.WebSocket. */
   WebSocket?: new (url: string) => WebSocketLike;
   /** fetch (Node, tests). Default: globalThis.fetch. */
-  fetch?: (url: string, init?: { cache?: string }) => Promise<{ ok: boolean; status: number; json(): Promise<any> }>;
+  fetch?: (url: string, init?: { cache?: "no-store" }) => Promise<{ ok: boolean; status: number; json(): Promise<any> }>;
   /** Event targets for the page lifecycle. Default: globalThis.window / document. */
   window?: EventTargetLike;
-  document?: EventTargetLike & { visibilityState?: string };
+  document?: EventTargetLike & { visibilityState?: "visible" | "hidden" };
   /** Timers and time. Default: systemClock. */
   clock?: Clock;
 }
@@ -95,8 +95,10 @@ export interface WebSocketLike {
   send(data: string): void;
   close(code?: number, reason?: string): void;
   onopen: ((ev: any) => void) | null;
-  onmessage: ((ev: { data: any }) => void) | null;
-  onclose: ((ev: { code: number; reason: string }) => void) | null;
+  // The SDK sets these and reads ev.data, ev.code and ev.reason; `any` lets
+  // the DOM's WebSocket (MessageEvent, CloseEvent) fit.
+  onmessage: ((ev: any) => void) | null;
+  onclose: ((ev: any) => void) | null;
   onerror: ((ev: any) => void) | null;
 }
 
@@ -186,7 +188,13 @@ export interface TypingStats {
   idleStops: number;
 }
 
-export declare class Emitter<Events extends Record<string, (...args: any[]) => void> = Record<string, (...args: any[]) => void>> {
+/**
+ * An event map: event name → listener signature. Interfaces without an index
+ * signature satisfy it, so an unknown event name is a compile error.
+ */
+export type EventMap<Events> = { [K in keyof Events]: (...args: any[]) => void };
+
+export declare class Emitter<Events extends EventMap<Events> = Record<string, (...args: any[]) => void>> {
   /** Calls fn on every event until the returned function is called. */
   on<E extends keyof Events & string>(event: E, fn: Events[E]): () => void;
   once<E extends keyof Events & string>(event: E, fn: Events[E]): () => void;
@@ -194,8 +202,8 @@ export declare class Emitter<Events extends Record<string, (...args: any[]) => v
   emit<E extends keyof Events & string>(event: E, ...args: Parameters<Events[E]>): void;
 }
 
+/** The events of a Client; no others exist (a misspelled name fails to compile). */
 export interface ClientEvents {
-  [event: string]: (...args: any[]) => void;
   state: (ev: StateEvent) => void;
   error: (err: ErrorFrame | Error) => void;
   change: (room: Room, typists: Typist[], total: number) => void;
@@ -203,8 +211,8 @@ export interface ClientEvents {
   resync: (ev: ResyncEvent) => void;
 }
 
+/** The events of a Room; no others exist. */
 export interface RoomEvents {
-  [event: string]: (...args: any[]) => void;
   change: (typists: Typist[], total: number) => void;
   state: (ev: RoomStateEvent) => void;
   error: (frame: ErrorFrame) => void;
@@ -337,23 +345,87 @@ export declare class TypistStore extends Emitter<{ change: (typists: Typist[], t
   dispose(): void;
 }
 
+/** A plural category of Intl.PluralRules (Unicode CLDR plural rules). */
+export type PluralCategory = "zero" | "one" | "two" | "few" | "many" | "other";
+
+/**
+ * One message in its plural forms: the form is picked with
+ * `new Intl.PluralRules(locale).select(n)`; a category without a form uses
+ * `other` (required). Which categories a language has:
+ * `new Intl.PluralRules("pl").resolvedOptions().pluralCategories`
+ * (en, de: one, other; pl: one, few, many, other; ja, vi: other).
+ */
+export interface PluralMessage {
+  zero?: string;
+  one?: string;
+  two?: string;
+  few?: string;
+  many?: string;
+  other: string;
+}
+
+/**
+ * The strings of one language, for a translator to fill (no code). Each is
+ * a PluralMessage; placeholders are `{names}` (the names joined with
+ * Intl.ListFormat, type "conjunction": "Alice, Bob und Carol") and
+ * `{count}` (a number written with Intl.NumberFormat: "1.400"). Another
+ * `{word}` is an error; a name that reads "{count}" stays as it is.
+ *
+ *   const de = {
+ *     typing: { one: "{names} tippt…", other: "{names} tippen…" },
+ *     others: { one: "{count} weitere Person", other: "{count} weitere Personen" },
+ *     count:  { one: "{count} Person tippt…", other: "{count} Personen tippen…" },
+ *   };
+ *
+ * A line ending in "…" or "..." gets TypingIndicator's animated dots.
+ */
+export interface TypingMessages {
+  /** The line with names; plural by how many people it names. `{names}`, `{count}`. */
+  typing: PluralMessage;
+  /**
+   * The last list item when more type than `max`: "{count} others", plural
+   * by their number. `{count}`. Without it, such a line is `count`.
+   */
+  others?: PluralMessage;
+  /** The line with only a number (too many names, or a cut snapshot). `{count}`. */
+  count: PluralMessage;
+}
+
 export interface FormatOptions {
-  /** A BCP 47 tag: "en" (default), "vi", "vi-VN"; others fall back to English. */
+  /**
+   * A BCP 47 tag ("de", "de-AT", "pt-BR"; "_" is read as "-"). Default "en".
+   * Without `messages`, a built-in table: the tag's language ("vi-VN" → vi),
+   * else English. English without a region lists as CLDR en-001
+   * ("Alice, Bob and Carol"), "en-US" with the serial comma.
+   * Invalid: TypeError / RangeError naming `locale`.
+   */
   locale?: string;
-  /** Names shown before the line becomes a count. Default 3. */
+  /** The strings for `locale` (a language not built in). Invalid: TypeError naming the field. */
+  messages?: TypingMessages;
+  /** Names shown before the rest become "N others" (or the count). Default 3; below 1 counts as 1. */
   max?: number;
-  /** How many type in all; above the names given, the line is "N people are typing…". */
+  /** How many type in all (a room's `total`); above the names given, the line is the count. */
   total?: number;
 }
 
-/** "Alice is typing…", "Alice and Bob are typing…", …; Vietnamese: "Alice đang gõ...", … */
+/**
+ * "Alice is typing…", "Alice and Bob are typing…", "Alice, Bob and 2 others
+ * are typing…"; Vietnamese: "Alice đang gõ...", "5 người đang gõ..."; any
+ * language with `messages`. Throws on an invalid locale or messages.
+ */
 export declare function formatTypists(users: ReadonlyArray<string | Typist>, opts?: FormatOptions): string;
 /** @deprecated Use formatTypists. */
 export declare function formatTyping(names: ReadonlyArray<string | Typist>, opts?: FormatOptions): string;
 export declare function displayName(t: string | Typist): string;
+/** The built-in table for a tag: its language when built in, else "en". Lenient: never throws. */
 export declare function resolveLocale(tag?: string): "en" | "vi";
 export declare function splitEllipsis(line: string): { text: string; dots: string };
-export declare const LOCALES: readonly string[];
+/** Throws a TypeError naming the field ("messages.typing.one") unless `m` is a valid TypingMessages. */
+export declare function validateMessages(m: unknown): asserts m is TypingMessages;
+/** The built-in locales: "en", "vi". */
+export declare const LOCALES: readonly ("en" | "vi")[];
+/** The built-in tables (frozen); a start for a table of your own: `{ ...MESSAGES.en, count: … }`. */
+export declare const MESSAGES: Readonly<{ en: Readonly<TypingMessages>; vi: Readonly<TypingMessages> }>;
 
 /** Keeps a typist shown at least minShowMs (anti-flicker). */
 export declare class AntiFlicker {
@@ -365,14 +437,29 @@ export declare class AntiFlicker {
   dispose(): void;
 }
 
+export interface TypingIndicatorOptions {
+  /** As formatTypists' `locale`. Default "en". */
+  locale?: string;
+  /** As formatTypists' `messages`. */
+  messages?: TypingMessages;
+  /** Names shown before the rest become "N others". Default 3. */
+  max?: number;
+  /** A name stays shown at least this long, in ms. Default 500. */
+  minShowMs?: number;
+  /** Add TYPING_CSS to the document. Default true. */
+  injectStyles?: boolean;
+  clock?: Clock;
+}
+
 /** Renders the typing line into an aria-live="polite" element, with animated dots and anti-flicker. */
 export declare class TypingIndicator {
-  constructor(
-    element: HTMLElement,
-    opts?: FormatOptions & { minShowMs?: number; injectStyles?: boolean; clock?: Clock },
-  );
+  /** Throws a TypeError / RangeError on an invalid locale or messages, naming the field. */
+  constructor(element: HTMLElement, opts?: TypingIndicatorOptions);
   readonly element: HTMLElement;
+  /** Set, then render(); an invalid tag throws and leaves it as it was. */
   locale: string;
+  /** Set, then render(); an invalid table throws and leaves it as it was. */
+  messages: TypingMessages | undefined;
   max: number | undefined;
   /** The line shown now ("" when nobody types). */
   readonly text: string;

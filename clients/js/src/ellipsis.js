@@ -24,7 +24,7 @@ import { formatTypists } from "./format.js";
 export { Client, Room, DEFAULTS, STATES, backoffDelay, tokenSubject } from "./client.js";
 export { TypingTimer, validateTimers, DEFAULT_TTL_MS, DEFAULT_REFRESH_MS, DEFAULT_IDLE_STOP_MS } from "./typing.js";
 export { TypistStore, DEFAULT_GRACE_MS } from "./store.js";
-export { formatTypists, displayName, resolveLocale, splitEllipsis, LOCALES, DEFAULT_MAX_NAMES } from "./format.js";
+export { formatTypists, displayName, resolveLocale, splitEllipsis, validateMessages, LOCALES, MESSAGES, DEFAULT_MAX_NAMES } from "./format.js";
 export { TypingIndicator, AntiFlicker, TYPING_CSS, DEFAULT_MIN_SHOW_MS } from "./ui.js";
 export { Emitter } from "./emitter.js";
 export { systemClock } from "./clock.js";

@@ -3,7 +3,7 @@
 // screen readers announce it without interrupting.
 
 import { systemClock } from "./clock.js";
-import { formatTypists, splitEllipsis } from "./format.js";
+import { formatTypists, splitEllipsis, lineFormat } from "./format.js";
 
 /** A name stays on screen at least this long once shown: 500 ms. */
 export const DEFAULT_MIN_SHOW_MS = 500;
@@ -119,15 +119,19 @@ export class TypingIndicator {
   /**
    * @param {HTMLElement} element
    * @param {object} [opts]
-   * @param {string} [opts.locale] "en" (default) or "vi"
+   * @param {string} [opts.locale] a BCP 47 tag, default "en" (see formatTypists)
+   * @param {object} [opts.messages] the messages table for it (TypingMessages)
    * @param {number} [opts.max] names before a count, default 3
    * @param {number} [opts.minShowMs] default 500
    * @param {boolean} [opts.injectStyles] add TYPING_CSS to the document, default true
    * @param {import("./clock.js").Clock} [opts.clock]
+   * @throws {TypeError | RangeError} an invalid locale or messages, naming the field
    */
   constructor(element, opts = {}) {
+    lineFormat(opts.locale, opts.messages); // throws on a bad locale or table
     this.element = element;
-    this.locale = opts.locale || "en";
+    this._locale = opts.locale ?? "en";
+    this._messages = opts.messages;
     this.max = opts.max;
     this._line = null;
     this._unlisted = 0; // typing but not listed (total - typists.length)
@@ -138,6 +142,26 @@ export class TypingIndicator {
     element.setAttribute("aria-atomic", "true");
     if (opts.injectStyles !== false) injectStyles(element.ownerDocument);
     this.render();
+  }
+
+  /** The BCP 47 tag of the line; set it, then render(). Throws on an invalid tag. */
+  get locale() {
+    return this._locale;
+  }
+
+  set locale(tag) {
+    lineFormat(tag, undefined);
+    this._locale = tag;
+  }
+
+  /** The messages table (undefined: built in); set it, then render(). Throws on an invalid table. */
+  get messages() {
+    return this._messages;
+  }
+
+  set messages(table) {
+    if (table !== undefined) lineFormat(this._locale, table);
+    this._messages = table;
   }
 
   /** The line shown now ("" when nobody types). */
@@ -158,11 +182,11 @@ export class TypingIndicator {
     if (recount) this.render();
   }
 
-  /** Re-renders (after changing locale or max). */
+  /** Re-renders (after changing locale, messages or max). */
   render() {
     const shown = this._flicker.shown;
     const total = this._unlisted > 0 ? shown.length + this._unlisted : undefined;
-    const line = formatTypists(shown, { locale: this.locale, max: this.max, total });
+    const line = formatTypists(shown, { locale: this._locale, messages: this._messages, max: this.max, total });
     if (line === this._line) return;
     this._line = line;
     const el = this.element;

@@ -10,6 +10,8 @@ import {
   TypingTimer,
   TypistStore,
   validateTimers,
+  MESSAGES,
+  type TypingMessages,
   type Typist,
   type StateEvent,
   type ErrorFrame,
@@ -55,3 +57,51 @@ async function main(input: HTMLInputElement, line: HTMLElement): Promise<void> {
   room.state = "left";
 }
 void main;
+
+// Mistakes the types catch (each line must fail, or tsc reports an unused directive).
+function mistakes(client: Client, room: Room, line: HTMLElement): void {
+  // @ts-expect-error misspelled event name
+  room.on("chnage", () => {});
+  // @ts-expect-error misspelled client event name
+  client.once("stat", () => {});
+  // @ts-expect-error wrong handler signature: "change" gives (typists: Typist[], total: number)
+  room.on("change", (typists: string) => console.log(typists));
+  // @ts-expect-error wrong handler signature: "state" gives a StateEvent
+  client.on("state", (ev: ErrorFrame) => console.log(ev.code));
+  // @ts-expect-error emit with the wrong arguments
+  room.emit("change", "alice", 1);
+  // @ts-expect-error wrong option name (user)
+  new Client({ usr: "alice" });
+  // @ts-expect-error wrong option type: milliseconds are numbers
+  new Client({ url: "https://chat.example.com", resyncMs: "10s" });
+  // @ts-expect-error TypingIndicator has no minShowMS (minShowMs)
+  new TypingIndicator(line, { minShowMS: 500 });
+  // @ts-expect-error a stop reason the runtime does not know
+  room.stop("idel");
+}
+void mistakes;
+
+// The page's own WebSocket and fetch fit the options.
+const pageClient = new Client({ WebSocket, fetch, window, document, fetchConfig: false });
+void pageClient;
+
+// Languages: a table a translator fills; mistakes in it fail to compile.
+const de: TypingMessages = {
+  typing: { one: "{names} tippt…", other: "{names} tippen…" },
+  others: { one: "{count} weitere Person", other: "{count} weitere Personen" },
+  count: { one: "{count} Person tippt…", other: "{count} Personen tippen…" },
+};
+function languages(line: HTMLElement): void {
+  const ind = new TypingIndicator(line, { locale: "de-AT", messages: de, minShowMs: 500 });
+  ind.messages = { ...MESSAGES.en, count: { other: "{count} typing…" } };
+  console.log(formatTypists(["Alice"], { locale: "de", messages: de }));
+  // @ts-expect-error "other" is required
+  formatTypists([], { messages: { typing: { one: "{names} tippt…" }, count: de.count } });
+  // @ts-expect-error not a plural category
+  formatTypists([], { messages: { ...de, count: { other: "x", plural: "y" } } });
+  // @ts-expect-error a misspelled field of the table
+  formatTypists([], { messages: { ...de, other: de.others } });
+  // @ts-expect-error TypingIndicator takes no total (update(typists, total) does)
+  new TypingIndicator(line, { total: 3 });
+}
+void languages;

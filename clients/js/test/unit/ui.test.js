@@ -143,3 +143,32 @@ test("TypingIndicator: a total above the typists shows the count", (t) => {
   line.update([alice]);
   line.destroy();
 });
+
+test("TypingIndicator: a messages table (German), anti-flicker intact; bad locale or table throws naming the field", (t) => {
+  const timers = fakeTimers(t);
+  const de = {
+    typing: { one: "{names} tippt…", other: "{names} tippen…" },
+    count: { one: "{count} Person tippt…", other: "{count} Personen tippen…" },
+  };
+  const el = new El(fakeDocument(), "div");
+  const line = new TypingIndicator(el, { locale: "de-DE", messages: de });
+  line.update([alice, bob]);
+  assert.equal(line.text, "Alice und Bob tippen…");
+  assert.equal(el.text, "Alice und Bob tippen...");
+  timers.tick(100);
+  line.update([alice]);
+  assert.equal(line.text, "Alice und Bob tippen…", "bob still shown (anti-flicker)");
+  timers.tick(400);
+  assert.equal(line.text, "Alice tippt…");
+  line.update([alice], 30);
+  assert.equal(line.text, "30 Personen tippen…");
+  assert.throws(() => (line.locale = "no such tag!"), { name: "RangeError", message: /locale "no such tag!"/ });
+  assert.throws(() => (line.messages = { typing: {}, count: de.count }), { name: "TypeError", message: /messages\.typing\.other is required/ });
+  assert.equal(line.locale, "de-DE", "unchanged after a rejected value");
+  line.messages = undefined;
+  line.locale = "vi";
+  line.render();
+  assert.equal(line.text, "30 người đang gõ...");
+  assert.throws(() => new TypingIndicator(new El(fakeDocument(), "div"), { messages: { count: de.count } }), /messages\.typing/);
+  line.destroy();
+});
