@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test of the browser SDK (clients/js), independent of the Makefile:
-#   1. npm ci --prefer-offline (devDependencies only: playwright-core, typescript, @asyncapi/parser)
+#   1. npm ci --prefer-offline (devDependencies only: playwright-core, typescript, @asyncapi/parser,
+#      react, react-dom, esbuild for the React binding's tests)
 #   2. types: tsc --strict on types/usage.ts against src/ellipsis.d.ts
 #   3. unit tests (node --test, fake timers; docs/asyncapi.yaml parsed and
 #      its examples validated) and the keystroke replay of

@@ -105,3 +105,24 @@ function languages(line: HTMLElement): void {
   new TypingIndicator(line, { total: 3 });
 }
 void languages;
+
+// The React binding (@ellipsis-chat/client/react): no @types/react needed.
+import { useTyping, type UseTyping } from "@ellipsis-chat/client/react";
+
+function composer(client: Client | null, roomId: string | null): string {
+  const t: UseTyping = useTyping(client, roomId);
+  t.keystroke();
+  t.messageSent();
+  t.blur();
+  t.stop("sent");
+  const first: string | undefined = t.typists[0]?.name;
+  void first;
+  // @ts-expect-error not a stop reason
+  t.stop("later");
+  // @ts-expect-error the snapshot is read-only
+  t.total = 3;
+  // @ts-expect-error a room id is a string
+  useTyping(client, 42);
+  return formatTypists(t.typists, { total: t.total });
+}
+void composer;

@@ -65,7 +65,20 @@ test("sources import only relative .js files (servable without a build step)", (
   for (const f of readdirSync(join(root, "src")).filter((f) => f.endsWith(".js"))) {
     const src = readFileSync(join(root, "src", f), "utf8");
     for (const m of src.matchAll(/^\s*(?:import|export)\s[^;]*?from\s+"([^"]+)"/gm)) {
-      assert.match(m[1], /^\.\/[\w-]+\.js$/, `${f} imports ${m[1]}`);
+      // The React binding imports its peer, react, and nothing else bare.
+      const ok = f === "react.js" ? /^(react|\.\/[\w-]+\.js)$/ : /^\.\/[\w-]+\.js$/;
+      assert.match(m[1], ok, `${f} imports ${m[1]}`);
     }
   }
+});
+
+test("./react: exported with its types, react an optional peer (>= 18), every export declared in react.d.ts", async () => {
+  assert.deepEqual(pkg.exports["./react"], { types: "./src/react.d.ts", default: "./src/react.js" });
+  assert.equal(pkg.peerDependencies?.react, ">=18");
+  assert.equal(pkg.peerDependenciesMeta?.react?.optional, true);
+  const mod = await import(join(root, pkg.exports["./react"].default));
+  const dts = readFileSync(join(root, "src", "react.d.ts"), "utf8");
+  assert.doesNotMatch(dts, /from "react"/, "no @types/react needed");
+  const declared = [...dts.matchAll(/^export declare (?:const|function|class) (\w+)/gm)].map((m) => m[1]);
+  assert.deepEqual(Object.keys(mod).sort(), declared.sort());
 });
