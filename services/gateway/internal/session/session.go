@@ -16,7 +16,8 @@
 // goroutine that lives while the room has a frame in flight and serves the
 // room's later frames in order, so pings and other rooms' frames never wait
 // behind it. Other goroutines (the hub's fan-out, shutdown) only queue
-// frames with [Conn.Send] or ask for a close with [Conn.Close]; neither
+// frames with [Conn.SendEvent] (conflated for a slow reader: writer.go),
+// [Conn.SendSnapshot] or [Conn.Send], or ask for a close with [Conn.Close]; none
 // ever blocks.
 //
 // The connection talks to its socket through a [Transport] (transport.go;

@@ -215,6 +215,9 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 		w.kickLocked()
 		return true
 	}
+	if w.closing() {
+		return false // the close sequence may have ended conflation already
+	}
 	if !w.inConf {
 		w.inConf = true
 		w.host.conflating(true)
@@ -299,7 +302,7 @@ func (w *writer) kickLocked() {
 	}
 }
 
-// conflatedRooms is how many rooms and entries are conflated (tests).
+// conflatedEntries is how many rooms and entries are conflated (tests).
 func (w *writer) conflatedEntries() (rooms, entries int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
