@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -466,42 +470,187 @@ func TestRateLimit(t *testing.T) {
 	c.expectClose(websocket.ClosePolicyViolation)
 }
 
-func TestSlowConsumer(t *testing.T) {
+// A client whose reader freezes for seconds (a TCP proxy stops reading
+// the gateway's side, as a tunnel or an elevator would) while its room
+// churns is not closed: the gateway conflates its events and, once the
+// proxy reads again, the client ends with exactly the true state of every
+// typist and still answers a ping (docs/protocol.md, "Order and loss").
+func TestSlowConsumerConflates(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *config.Config) { c.OutboundQueue = 8 })
+	e := newEnv(t, func(c *config.Config) { c.OutboundQueue = 8; c.WriteStall = 20 * time.Second })
 	e.startWorker("")
-	slow := e.dial("alice", "")
+	px := newFreezeProxy(t, e.srv.HTTPAddr())
+	slow := e.dialURL("ws://"+px.addr()+"/v1/ws?user=alice", nil)
 	slow.join("42")
-	// alice stops reading: her socket buffers fill, then her queue; she is
-	// closed with 1013 and the fan-out never blocks on her.
+	slow.join("43")
+
+	px.freeze()
+	truth := map[string]string{} // room|user -> last event type
+	// 20000 events of ~1.1 KB: 22 MB, far more than the socket buffers
+	// (the gateway's and the proxy's, a few MB each) take.
+	name := strings.Repeat("B", 1000)
 	pipe := e.rdb.Pipeline()
-	ev := e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "42", User: "bob", Name: strings.Repeat("B", 200), TTLMs: 5000})
-	for i := 0; i < 20000; i++ {
-		pipe.Publish(context.Background(), e.names.RoomChannel("42"), ev)
+	for i := range 20000 {
+		room, user := "42", "u"+strconv.Itoa(i%30)
+		if i%5 == 0 {
+			room = "43"
+		}
+		typ := protocol.TypeTypingStart
+		if (i/30)%2 == 1 {
+			typ = protocol.TypeTypingStop
+		}
+		ev := protocol.RoomEvent{Type: typ, Room: room, User: user, Name: name, TTLMs: 5000, Reason: protocol.ReasonStopped}
+		if typ == protocol.TypeTypingStart {
+			ev.Reason = ""
+		} else {
+			ev.Name, ev.TTLMs = "", 0
+		}
+		payload := string(protocol.RoomEventPrefix(ev)) + strconv.FormatInt(time.Now().UnixMilli(), 10) + "}"
+		pipe.Publish(context.Background(), e.names.RoomChannel(room), payload)
+		truth[room+"|"+user] = typ
 	}
 	if _, err := pipe.Exec(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	_ = slow.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
-	for {
-		_, _, err := slow.ws.ReadMessage()
-		if err == nil {
-			continue
-		}
-		if !websocket.IsCloseError(err, websocket.CloseTryAgainLater) {
-			t.Fatalf("slow consumer ended with %v, want close 1013", err)
-		}
-		break
-	}
-	testkit.WaitFor(t, 5*time.Second, "metrics of the slow consumer close", func() bool {
-		resp, err := http.Get("http://" + e.srv.AdminAddr() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		m, _ := io.ReadAll(resp.Body)
-		return containsAll(string(m), "ellipsis_gateway_slow_consumer_closes_total 1", `ellipsis_gateway_closes_total{code="1013"} 1`)
+	testkit.WaitFor(t, 10*time.Second, "the gateway to conflate", func() bool {
+		return e.metric("ellipsis_gateway_conflating_connections") == 1
 	})
+	time.Sleep(3 * time.Second) // frozen for seconds, under the write stall
+	px.thaw()
+
+	// Read what the gateway wrote (the socket buffers' backlog first, then
+	// the conflated latest events) until the pong of a ping sent now, then
+	// until conflation ended and nothing more comes.
+	r := readAll(slow.ws, 1<<16)
+	seen := map[string]string{}
+	apply := func(f timedFrame) (pong bool) {
+		var ev protocol.RoomEvent
+		if json.Unmarshal(f.data, &ev) == nil && ev.User != "" {
+			seen[ev.Room+"|"+ev.User] = ev.Type
+		}
+		return ev.Type == protocol.TypePong
+	}
+	slow.send(`{"type":"ping","id":"p"}`)
+	for deadline := time.After(60 * time.Second); ; {
+		select {
+		case f := <-r.frames:
+			if apply(f) {
+				goto ponged
+			}
+			continue
+		case <-r.done:
+			t.Fatalf("slow client's connection ended: %v", r.err)
+		case <-deadline:
+			t.Fatal("no pong within 60 s of the thaw")
+		}
+	}
+ponged:
+	testkit.WaitFor(t, 10*time.Second, "conflation to end", func() bool {
+		return e.metric("ellipsis_gateway_conflating_connections") == 0
+	})
+	for quiet := false; !quiet; {
+		select {
+		case f := <-r.frames:
+			apply(f)
+		case <-r.done:
+			t.Fatalf("slow client's connection ended: %v", r.err)
+		case <-time.After(time.Second):
+			quiet = true
+		}
+	}
+	if !maps.Equal(seen, truth) {
+		n := 0
+		for k, v := range truth {
+			if seen[k] != v {
+				n++
+			}
+		}
+		t.Fatalf("the slow client ends with %d of %d typists' state wrong", n, len(truth))
+	}
+	if n := e.metric(`ellipsis_gateway_closes_total{code="1013"}`); n != 0 {
+		t.Fatalf("closed with 1013 %v times", n)
+	}
+	if n := e.metric("ellipsis_gateway_conflated_events_total"); n == 0 {
+		t.Fatal("no event conflated: the proxy did not hold the reader back")
+	}
+}
+
+// freezeProxy forwards TCP connections to a gateway; freeze stops it
+// reading the gateway's side (the client's reader is frozen: the
+// gateway's writes fill the socket buffers and block), thaw resumes.
+type freezeProxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	frozen chan struct{} // open while frozen; nil when not
+}
+
+func newFreezeProxy(t *testing.T, upstream string) *freezeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezeProxy{ln: ln}
+	t.Cleanup(func() { p.thaw(); _ = ln.Close() })
+	go func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", upstream)
+			if err != nil {
+				_ = down.Close()
+				continue
+			}
+			t.Cleanup(func() { _ = up.Close(); _ = down.Close() })
+			go func() { _, _ = io.Copy(up, down) }()
+			go p.pump(down, up)
+		}
+	}()
+	return p
+}
+
+func (p *freezeProxy) addr() string { return p.ln.Addr().String() }
+
+// pump copies the gateway's side to the client's, waiting while frozen.
+func (p *freezeProxy) pump(down, up net.Conn) {
+	buf := make([]byte, 1024)
+	for {
+		p.mu.Lock()
+		f := p.frozen
+		p.mu.Unlock()
+		if f != nil {
+			<-f
+		}
+		n, err := up.Read(buf)
+		if n > 0 {
+			if _, werr := down.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = down.Close()
+			return
+		}
+	}
+}
+
+func (p *freezeProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+}
+
+func (p *freezeProxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen != nil {
+		close(p.frozen)
+		p.frozen = nil
+	}
 }
 
 func grepMetrics(all string) string {

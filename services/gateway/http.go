@@ -187,9 +187,11 @@ func (s *Server) sessionConfig() session.Config {
 		InboundRate:       s.cfg.InboundRate,
 		InboundBurst:      s.cfg.InboundBurst,
 		OutboundQueue:     s.cfg.OutboundQueue,
+		ConflateRoomCap:   s.cfg.SnapshotMax,
 		SnapshotTimeout:   s.cfg.SnapshotTimeout,
 		PongWait:          s.cfg.PongWait,
 		WriteWait:         s.cfg.WriteWait,
+		WriteStall:        s.cfg.WriteStall,
 		MaxRejectedWindow: s.cfg.InboundMaxRejected,
 	}
 }

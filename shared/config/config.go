@@ -210,6 +210,7 @@ type Config struct {
 	SnapshotUsers      int           // ELLIPSIS_SNAPSHOT_USERS, idle users whose WebSocket snapshot budget is kept
 	PongWait           time.Duration // ELLIPSIS_PONG_WAIT
 	WriteWait          time.Duration // ELLIPSIS_WRITE_WAIT
+	WriteStall         time.Duration // ELLIPSIS_WRITE_STALL
 
 	WorkerShards int    // ELLIPSIS_WORKER_SHARDS
 	SnapshotMax  int    // ELLIPSIS_SNAPSHOT_MAX

@@ -256,3 +256,6 @@ func roomOf(t *testing.T, frame string) string {
 	r, _, _ := strings.Cut(rest, `"`)
 	return r
 }
+
+func (m *orderedMember) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
+func (m *orderedMember) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }

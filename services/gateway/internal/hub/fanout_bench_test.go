@@ -212,7 +212,7 @@ func (h *Hub) fanOutReencode(channel, payload string, once bool) {
 		if !once {
 			frame, _ = json.Marshal(ce)
 		}
-		h.deliver(m, frame, ev.Type)
+		h.deliver(m, ev.Room, ev.User, frame, ev.Type)
 	}
 }
 
@@ -255,3 +255,9 @@ func BenchmarkFanOutEncoding(b *testing.B) {
 		})
 	}
 }
+
+func (m *countMember) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
+func (m *countMember) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }
+
+func (m *queueMember) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
+func (m *queueMember) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }

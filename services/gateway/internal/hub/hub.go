@@ -34,7 +34,7 @@
 // room mutex is taken (join, leave: shard → room), never the other way
 // round, and no hub mutex is held across a network call (subscriptions and
 // snapshots are awaited with none held) or while calling the broker. The
-// resyncer's mutex is taken alone. Member.Send is called under a room's
+// resyncer's mutex is taken alone. Member.SendEvent and SendSnapshot are called under a room's
 // mutex and must not call back into the hub.
 package hub
 
@@ -80,10 +80,18 @@ type Member interface {
 	// User is the member's user id, for the self filter. It must not change
 	// and must be cheap: it is called under a room's lock.
 	User() string
-	// Send queues one text frame without blocking, and reports whether it
-	// was queued. When the member's queue is full it closes itself (1013) and
-	// returns false; it must never call back into the hub.
-	Send(frame []byte) bool
+	// SendEvent queues one room event (typing_start or typing_stop, as
+	// published) about user in room without blocking, and reports whether
+	// it was taken. A member whose socket is slow may conflate it: keep
+	// only the latest event per (room, user) until its socket drains
+	// (docs/protocol.md, "Order and loss"). It must never call back into
+	// the hub.
+	SendEvent(room, user string, frame []byte) bool
+	// SendSnapshot queues a snapshot frame of room (joined, or typing)
+	// without blocking: never dropped, and it supersedes the room's events
+	// the member conflated before it (all of them older than the hold the
+	// snapshot was read after). It must never call back into the hub.
+	SendSnapshot(room string, frame []byte) bool
 }
 
 // Backend is the part of the gateway's backend (backend.NATS) the hub

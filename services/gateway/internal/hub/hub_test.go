@@ -465,3 +465,9 @@ func (m *blockingMember) Send([]byte) bool {
 	<-m.release
 	return true
 }
+
+func (m *member) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
+func (m *member) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }
+
+func (m *blockingMember) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
+func (m *blockingMember) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }

@@ -37,6 +37,7 @@ type room struct {
 type buffered struct {
 	frame []byte
 	typ   string
+	user  string
 }
 
 // membership is one member in one room; under room.mu.
@@ -151,7 +152,11 @@ func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
 	}
 	ms := hd.ms
 	if frame != nil {
-		h.deliver(hd.m, frame, typ)
+		if hd.m.SendSnapshot(rm.name, frame) {
+			h.met.FrameOut(typ, 1)
+		} else {
+			h.met.EventsDropped.Inc()
+		}
 		ms.joined = true
 	}
 	ms.holds--
@@ -159,16 +164,16 @@ func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
 		return false
 	}
 	for _, b := range ms.buf {
-		h.deliver(hd.m, b.frame, b.typ)
+		h.deliver(hd.m, rm.name, b.user, b.frame, b.typ)
 	}
 	ms.buf = nil
 	overflowed, ms.overflow = ms.overflow, false
 	return overflowed
 }
 
-// deliver sends one frame to m; the room's lock is held.
-func (h *Hub) deliver(m Member, frame []byte, typ string) bool {
-	if m.Send(frame) {
+// deliver sends m one event of room about user; the room's lock is held.
+func (h *Hub) deliver(m Member, room, user string, frame []byte, typ string) bool {
+	if m.SendEvent(room, user, frame) {
 		h.met.FrameOut(typ, 1)
 		return true
 	}
@@ -252,12 +257,12 @@ func (h *Hub) fanOut(channel, payload string) {
 		}
 		if ms.holds > 0 {
 			if len(ms.buf) < h.opts.PendingLimit {
-				ms.buf = append(ms.buf, buffered{frame, ev.Type})
+				ms.buf = append(ms.buf, buffered{frame, ev.Type, ev.User})
 			} else {
 				ms.overflow = true
 			}
 			continue
 		}
-		h.deliver(m, frame, ev.Type)
+		h.deliver(m, name, ev.User, frame, ev.Type)
 	}
 }

@@ -54,9 +54,18 @@ type Metrics struct {
 	// abuse: more than ELLIPSIS_INBOUND_MAX_REJECTED rate-limited frames
 	// within the session's abuse window.
 	AbuseCloses prometheus.Counter
-	// SlowConsumerCloses counts connections closed with 1013 because their
-	// outbound queue was full.
-	SlowConsumerCloses prometheus.Counter
+	// WriteStallCloses counts connections closed with 1013 because a write
+	// to them did not finish within ELLIPSIS_WRITE_STALL (a peer that
+	// stopped reading).
+	WriteStallCloses prometheus.Counter
+	// Conflating is the number of connections conflating now: their
+	// outbound queue passed its high-water mark (ELLIPSIS_OUTBOUND_QUEUE/2)
+	// and their room events are kept as the latest per (room, user).
+	Conflating prometheus.Gauge
+	// ConflatedEvents counts room events never written to one connection
+	// because a later one of the same (room, user), or a snapshot of the
+	// room, superseded them while it conflated.
+	ConflatedEvents prometheus.Counter
 	// Resyncs counts room resyncs: a typing snapshot pushed to a room's
 	// members after its channel was restored or NATS reconnected (one per
 	// room and attempt).
@@ -99,7 +108,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		subscribeRefused:   prometheus.NewCounterVec(prometheus.CounterOpts(opts("redis_subscribe_refused_total", "Room channel (S)SUBSCRIBEs Redis answered with an error reply (e.g. NOPERM: the ACL lacks the room channels' pattern), by kind: room (a joined room's channel; the joins waiting on it get unavailable) or probe (a link's check channel or last refused room, on each connection's first round and each health round while refusing; no join waits).")), []string{"kind"}),
 		RateLimited:        prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
 		AbuseCloses:        prometheus.NewCounter(prometheus.CounterOpts(opts("abuse_closes_total", "Connections closed with 1008 for sustained inbound abuse (too many rate-limited frames within 10 s)."))),
-		SlowConsumerCloses: prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because their outbound queue was full."))),
+		WriteStallCloses:   prometheus.NewCounter(prometheus.CounterOpts(opts("write_stall_closes_total", "Connections closed with 1013 because a write did not finish within ELLIPSIS_WRITE_STALL."))),
+		Conflating:         prometheus.NewGauge(prometheus.GaugeOpts(opts("conflating_connections", "Connections whose outbound queue passed its high-water mark (ELLIPSIS_OUTBOUND_QUEUE/2): their room events are kept as the latest per (room, user)."))),
+		ConflatedEvents:    prometheus.NewCounter(prometheus.CounterOpts(opts("conflated_events_total", "Room events not written to a connection because a later event of the same (room, user), or a snapshot of the room, superseded them while it conflated."))),
 		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Room resyncs (a snapshot pushed to the room's members) after a Redis link or NATS reconnect."))),
 		EventsDropped:      prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
 		DeliveryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -115,7 +126,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		snapshots: newSnapshotsVec(),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.subscribeRefused, m.RateLimited, m.AbuseCloses, m.SlowConsumerCloses,
+		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.subscribeRefused, m.RateLimited, m.AbuseCloses, m.WriteStallCloses, m.Conflating, m.ConflatedEvents,
 		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands, m.snapshots,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -46,7 +46,7 @@ func servedConn(t *testing.T, writeWait time.Duration) (*Conn, <-chan struct{}) 
 		}
 		c := New(WebSocket(ws), "gw:1", auth.Identity{User: "alice"},
 			Config{MaxFrameBytes: 4096, MaxRooms: 2, InboundRate: 100, InboundBurst: 100, OutboundQueue: 1000,
-				SnapshotTimeout: time.Second, PongWait: time.Minute, WriteWait: writeWait, MaxRejectedWindow: 10},
+				SnapshotTimeout: time.Second, PongWait: time.Minute, WriteWait: writeWait, WriteStall: writeWait, MaxRejectedWindow: 10},
 			Deps{Hub: &fakeRooms{}, Backend: fakeBackend{}, Authorizer: authz.AllowAll{}, Metrics: met, Logger: zap.NewNop(),
 				Budgets: budgets})
 		done := make(chan struct{})

@@ -2,11 +2,13 @@ package session
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
@@ -189,18 +191,21 @@ func TestConnAnswersPeerPing(t *testing.T) {
 	}
 }
 
-// A slow consumer, whose queue is full behind a blocked write, is closed
-// with 1013 and gets no queued frame after it.
-func TestConnSlowConsumer(t *testing.T) {
+// A reader whose queue overflows is not closed for it (its room events
+// conflate), but one whose write stalls for WriteStall is closed with
+// 1013, counted in write_stall_closes_total, and gets no queued frame
+// after it.
+func TestConnWriteStall(t *testing.T) {
 	cfg := testConfig(2, 100)
 	cfg.OutboundQueue = 2
+	cfg.WriteStall = 300 * time.Millisecond
 	c, tr, done := fakeConn(t, cfg)
 	tr.stall.Store(true)
 	c.Send([]byte("blocked"))
 	testkit.WaitFor(t, 10*time.Second, "the writer to take the first frame", func() bool { return c.w.queued() == 0 })
-	for i := 0; c.Send([]byte("x")); i++ {
-		if i > 10 {
-			t.Fatal("a queue of 2 frames took 10")
+	for i := range 50 {
+		if !c.SendEvent("r", "u"+strconv.Itoa(i%7), []byte("x")) {
+			t.Fatalf("event %d refused before the stall", i)
 		}
 	}
 	if f := tr.nextNot(t, fPing); f.kind != fClose || f.code != CloseTryAgainLater {
@@ -209,6 +214,12 @@ func TestConnSlowConsumer(t *testing.T) {
 	tr.peer <- frame{kind: fClose, code: CloseTryAgainLater}
 	if got := waitServed(t, c, done); got != CloseTryAgainLater {
 		t.Fatalf("closed with %d, want %d", got, CloseTryAgainLater)
+	}
+	if n := testutil.ToFloat64(c.met.WriteStallCloses); n != 1 {
+		t.Fatalf("write_stall_closes_total %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(c.met.Conflating); n != 0 {
+		t.Fatalf("conflating_connections %v after the close, want 0", n)
 	}
 }
 

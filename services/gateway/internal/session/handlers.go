@@ -17,21 +17,22 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// reply queues a server frame of type typ made by the session.
-func (c *Conn) reply(typ string, v any) {
+// reply queues a server frame of type typ made by the session, an answer
+// about room ("" for none): after every event of room already taken.
+func (c *Conn) reply(room, typ string, v any) {
 	b, err := protocol.Encode(v)
 	if err != nil {
 		c.logAt(zapcore.ErrorLevel, "encode frame", zap.String("type", typ), zap.Error(err))
 		return
 	}
-	if c.Send(b) {
+	if c.sendReply(room, b) {
 		c.met.FrameOut(typ, 1)
 	}
 }
 
 func (c *Conn) sendError(code, msg, room, id string) {
 	c.met.Error(code)
-	c.reply(protocol.TypeError, protocol.NewError(code, msg, room, id))
+	c.reply(room, protocol.TypeError, protocol.NewError(code, msg, room, id))
 }
 
 func (c *Conn) unavailable(f protocol.ClientFrame, why string) {
@@ -175,7 +176,7 @@ func (c *Conn) leave(f protocol.ClientFrame) {
 	if joined {
 		c.deps.Hub.Leave(f.Room, c)
 	}
-	c.reply(protocol.TypeLeft, protocol.NewLeft(f.Room, f.ID))
+	c.reply(f.Room, protocol.TypeLeft, protocol.NewLeft(f.Room, f.ID))
 }
 
 func (c *Conn) typing(f protocol.ClientFrame) {

@@ -35,7 +35,7 @@ func (r *fakeRooms) Sync(_ context.Context, kind hub.SyncKind, room string, m hu
 		return hub.ErrAborted
 	}
 	f, _ := protocol.Encode(protocol.NewJoined(room, protocol.Snapshot{}, id))
-	m.Send(f)
+	m.SendSnapshot(room, f)
 	return nil
 }
 func (r *fakeRooms) Leave(room string, _ hub.Member) bool { r.left = append(r.left, room); return true }
@@ -93,7 +93,7 @@ func newBudgetedConn(t *testing.T, rooms Rooms, be Backend, budgets *Budgets) *C
 // rate and burst of inbound frames, the gateway's defaults otherwise.
 func testConfig(maxRooms, inbound int) Config {
 	return Config{MaxFrameBytes: 4096, MaxRooms: maxRooms, InboundRate: float64(inbound), InboundBurst: inbound,
-		OutboundQueue: 256, SnapshotTimeout: time.Second, PongWait: time.Minute, WriteWait: 10 * time.Second, MaxRejectedWindow: 50}
+		OutboundQueue: 256, SnapshotTimeout: time.Second, PongWait: time.Minute, WriteWait: 10 * time.Second, WriteStall: 10 * time.Second, MaxRejectedWindow: 50}
 }
 
 // drainQueued takes every queued frame.

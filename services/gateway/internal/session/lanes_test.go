@@ -76,7 +76,7 @@ func (r *gateRooms) Sync(ctx context.Context, kind hub.SyncKind, room string, m 
 	} else {
 		f, _ = protocol.Encode(protocol.NewTypingSnapshot(room, protocol.Snapshot{}, id))
 	}
-	m.Send(f)
+	m.SendSnapshot(room, f)
 	return nil
 }
 

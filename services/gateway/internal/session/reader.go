@@ -98,7 +98,7 @@ func (c *Conn) handle(text bool, data []byte) {
 	}
 	c.met.FrameIn(f.Type)
 	if f.Type == protocol.TypePing {
-		c.reply(protocol.TypePong, protocol.NewPong(f.ID))
+		c.reply("", protocol.TypePong, protocol.NewPong(f.ID))
 		return
 	}
 	c.dispatch(f) // at once, or in the room's lane behind its frame in flight

@@ -16,7 +16,8 @@
 // goroutine that lives while the room has a frame in flight and serves the
 // room's later frames in order, so pings and other rooms' frames never wait
 // behind it. Other goroutines (the hub's fan-out, shutdown) only queue
-// frames with [Conn.Send] or ask for a close with [Conn.Close]; neither
+// frames with [Conn.SendEvent] (conflated for a slow reader: writer.go),
+// [Conn.SendSnapshot] or [Conn.Send], or ask for a close with [Conn.Close]; none
 // ever blocks.
 //
 // The connection talks to its socket through a [Transport] (transport.go;
@@ -29,6 +30,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -57,25 +59,34 @@ const (
 	ClosePolicy        = websocket.ClosePolicyViolation         // 1008: token expired, sustained abuse
 	CloseTooBig        = websocket.CloseMessageTooBig           // 1009: frame over the limit
 	CloseInternal      = websocket.CloseInternalServerErr       // 1011
-	CloseTryAgainLater = websocket.CloseTryAgainLater           // 1013: overloaded or too slow a reader
+	CloseTryAgainLater = websocket.CloseTryAgainLater           // 1013: a write stalled for ELLIPSIS_WRITE_STALL
 )
 
 // Config holds the per-connection limits; the gateway fills every field
 // from its validated settings (the ELLIPSIS_* variable of each is named).
-// New panics when OutboundQueue, PongWait, WriteWait or MaxRejectedWindow
-// is not positive. The snapshot budget is the user's, in Deps.Budgets.
+// New panics when OutboundQueue, PongWait, WriteWait, WriteStall or
+// MaxRejectedWindow is not positive. The snapshot budget is the user's, in Deps.Budgets.
 type Config struct {
-	MaxFrameBytes   int           // read limit, bytes; over it: close 1009 (ELLIPSIS_MAX_FRAME_BYTES)
-	MaxRooms        int           // joined rooms; over it: room_limit (ELLIPSIS_MAX_ROOMS_PER_CONN)
-	InboundRate     float64       // frames/s of the inbound token bucket (ELLIPSIS_INBOUND_RATE)
-	InboundBurst    int           // burst of the inbound token bucket, frames (ELLIPSIS_INBOUND_BURST)
-	OutboundQueue   int           // frames; full: close 1013 (ELLIPSIS_OUTBOUND_QUEUE)
+	MaxFrameBytes int     // read limit, bytes; over it: close 1009 (ELLIPSIS_MAX_FRAME_BYTES)
+	MaxRooms      int     // joined rooms; over it: room_limit (ELLIPSIS_MAX_ROOMS_PER_CONN)
+	InboundRate   float64 // frames/s of the inbound token bucket (ELLIPSIS_INBOUND_RATE)
+	InboundBurst  int     // burst of the inbound token bucket, frames (ELLIPSIS_INBOUND_BURST)
+	// OutboundQueue is the outbound queue's size in frames: from half of
+	// it room events are conflated (writer.go; ELLIPSIS_OUTBOUND_QUEUE).
+	OutboundQueue int
+	// ConflateRoomCap is the most users whose latest event is kept per
+	// room while conflating; over it the room gets a snapshot instead
+	// (ELLIPSIS_SNAPSHOT_MAX).
+	ConflateRoomCap int
 	SnapshotTimeout time.Duration // authorisation and snapshot requests (ELLIPSIS_SNAPSHOT_TIMEOUT)
 	// PongWait is how long the reader waits for any frame or pong; the
 	// peer is pinged every 9/10 of it (ELLIPSIS_PONG_WAIT).
 	PongWait time.Duration
-	// WriteWait bounds every write before a close (ELLIPSIS_WRITE_WAIT).
+	// WriteWait bounds a pong, with WriteStall (ELLIPSIS_WRITE_WAIT).
 	WriteWait time.Duration
+	// WriteStall bounds every data write and ping: a write that does not
+	// finish within it closes the connection with 1013 (ELLIPSIS_WRITE_STALL).
+	WriteStall time.Duration
 	// MaxRejectedWindow is how many rate-limited frames are tolerated
 	// within the abuse window (inbound.go); one more closes the connection
 	// with 1008 (ELLIPSIS_INBOUND_MAX_REJECTED).
@@ -91,6 +102,8 @@ func (cfg Config) check() error {
 		return fmt.Errorf("session: PongWait %v, want > 0", cfg.PongWait)
 	case cfg.WriteWait <= 0:
 		return fmt.Errorf("session: WriteWait %v, want > 0", cfg.WriteWait)
+	case cfg.WriteStall <= 0:
+		return fmt.Errorf("session: WriteStall %v, want > 0", cfg.WriteStall)
 	case cfg.MaxRejectedWindow <= 0:
 		return fmt.Errorf("session: MaxRejectedWindow %d, want > 0", cfg.MaxRejectedWindow)
 	}
@@ -292,28 +305,91 @@ func (c *Conn) closeWith(send, final int, reason string) bool {
 // closing reports whether a close was requested.
 func (c *Conn) closing() bool { return c.w.closing() }
 
-// Send queues one text frame without blocking ([hub.Member]). When the
-// queue is full the connection is closed with 1013 and Send returns false;
-// after a close request it returns false.
+// Send queues one text frame about no room without blocking; it returns
+// false after a close request. Nothing is refused for a full queue: a
+// slow reader conflates its room events instead (writer.go), and is
+// closed (1013) only once a write stalls for WriteStall.
 func (c *Conn) Send(frame []byte) bool {
 	if c.closing() {
 		return false
 	}
-	if c.w.send(frame) {
-		return true
-	}
-	if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "slow consumer: outbound queue full") {
-		c.met.SlowConsumerCloses.Inc()
-		if c.deps.Warn != nil {
-			if ok, n := c.deps.Warn.Allow("slow-consumer"); ok {
-				c.logAt(zapcore.WarnLevel, "closing slow consumer (1013); logged at most once a minute", zap.Int("queue", c.cfg.OutboundQueue), zap.Int("suppressed", n))
-			}
-		}
-	}
-	return false
+	return c.w.send(frame)
 }
 
-// written, writeFailed and readDone are the writer's host (writer.go).
+// sendReply queues an answer about room ("" for none) that is not a
+// snapshot, after every event of room already taken.
+func (c *Conn) sendReply(room string, frame []byte) bool {
+	if c.closing() {
+		return false
+	}
+	return c.w.sendReply(room, frame)
+}
+
+// SendEvent queues (or, conflating, keeps as the latest of its room and
+// user) one room event ([hub.Member]); false after a close request.
+func (c *Conn) SendEvent(room, user string, frame []byte) bool {
+	if c.closing() {
+		return false
+	}
+	return c.w.sendEvent(room, user, frame)
+}
+
+// SendSnapshot queues a snapshot frame of room, superseding the room's
+// conflated events ([hub.Member]); false after a close request.
+func (c *Conn) SendSnapshot(room string, frame []byte) bool {
+	if c.closing() {
+		return false
+	}
+	return c.w.sendSnapshot(room, frame)
+}
+
+// written, writeFailed, writeStalled, conflating, conflated, pushRoom and
+// readDone are the writer's host (writer.go).
 func (c *Conn) written(frame []byte)      { c.met.Written(frame) }
 func (c *Conn) writeFailed()              { c.terminate(CloseAbnormal) }
 func (c *Conn) readDone() <-chan struct{} { return c.readerDone }
+
+func (c *Conn) writeStalled() {
+	if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "write stalled: nothing written for "+c.cfg.WriteStall.String()) {
+		c.met.WriteStallCloses.Inc()
+		if c.deps.Warn != nil {
+			if ok, n := c.deps.Warn.Allow("write-stall"); ok {
+				c.logAt(zapcore.WarnLevel, "closing a connection whose write stalled (1013); logged at most once a minute", zap.Duration("write_stall", c.cfg.WriteStall), zap.Int("suppressed", n))
+			}
+		}
+	}
+}
+
+func (c *Conn) conflating(on bool) {
+	if on {
+		c.met.Conflating.Inc()
+	} else {
+		c.met.Conflating.Dec()
+	}
+}
+
+func (c *Conn) conflated(n int) { c.met.ConflatedEvents.Add(float64(n)) }
+
+// pushRoom asks the hub for an unasked typing snapshot of room, off the
+// writer's lock: retried every second while it fails (the snapshot is
+// unavailable), and given up once the room is left or the connection
+// closes. The writer drops the room's events until the snapshot comes.
+func (c *Conn) pushRoom(room string) {
+	go func() {
+		for {
+			err := c.deps.Hub.Sync(c.ctx, hub.SyncAsked, room, c, "", nil)
+			if err == nil || c.closing() {
+				return
+			}
+			if errors.Is(err, hub.ErrNotMember) || errors.Is(err, hub.ErrClosed) {
+				c.w.pushEnded(room)
+				return
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-c.w.quit:
+				return
+			}
+		}
+	}()
+}

@@ -43,7 +43,8 @@ var errFakeClosed = errors.New("fake transport: closed")
 // [*PeerClose], sends 1009 and reports [ErrFrameTooBig] over the read
 // limit, and runs the control handlers within ReadFrame; it honours the
 // read deadline. With stall set, text writes block until their deadline
-// (cut by CutWrites), Abort or Close: a peer that stopped reading.
+// (cut by CutWrites), Abort or Close, or until resume: a peer that stopped
+// reading, and may read again.
 type fakeTransport struct {
 	peer   chan frame // from the peer
 	wrote  chan frame // every frame written, in order
@@ -56,6 +57,7 @@ type fakeTransport struct {
 	ping         func([]byte) error
 	pong         func() error
 	cut          chan struct{} // closed by CutWrites
+	resumed      chan struct{} // closed by resume
 	cutBy        time.Time
 	aborted      bool
 	closeOnce    sync.Once
@@ -64,7 +66,7 @@ type fakeTransport struct {
 func newFakeTransport() *fakeTransport {
 	return &fakeTransport{
 		peer: make(chan frame, 64), wrote: make(chan frame, 4096),
-		closed: make(chan struct{}), cut: make(chan struct{}),
+		closed: make(chan struct{}), cut: make(chan struct{}), resumed: make(chan struct{}),
 	}
 }
 
@@ -151,6 +153,9 @@ func (t *fakeTransport) write(f frame, stalls bool) error {
 		wait := time.NewTimer(time.Until(f.deadline))
 		defer wait.Stop()
 		select {
+		case <-t.resumed: // the peer reads again: the write goes through
+			t.wrote <- f
+			return nil
 		case <-wait.C:
 		case <-cut:
 			t.mu.Lock()
@@ -163,6 +168,13 @@ func (t *fakeTransport) write(f frame, stalls bool) error {
 	}
 	t.wrote <- f
 	return nil
+}
+
+// resume ends the stall: the blocked write and every later one go
+// through. Once only.
+func (t *fakeTransport) resume() {
+	t.stall.Store(false)
+	close(t.resumed)
 }
 
 func (t *fakeTransport) WriteText(b []byte, d time.Time) error {

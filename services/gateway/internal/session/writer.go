@@ -32,15 +32,40 @@ type writerHost interface {
 	// readDone is closed once reading ended (the peer's close reply, or
 	// the connection broke).
 	readDone() <-chan struct{}
+	// writeStalled reports a write that did not finish within
+	// cfg.WriteStall: the connection is closed with 1013.
+	writeStalled()
+	// conflating reports that the writer began (true) or ended (false)
+	// keeping room events as the latest per (room, user).
+	conflating(on bool)
+	// conflated reports n room events replaced or superseded, unwritten.
+	conflated(n int)
+	// pushRoom asks for an unasked typing snapshot of room (its conflated
+	// events overflowed the room's cap); it must not block. The writer
+	// drops the room's events until [writer.sendSnapshot] of room.
+	pushRoom(room string)
 }
 
 // writer is a connection's outbound side: the queue, the write loop, the
 // pings and the close sequence. It owns every data write of its
 // transport.
 //
-// The queue holds at most cfg.OutboundQueue frames: out[head:], guarded
-// by mu. A sender never blocks: a full queue refuses the frame (the
-// connection closes it as a slow consumer). It grows on demand and is
+// The queue is out[head:], guarded by mu. A sender never blocks and no
+// frame is refused. Room events (sendEvent) are queued one by one while
+// fewer than the high-water mark (cfg.OutboundQueue/2, at least 1) frames
+// are queued; from there, until the queue and the conflation state have
+// drained, the writer conflates: it keeps only the latest event per
+// (room, user) in conf and writes those after the queue
+// (docs/protocol.md, "Order and loss"). A room's conflated events never
+// pass a frame of that room queued after them: a snapshot of the room
+// (sendSnapshot) supersedes them (they are older than the hold it was
+// read after), and any other answer about the room (sendReply: left, an
+// error) first moves them into the queue. A room with more than
+// cfg.ConflateRoomCap conflated users drops them and asks for a snapshot
+// push (host.pushRoom), dropping its events until that snapshot comes.
+// So the state is bounded: conf holds at most MaxRooms × ConflateRoomCap
+// entries, and the queue the high-water mark of events plus the answers
+// (bounded by the inbound limit). The queue grows on demand and is
 // released when it drains with a large backing array, so an idle
 // connection holds (almost) nothing. Queuing a frame starts the write loop's goroutine
 // unless one runs (writing); it ends once the queue is empty, or runs
@@ -50,17 +75,26 @@ type writer struct {
 	tr   Transport
 	host writerHost
 	// cfg is the connection's: the writer reads OutboundQueue, PongWait
-	// (pings every 9/10 of it) and WriteWait (the bound of every write
-	// before a close).
+	// (pings every 9/10 of it), WriteStall (the bound of every data write and
+	// ping before a close) and ConflateRoomCap.
 	cfg *Config
 
-	mu      sync.Mutex
-	out     [][]byte
-	head    int
-	live    bool        // start was called: write loops may be started; mu
-	writing bool        // a write loop runs, or the last one closed the transport; mu
-	pingDue bool        // the ping timer fired: the write loop pings first; mu
-	pinger  *time.Timer // set in start under mu
+	mu   sync.Mutex
+	out  [][]byte
+	head int
+	// conf is the conflation state: room → user → latest event frame;
+	// confN its entries; confPush the rooms whose conflated events
+	// overflowed, their snapshot push awaited; inConf that the writer
+	// conflates (reported to the host). All under mu, nil when not
+	// conflating.
+	conf     map[string]map[string][]byte
+	confN    int
+	confPush map[string]struct{}
+	inConf   bool
+	live     bool        // start was called: write loops may be started; mu
+	writing  bool        // a write loop runs, or the last one closed the transport; mu
+	pingDue  bool        // the ping timer fired: the write loop pings first; mu
+	pinger   *time.Timer // set in start under mu
 
 	quit chan struct{} // closed by close
 	// closeBy is the write deadline of a closing connection (UnixNano,
@@ -131,17 +165,148 @@ func (w *writer) close(code int, reason string) {
 	w.mu.Unlock()
 }
 
-// send queues frame and starts a write loop unless one runs (or start was
-// not called yet). It returns false, queuing nothing, when
-// cfg.OutboundQueue frames are queued.
-func (w *writer) send(frame []byte) bool {
+// send queues frame, an answer about no room, and starts a write loop
+// unless one runs (or start was not called yet).
+func (w *writer) send(frame []byte) bool { return w.sendReply("", frame) }
+
+// sendReply queues frame, an answer about room ("" for none) that is not
+// a snapshot: never dropped, and written after every event of room
+// already taken (the room's conflated events are moved into the queue
+// before it).
+func (w *writer) sendReply(room string, frame []byte) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ok := w.enqueueLocked(frame)
-	if ok && w.live {
+	if users := w.conf[room]; room != "" && users != nil {
+		for _, f := range users {
+			w.enqueueLocked(f)
+		}
+		w.dropRoomLocked(room)
+	}
+	w.enqueueLocked(frame)
+	w.kickLocked()
+	return true
+}
+
+// sendSnapshot queues frame, a snapshot of room (joined or typing):
+// never dropped; it supersedes the room's conflated events and ends a
+// snapshot push of the room awaited.
+func (w *writer) sendSnapshot(room string, frame []byte) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(w.conf[room]); n > 0 {
+		w.dropRoomLocked(room)
+		w.host.conflated(n)
+	}
+	delete(w.confPush, room)
+	w.enqueueLocked(frame)
+	w.endConflationLocked()
+	w.kickLocked()
+	return true
+}
+
+// sendEvent takes frame, an event of room about user: queued while fewer
+// than the high-water mark are queued and nothing is conflated, else kept
+// as the latest event of (room, user). It never refuses one.
+func (w *writer) sendEvent(room, user string, frame []byte) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.inConf && len(w.out)-w.head < w.highWater() {
+		w.enqueueLocked(frame) // the hot path: no allocation once warm
+		w.kickLocked()
+		return true
+	}
+	if w.closing() {
+		return false // the close sequence may have ended conflation already
+	}
+	if !w.inConf {
+		w.inConf = true
+		w.host.conflating(true)
+	}
+	if _, ok := w.confPush[room]; ok {
+		w.host.conflated(1) // the awaited snapshot supersedes it
+		return true
+	}
+	users := w.conf[room]
+	if _, ok := users[user]; ok {
+		users[user] = frame
+		w.host.conflated(1)
+		return true
+	}
+	if len(users) >= w.roomCap() {
+		// More users than a snapshot lists: one snapshot replaces them.
+		w.dropRoomLocked(room)
+		w.host.conflated(len(users) + 1)
+		if w.confPush == nil {
+			w.confPush = map[string]struct{}{}
+		}
+		w.confPush[room] = struct{}{}
+		w.host.pushRoom(room)
+		return true
+	}
+	if users == nil {
+		if w.conf == nil {
+			w.conf = map[string]map[string][]byte{}
+		}
+		users = map[string][]byte{}
+		w.conf[room] = users
+	}
+	users[user] = frame
+	w.confN++
+	w.kickLocked()
+	return true
+}
+
+// pushEnded forgets a snapshot push of room that will not come (the room
+// was left).
+func (w *writer) pushEnded(room string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.confPush, room)
+	w.endConflationLocked()
+}
+
+// highWater is how many queued frames make room events conflate:
+// cfg.OutboundQueue/2, at least 1.
+func (w *writer) highWater() int { return max(1, w.cfg.OutboundQueue/2) }
+
+// roomCap is the most users conflated per room (cfg.ConflateRoomCap,
+// default 100: ELLIPSIS_SNAPSHOT_MAX's).
+func (w *writer) roomCap() int {
+	if w.cfg.ConflateRoomCap > 0 {
+		return w.cfg.ConflateRoomCap
+	}
+	return 100
+}
+
+// dropRoomLocked forgets room's conflated events; mu is held.
+func (w *writer) dropRoomLocked(room string) {
+	w.confN -= len(w.conf[room])
+	delete(w.conf, room)
+}
+
+// endConflationLocked ends conflation once nothing is conflated, no push
+// is awaited and the queue is under the high-water mark; mu is held.
+func (w *writer) endConflationLocked() {
+	if !w.inConf || w.confN > 0 || len(w.confPush) > 0 || len(w.out)-w.head >= w.highWater() {
+		return
+	}
+	w.inConf = false
+	w.conf, w.confPush = nil, nil
+	w.host.conflating(false)
+}
+
+// kickLocked starts a write loop once start was called; mu is held.
+func (w *writer) kickLocked() {
+	if w.live {
 		w.startLocked()
 	}
-	return ok
+}
+
+// conflatedEntries is how many rooms and entries are conflated (tests).
+func (w *writer) conflatedEntries() (rooms, entries int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.conf), w.confN
 }
 
 // startLocked starts the write loop's goroutine unless one runs; mu is
@@ -171,12 +336,8 @@ func (w *writer) pingTick() {
 	w.pinger.Reset(w.pingPeriod())
 }
 
-// enqueueLocked appends frame to the queue unless it holds
-// cfg.OutboundQueue frames already; mu is held.
+// enqueueLocked appends frame to the queue; mu is held.
 func (w *writer) enqueueLocked(frame []byte) bool {
-	if len(w.out)-w.head >= w.cfg.OutboundQueue {
-		return false
-	}
 	if w.head > 0 && len(w.out) == cap(w.out) {
 		// Reuse the room of frames already written before growing.
 		n := copy(w.out, w.out[w.head:])
@@ -194,9 +355,23 @@ func (w *writer) dequeue() (f []byte, ok bool) {
 	return w.dequeueLocked()
 }
 
-// dequeueLocked is dequeue with mu held.
+// dequeueLocked is dequeue with mu held: the queue's oldest frame, else
+// a conflated event (any room, any user: their order does not change any
+// room's final state).
 func (w *writer) dequeueLocked() (f []byte, ok bool) {
 	if w.head == len(w.out) {
+		for room, users := range w.conf {
+			for u, f := range users {
+				delete(users, u)
+				w.confN--
+				if len(users) == 0 {
+					delete(w.conf, room)
+				}
+				w.endConflationLocked()
+				return f, true
+			}
+		}
+		w.endConflationLocked()
 		return nil, false
 	}
 	f = w.out[w.head]
@@ -210,14 +385,15 @@ func (w *writer) dequeueLocked() (f []byte, ok bool) {
 		}
 		w.head = 0
 	}
+	w.endConflationLocked()
 	return f, true
 }
 
-// queued is the number of frames in the queue.
+// queued is the number of frames in the queue and conflated.
 func (w *writer) queued() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.out) - w.head
+	return len(w.out) - w.head + w.confN
 }
 
 // writeLoop is started by startLocked: it writes the queued frames (a due
@@ -243,7 +419,10 @@ func (w *writer) writeLoop() {
 			}
 		}
 		w.mu.Unlock()
-		deadline := w.writeDeadline(time.Now().Add(w.cfg.WriteWait))
+		// A write may wait for a peer that stopped reading for
+		// WriteStall (ELLIPSIS_WRITE_STALL); then it is closed with 1013.
+		stallBy := time.Now().Add(w.cfg.WriteStall)
+		deadline := w.writeDeadline(stallBy)
 		var err error
 		if ping {
 			err = w.tr.WritePing(deadline)
@@ -251,7 +430,11 @@ func (w *writer) writeLoop() {
 			w.host.written(f)
 		}
 		if err != nil {
-			w.host.writeFailed()
+			if !w.closing() && !time.Now().Before(stallBy) {
+				w.host.writeStalled()
+			} else {
+				w.host.writeFailed()
+			}
 			break
 		}
 	}
@@ -265,6 +448,11 @@ func (w *writer) closeSequence() {
 	defer close(w.done)
 	w.mu.Lock()
 	w.pinger.Stop()
+	if w.inConf {
+		w.inConf = false
+		w.host.conflating(false)
+	}
+	w.conf, w.confN, w.confPush = nil, 0, nil // a closing connection writes no event
 	w.mu.Unlock()
 	if w.closeCode != 0 {
 		if w.closeCode != CloseTryAgainLater {
@@ -292,10 +480,11 @@ func (w *writer) closeSequence() {
 	}
 }
 
-// pong answers the peer's ping with data, within WriteWait (and the close
+// pong answers the peer's ping with data, within the longer of WriteWait
+// and WriteStall (it may wait behind a stalled write; and the close
 // deadline). Reader only.
 func (w *writer) pong(data []byte) error {
-	return w.tr.WritePong(data, w.writeDeadline(time.Now().Add(w.cfg.WriteWait)))
+	return w.tr.WritePong(data, w.writeDeadline(time.Now().Add(max(w.cfg.WriteWait, w.cfg.WriteStall))))
 }
 
 // writeDeadline is d, or the close deadline (closeBy) when a close was

@@ -51,9 +51,6 @@ func TestOutboundQueue(t *testing.T) {
 	}
 	pop(c.queued())
 	push(40)
-	if c.enqueue([]byte("x")) || c.queued() != 40 {
-		t.Fatalf("a full queue took a frame (%d queued)", c.queued())
-	}
 	pop(1)
 	push(1) // room made by a write is usable again
 	pop(40)
@@ -74,6 +71,10 @@ type fakeHost struct {
 	mu        sync.Mutex
 	n         int // frames written
 	failed    int
+	stalled   int      // writeStalled calls
+	inConf    int      // conflating(true) less conflating(false)
+	dropped   int      // conflated events
+	pushes    []string // pushRoom calls
 	closeOnce sync.Once
 	read      chan struct{} // closed by the test: reading ended
 }
@@ -86,6 +87,27 @@ func (h *fakeHost) writeFailed() {
 	h.close(0, "")
 }
 func (h *fakeHost) readDone() <-chan struct{} { return h.read }
+func (h *fakeHost) writeStalled() {
+	h.mu.Lock()
+	h.stalled++
+	h.mu.Unlock()
+	h.close(CloseTryAgainLater, "write stalled")
+}
+func (h *fakeHost) conflating(on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if on {
+		h.inConf++
+	} else {
+		h.inConf--
+	}
+}
+func (h *fakeHost) conflated(n int) { h.mu.Lock(); h.dropped += n; h.mu.Unlock() }
+func (h *fakeHost) pushRoom(room string) {
+	h.mu.Lock()
+	h.pushes = append(h.pushes, room)
+	h.mu.Unlock()
+}
 
 // close asks for the close sequence once, as a Conn does.
 func (h *fakeHost) close(code int, reason string) {
@@ -105,7 +127,7 @@ func newTestWriter(t *testing.T, queueMax int, pongWait, writeWait time.Duration
 	h := &fakeHost{read: make(chan struct{})}
 	w := &writer{}
 	h.w = w
-	w.init(tr, h, &Config{OutboundQueue: queueMax, PongWait: pongWait, WriteWait: writeWait})
+	w.init(tr, h, &Config{OutboundQueue: queueMax, PongWait: pongWait, WriteWait: writeWait, WriteStall: writeWait})
 	t.Cleanup(func() {
 		h.close(0, "")
 		select {
@@ -235,10 +257,11 @@ func TestWriterCloseWithoutFrame(t *testing.T) {
 	tr.wantNoMore(t, "in the close sequence")
 }
 
-// A write that fails (its deadline passed on a peer that stopped reading)
-// tells the host, and the writer closes the transport without a close
-// frame; the frames behind it are dropped.
-func TestWriterWriteFailure(t *testing.T) {
+// A write that does not finish within WriteStall (a peer that stopped
+// reading) tells the host it stalled, which closes with 1013: the close
+// frame is tried, the frames behind the stalled one are dropped, and the
+// transport is closed by the close sequence.
+func TestWriterWriteStall(t *testing.T) {
 	w, tr, h := newTestWriter(t, 10, time.Hour, 50*time.Millisecond)
 	tr.stall.Store(true)
 	w.start()
@@ -246,8 +269,14 @@ func TestWriterWriteFailure(t *testing.T) {
 	w.send([]byte("b"))
 	waitDone(t, w)
 	tr.waitClosed(t)
-	if n, failed := h.counts(); n != 0 || failed != 1 {
-		t.Fatalf("host saw %d written, %d failed; want 0, 1", n, failed)
+	if f := tr.next(t); f.kind != fClose || f.code != CloseTryAgainLater {
+		t.Fatalf("wrote %v, want close 1013", f)
+	}
+	h.mu.Lock()
+	stalled := h.stalled
+	h.mu.Unlock()
+	if n, failed := h.counts(); n != 0 || failed != 0 || stalled != 1 {
+		t.Fatalf("host saw %d written, %d failed, %d stalled; want 0, 0, 1", n, failed, stalled)
 	}
 	if tr.aborted {
 		t.Fatal("transport aborted; want closed by the close sequence")
