@@ -114,7 +114,8 @@ class Service {
 
 /**
  * Starts worker and gateway (auth=none, seed timing unless env overrides)
- * and waits until both are ready. `env` adds settings to both services;
+ * and waits until both are ready. `env` adds settings to both services
+ * (and overrides the gateway's auth=none and addresses);
  * `tag` names a second stack's logs (e2e-<tag>-gateway.log).
  * @param {{root: string, artifacts: string, env?: Record<string, string>, tag?: string}} opts
  */
@@ -142,6 +143,7 @@ export async function startStack({ root, artifacts, env = {}, tag = "" }) {
       ELLIPSIS_HTTP_ADDR: `127.0.0.1:${httpPort}`,
       ELLIPSIS_ADMIN_ADDR: `127.0.0.1:${gwAdmin}`,
       ELLIPSIS_SHUTDOWN_DRAIN: "1s",
+      ...env, // may override the gateway's defaults above (e.g. ELLIPSIS_AUTH)
     },
     logName("gateway"),
   );
