@@ -85,7 +85,7 @@ func (None) Authenticate(r *http.Request) (Identity, error) {
 }
 
 // Subprotocol names of the WebSocket handshake (docs/protocol.md,
-// "Authentication"). A browser cannot set headers on a WebSocket, so the SDK
+// "Where the token travels"). A browser cannot set headers on a WebSocket, so the SDK
 // offers Sec-WebSocket-Protocol: ellipsis.v1, ellipsis.bearer.<JWT> (the
 // pattern of Kubernetes' base64url.bearer.authorization.k8s.io.<token>; a
 // JWT's characters are all RFC 7230 token characters). The gateway selects
@@ -95,7 +95,7 @@ const (
 	ProtocolBearerPrefix = "ellipsis.bearer."
 )
 
-// BearerToken returns the token of a request and where it came from:
+// BearerToken returns the token of a request, from
 // "Authorization: Bearer <token>", else a Sec-WebSocket-Protocol entry
 // "ellipsis.bearer.<token>", else ?access_token= (deprecated: access logs keep
 // URLs). Precedence is that order, but two sources carrying different tokens
