@@ -254,6 +254,10 @@ func bootID(configured string) string {
 	return "gw-" + hex.EncodeToString(boot[:])
 }
 
+// maxHeaderBytes bounds a request's header block (net/http adds 4 KiB of
+// slack): room for one 16 KiB token plus the browser's own headers.
+const maxHeaderBytes = 64 << 10
+
 // newUpgrader is the WebSocket upgrader of the public listener.
 func newUpgrader() websocket.Upgrader {
 	return websocket.Upgrader{
@@ -270,6 +274,9 @@ func newUpgrader() websocket.Upgrader {
 		WriteBufferPool: &sync.Pool{},
 		// The Origin is checked before Upgrade, with a JSON 403.
 		CheckOrigin: func(*http.Request) bool { return true },
+		// Selected when offered; the ellipsis.bearer.<JWT> entry is never
+		// echoed (docs/protocol.md, "Authentication").
+		Subprotocols: []string{auth.ProtocolV1},
 	}
 }
 
@@ -434,7 +441,10 @@ func newHTTPServer(h http.Handler, log *zap.Logger) *http.Server {
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
-		ErrorLog:          zap.NewStdLog(log.Named("http")),
+		// A token is at most 16 KiB (auth.MaxTokenBytes) in any one header;
+		// larger header blocks get 431 before any handler runs.
+		MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog:       zap.NewStdLog(log.Named("http")),
 	}
 }
 

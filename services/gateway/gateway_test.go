@@ -102,7 +102,11 @@ func TestJWTHandshake(t *testing.T) {
 		{"no exp", "?access_token=" + signHS256(t, secret, jwt.MapClaims{"sub": "alice"}), nil, "exp"},
 		{"no sub", "?access_token=" + signHS256(t, secret, jwt.MapClaims{"exp": exp}), nil, "sub"},
 		{"malformed", "?access_token=abc", nil, "malformed"},
-		{"bad scheme", "", http.Header{"Authorization": {"Basic " + valid}}, "missing token"},
+		{"bad scheme", "", http.Header{"Authorization": {"Basic " + valid}}, "Authorization header"},
+		{"bad subprotocol token", "", http.Header{"Sec-WebSocket-Protocol": {"ellipsis.v1, ellipsis.bearer.abc"}}, "malformed"},
+		{"oversized subprotocol token", "", http.Header{"Sec-WebSocket-Protocol": {"ellipsis.v1, ellipsis.bearer." + strings.Repeat("a", 16<<10+1)}}, "too long"},
+		{"conflicting tokens", "?access_token=" + signHS256(t, secret, jwt.MapClaims{"sub": "bob", "exp": exp}),
+			http.Header{"Sec-WebSocket-Protocol": {"ellipsis.v1, ellipsis.bearer." + valid}}, "conflicting tokens in Sec-WebSocket-Protocol ellipsis.bearer.<JWT> and ?access_token="},
 	}
 	for _, tc := range cases {
 		st, code, msg := handshake(t, base+tc.query, tc.header)
@@ -110,10 +114,51 @@ func TestJWTHandshake(t *testing.T) {
 			t.Errorf("%s: HTTP %d %s %q, want 401 unauthorized naming %q", tc.name, st, code, msg, tc.want)
 		}
 	}
+	// A header block over 64 KiB: 431 before any handler.
+	if _, resp, err := websocket.DefaultDialer.Dial(base, http.Header{"Sec-WebSocket-Protocol": {"ellipsis.v1, ellipsis.bearer." + strings.Repeat("a", 80<<10)}}); err == nil || resp == nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("80 KiB header: %v %v, want 431", err, resp)
+	}
+	// Bearer entry without ellipsis.v1: 400 naming the header.
+	if st, code, msg := handshake(t, base, http.Header{"Sec-WebSocket-Protocol": {"ellipsis.bearer." + valid}}); st != 400 || code != "bad_request" || !strings.Contains(msg, "Sec-WebSocket-Protocol") {
+		t.Errorf("bearer without v1: HTTP %d %s %q", st, code, msg)
+	}
 	// A valid token with an invalid user id: 400.
 	bad := signHS256(t, secret, jwt.MapClaims{"sub": "a\x01", "exp": exp})
 	if st, code, _ := handshake(t, base+"?access_token="+bad, nil); st != 400 || code != "bad_request" {
 		t.Errorf("bad sub: HTTP %d %s", st, code)
+	}
+}
+
+// TestJWTSubprotocol: the SDK's default, the token in a Sec-WebSocket-Protocol
+// entry; the gateway selects ellipsis.v1 and never echoes the token, and
+// the connection acts as the token's user.
+func TestJWTSubprotocol(t *testing.T) {
+	t.Parallel()
+	const secret = "test-secret-0123456789"
+	e := newEnv(t, func(c *config.Config) { c.Auth = config.AuthJWT; c.JWTSecret = secret })
+	e.startWorker("")
+	tok := signHS256(t, secret, jwt.MapClaims{"sub": "alice", "name": "Alice", "exp": time.Now().Add(time.Hour).Unix()})
+	ws, resp, err := websocket.DefaultDialer.Dial("ws://"+e.srv.HTTPAddr()+"/v1/ws",
+		http.Header{"Sec-WebSocket-Protocol": {"ellipsis.v1, ellipsis.bearer." + tok}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	if got := resp.Header.Values("Sec-WebSocket-Protocol"); len(got) != 1 || got[0] != "ellipsis.v1" {
+		t.Fatalf("selected subprotocol %q, want [ellipsis.v1]", got)
+	}
+	c := &client{t: t, ws: ws}
+	c.join("r")
+	c.send(`{"type":"typing_start","room":"r"}`)
+	if cmd := e.nextCommand(); cmd.User != "alice" || cmd.Name != "Alice" {
+		t.Fatalf("command %+v", cmd)
+	}
+	// The same token twice (header and subprotocol) is not a conflict.
+	if st, _, msg := handshake(t, "ws://"+e.srv.HTTPAddr()+"/v1/ws", http.Header{
+		"Authorization":          {"Bearer " + tok},
+		"Sec-WebSocket-Protocol": {"ellipsis.v1, ellipsis.bearer." + tok},
+	}); st != 101 {
+		t.Fatalf("same token twice: HTTP %d %q", st, msg)
 	}
 }
 

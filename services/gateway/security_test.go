@@ -52,9 +52,10 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 	invalid := invalidJWTs(t, k, secret, claims)
 	rejectUnauthorized(t, base, invalid)
 
-	// The header wins over the query; a non-Bearer header is no token.
+	// A non-Bearer Authorization header is refused, naming the header,
+	// even with a valid ?access_token= beside it.
 	good := valid[0].tok
-	if st, _, msg := handshake(t, base+"?access_token="+good, http.Header{"Authorization": {"Basic " + good}}); st != 401 || !strings.Contains(msg, "missing token") {
+	if st, _, msg := handshake(t, base+"?access_token="+good, http.Header{"Authorization": {"Basic " + good}}); st != 401 || !strings.Contains(msg, "Authorization header") {
 		t.Errorf("Basic header: %d %q", st, msg)
 	}
 	// Valid credentials carrying an invalid user id: 400 naming the field.

@@ -46,6 +46,14 @@ export const WAKE_GAP_FLOOR_MS = 30000;
 export const RESYNC_COALESCE_MS = 1000;
 
 /** Error codes after which a join is retried (with backoff). */
+// WebSocket subprotocols of the handshake (docs/protocol.md, "Authentication"):
+// the gateway selects PROTOCOL_V1; BEARER_PREFIX + <JWT> carries the token.
+export const PROTOCOL_V1 = "ellipsis.v1";
+export const BEARER_PREFIX = "ellipsis.bearer.";
+const TOKEN_TRANSPORTS = ["protocol", "query"];
+// RFC 7230 section 3.2.6 tchar: what a Sec-WebSocket-Protocol entry may hold.
+const TCHARS = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
 const RETRY_CODES = new Set(["unavailable", "rate_limited", "internal"]);
 
 /**
@@ -106,6 +114,9 @@ export class Client extends Emitter {
     this._clock = opts.clock || systemClock;
     this._WebSocket = opts.WebSocket || globalThis.WebSocket;
     this._fetch = opts.fetch || (globalThis.fetch && globalThis.fetch.bind(globalThis));
+    if (opts.tokenTransport !== undefined && !TOKEN_TRANSPORTS.includes(opts.tokenTransport)) {
+      throw new TypeError(`ellipsis: tokenTransport must be "protocol" or "query", got ${JSON.stringify(opts.tokenTransport)}`);
+    }
     const loc = globalThis.location;
     let base = opts.url ? new URL(String(opts.url), loc && loc.href) : loc ? new URL("/", loc.href) : null;
     if (!base) throw new TypeError("ellipsis: no url given and no page location to default to");
@@ -277,31 +288,52 @@ export class Client extends Emitter {
     }
   }
 
-  async _wsURL() {
+  /**
+   * The WebSocket URL and subprotocols of one connect (docs/protocol.md,
+   * "Authentication"). With a token and tokenTransport "protocol" (the
+   * default) the token travels in Sec-WebSocket-Protocol as
+   * "ellipsis.bearer.<JWT>" next to "ellipsis.v1", never in the URL that
+   * access logs keep; "query" sends the deprecated ?access_token= for a
+   * gateway older than that.
+   * @returns {Promise<{href: string, protocols: string[] | undefined}>}
+   */
+  async _wsTarget() {
     const u = new URL("v1/ws", this.url);
     u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
     const { token, user, name } = this._opts;
+    let protocols;
     if (token) {
       const t = typeof token === "function" ? await token() : token;
-      if (!t) throw new Error("ellipsis: token() gave no token");
+      if (!t || typeof t !== "string") throw new Error("ellipsis: token() gave no token");
       this.user = tokenSubject(t) || this.user;
-      u.searchParams.set("access_token", t);
+      if ((this._opts.tokenTransport ?? "protocol") === "query") {
+        u.searchParams.set("access_token", t);
+      } else {
+        // A subprotocol is an RFC 7230 token; a JWT's base64url and "."
+        // always are, anything else would make new WebSocket() throw.
+        if (!TCHARS.test(t)) {
+          const err = new Error('ellipsis: token has characters not allowed in Sec-WebSocket-Protocol (RFC 7230 token); use a JWT or tokenTransport: "query"');
+          err.fatal = true;
+          throw err;
+        }
+        protocols = [PROTOCOL_V1, BEARER_PREFIX + t];
+      }
     } else if (user) {
       u.searchParams.set("user", user);
       if (name) u.searchParams.set("name", name);
     }
     for (const room of this.rooms.values()) room._store.self = this.user;
-    return u.href;
+    return { href: u.href, protocols };
   }
 
   async _open() {
     if (this.state === "closed") return;
     this._timers.reconnect = null;
     this._setState("connecting", { attempt: this._attempt });
-    let url;
+    let target;
     try {
       if (!this.config) await this._loadConfig();
-      url = await this._wsURL();
+      target = await this._wsTarget();
     } catch (err) {
       if (this.state === "closed") return;
       this.emit("error", err);
@@ -311,7 +343,7 @@ export class Client extends Emitter {
     if (this.state === "closed") return;
     let ws;
     try {
-      ws = new this._WebSocket(url);
+      ws = target.protocols ? new this._WebSocket(target.href, target.protocols) : new this._WebSocket(target.href);
     } catch (err) {
       this.emit("error", err);
       return this._scheduleReconnect({ error: err });

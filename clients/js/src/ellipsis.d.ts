@@ -36,8 +36,23 @@ export type TokenSource = string | (() => string | Promise<string>);
 export interface ClientOptions {
   /** The gateway's base URL (http: or https:). Default: this page's origin. */
   url?: string | URL;
-  /** A JWT (auth=jwt), sent as ?access_token=; a function is called on every connect. */
+  /**
+   * A JWT (auth=jwt); a function is called on every (re)connect. Sent as
+   * tokenTransport says; never in the URL by default.
+   */
   token?: TokenSource;
+  /**
+   * How the token travels on the WebSocket handshake (docs/protocol.md,
+   * "Authentication"):
+   * - "protocol" (default): `Sec-WebSocket-Protocol: ellipsis.v1, ellipsis.bearer.<JWT>`;
+   *   the gateway selects `ellipsis.v1`. Keeps the token out of URLs and access logs.
+   *   A token that is not an RFC 7230 token (a JWT always is) closes the client
+   *   for good with an error.
+   * - "query": `?access_token=<JWT>`, deprecated, for a gateway older than the
+   *   subprotocol (access logs keep it: see docs/security.md).
+   * Anything else throws a TypeError from the constructor.
+   */
+  tokenTransport?: "protocol" | "query";
   /** Development auth (auth=none): the user id. */
   user?: string;
   /** Development auth (auth=none): the display name. */

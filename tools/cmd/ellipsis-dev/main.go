@@ -123,5 +123,5 @@ func authHint(mode string) string {
 	if mode == config.AuthNone {
 		return ": ?user=alice&name=Alice"
 	}
-	return ": Authorization: Bearer <JWT> or ?access_token="
+	return ": Authorization: Bearer <JWT>, or Sec-WebSocket-Protocol: ellipsis.v1, ellipsis.bearer.<JWT> (browsers)"
 }

@@ -70,7 +70,7 @@ test("connect() with a path prefix and https: wss, relative paths", async (t) =>
   client.close();
 });
 
-test("token auth: access_token, self from the token's sub, a token function runs on every connect", async (t) => {
+test("token auth: subprotocol by default, self from the token's sub, a token function runs on every connect", async (t) => {
   const payload = Buffer.from(JSON.stringify({ sub: "alice-ü", exp: 1 })).toString("base64url");
   const jwt = `eyJhbGciOiJIUzI1NiJ9.${payload}.sig`;
   assert.equal(tokenSubject(jwt), "alice-ü");
@@ -79,7 +79,10 @@ test("token auth: access_token, self from the token's sub, a token function runs
   const { client, tick } = await setup(t, { user: undefined, name: undefined, token });
   const room = client.join("r");
   const ws = await open(client);
-  assert.equal(ws.url.searchParams.get("access_token"), jwt);
+  // Default tokenTransport "protocol": the token is in Sec-WebSocket-Protocol, not the URL.
+  assert.equal(ws.url.searchParams.has("access_token"), false);
+  assert.equal(ws.url.search, "");
+  assert.deepEqual(ws.protocols, ["ellipsis.v1", "ellipsis.bearer." + jwt]);
   assert.equal(ws.url.searchParams.has("user"), false);
   assert.equal(client.user, "alice-ü");
   ws.acceptJoin("r", [{ user: "alice-ü" }, { user: "bob" }]);
@@ -89,6 +92,34 @@ test("token auth: access_token, self from the token's sub, a token function runs
   assert.equal(token.mock.callCount(), 2);
   assert.equal(FakeWebSocket.all.length, 2);
   client.close();
+});
+
+test('tokenTransport "query": the deprecated ?access_token= for an old gateway, no subprotocols', async (t) => {
+  const { client } = await setup(t, { user: undefined, token: "a.b.c", tokenTransport: "query" });
+  const ws = await open(client);
+  assert.equal(ws.url.searchParams.get("access_token"), "a.b.c");
+  assert.equal(ws.protocols, undefined);
+  client.close();
+});
+
+test("tokenTransport: anything but protocol or query is a TypeError naming the option", () => {
+  assert.throws(() => new Client({ url: "http://gw.test", token: "a.b.c", tokenTransport: "header" }), {
+    name: "TypeError",
+    message: /tokenTransport must be "protocol" or "query", got "header"/,
+  });
+});
+
+test("a token that cannot be a subprotocol fails for good, naming the rule and the fallback", async (t) => {
+  const { client, tick, states } = await setup(t, { user: undefined, token: "not a jwt" });
+  const errors = [];
+  client.on("error", (e) => errors.push(e));
+  client.connect().catch(() => {});
+  await tick(0);
+  await tick(60000);
+  assert.equal(client.state, "closed");
+  assert.equal(FakeWebSocket.all.length, 0);
+  assert.match(String(errors[0] && errors[0].message), /RFC 7230 token.*tokenTransport: "query"/);
+  assert.deepEqual(states, ["connecting", "closed"]);
 });
 
 test("1008 with a fixed token: closed for good, no reconnect loop", async (t) => {

@@ -34,8 +34,10 @@ export class FakeWebSocket {
     return FakeWebSocket.all[FakeWebSocket.all.length - 1];
   }
 
-  constructor(url) {
+  constructor(url, protocols) {
     this.url = new URL(url);
+    /** The subprotocols offered (undefined when none were passed). */
+    this.protocols = protocols;
     this.readyState = 0;
     this.sent = [];
     this.closed = null;

@@ -10,6 +10,7 @@ package auth
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,16 +84,86 @@ func (None) Authenticate(r *http.Request) (Identity, error) {
 	return validate(Identity{User: q.Get("user"), Name: q.Get("name"), ShareTyping: true})
 }
 
-// BearerToken returns the token from "Authorization: Bearer <token>" or, for
-// browsers that cannot set headers on a WebSocket, from ?access_token=. The
-// header wins. It returns "" when there is none.
-func BearerToken(r *http.Request) string {
+// Subprotocol names of the WebSocket handshake (docs/protocol.md,
+// "Where the token travels"). A browser cannot set headers on a WebSocket, so the SDK
+// offers Sec-WebSocket-Protocol: ellipsis.v1, ellipsis.bearer.<JWT> (the
+// pattern of Kubernetes' base64url.bearer.authorization.k8s.io.<token>; a
+// JWT's characters are all RFC 7230 token characters). The gateway selects
+// ProtocolV1 and never echoes the token entry.
+const (
+	ProtocolV1           = "ellipsis.v1"
+	ProtocolBearerPrefix = "ellipsis.bearer."
+)
+
+// BearerToken returns the token of a request, from
+// "Authorization: Bearer <token>", else a Sec-WebSocket-Protocol entry
+// "ellipsis.bearer.<token>", else ?access_token= (deprecated: access logs keep
+// URLs). Precedence is that order, but two sources carrying different tokens
+// are an error wrapping [ErrUnauthorized] naming both, as are a malformed
+// Authorization header, two bearer subprotocol entries, an empty token and a
+// token over [MaxTokenBytes]; a bearer entry without ellipsis.v1 offered is
+// a *protocol.FieldError (400). It returns "" and no error when there is none.
+// Messages never echo a token.
+func BearerToken(r *http.Request) (string, error) {
+	type found struct{ src, tok string }
+	var got []found
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")
-		if ok && strings.EqualFold(scheme, "Bearer") {
-			return strings.TrimSpace(tok)
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return "", unauthorized("Authorization header: want \"Bearer <JWT>\"")
 		}
-		return ""
+		got = append(got, found{"Authorization header", strings.TrimSpace(tok)})
 	}
-	return r.URL.Query().Get("access_token")
+	var proto []string
+	v1 := false
+	for _, p := range websocketProtocols(r) {
+		if tok, ok := strings.CutPrefix(p, ProtocolBearerPrefix); ok {
+			proto = append(proto, tok)
+		}
+		v1 = v1 || p == ProtocolV1
+	}
+	switch {
+	case len(proto) > 0 && !v1:
+		// The gateway selects ellipsis.v1; without it offered it selects
+		// nothing and a browser fails the connection (RFC 6455 4.1).
+		return "", &protocol.FieldError{Field: "Sec-WebSocket-Protocol", Reason: "offer " + ProtocolV1 + " with " + ProtocolBearerPrefix + "<JWT>"}
+	case len(proto) > 1:
+		return "", unauthorized("Sec-WebSocket-Protocol: more than one " + ProtocolBearerPrefix + "<JWT> entry")
+	case len(proto) == 1:
+		got = append(got, found{"Sec-WebSocket-Protocol " + ProtocolBearerPrefix + "<JWT>", proto[0]})
+	}
+	if q := r.URL.Query(); q.Has("access_token") {
+		got = append(got, found{"?access_token=", q.Get("access_token")})
+	}
+	if len(got) == 0 {
+		return "", nil
+	}
+	for _, f := range got {
+		if f.tok == "" {
+			return "", unauthorized(f.src + ": empty token")
+		}
+		if len(f.tok) > MaxTokenBytes {
+			return "", unauthorized(f.src + ": token is too long (" + strconv.Itoa(len(f.tok)) + " bytes, at most " + strconv.Itoa(MaxTokenBytes) + ")")
+		}
+	}
+	for _, f := range got[1:] {
+		if f.tok != got[0].tok {
+			return "", unauthorized("conflicting tokens in " + got[0].src + " and " + f.src + ": send one")
+		}
+	}
+	return got[0].tok, nil
+}
+
+// websocketProtocols returns the entries of every Sec-WebSocket-Protocol
+// header (a comma-separated list, RFC 6455 section 4.1), trimmed.
+func websocketProtocols(r *http.Request) []string {
+	var out []string
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }

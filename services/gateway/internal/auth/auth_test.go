@@ -2,6 +2,7 @@ package auth
 
 import (
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -112,5 +113,66 @@ func TestJWTClaimChecks(t *testing.T) {
 	var fe *protocol.FieldError
 	if _, err := a.Verify(sign(claims(jwt.MapClaims{"rooms": []string{"ok", "bad\x01"}}))); !errors.As(err, &fe) || fe.Field != "rooms[1]" {
 		t.Errorf("bad rooms entry: %v", err)
+	}
+}
+
+func TestBearerTokenSources(t *testing.T) {
+	req := func(query string, h map[string]string) *http.Request {
+		r := httptest.NewRequest("GET", "/v1/ws"+query, nil)
+		for k, v := range h {
+			r.Header.Set(k, v)
+		}
+		return r
+	}
+	const proto = "Sec-WebSocket-Protocol"
+	long := strings.Repeat("a", MaxTokenBytes+1)
+	cases := []struct {
+		name    string
+		r       *http.Request
+		want    string
+		errPart string // "" means no error
+		field   bool   // a *protocol.FieldError (400), not ErrUnauthorized
+	}{
+		{"none", req("", nil), "", "", false},
+		{"header", req("", map[string]string{"Authorization": "Bearer h.t.s"}), "h.t.s", "", false},
+		{"header scheme any case", req("", map[string]string{"Authorization": "bearer h.t.s"}), "h.t.s", "", false},
+		{"subprotocol", req("", map[string]string{proto: "ellipsis.v1, ellipsis.bearer.p.t.s"}), "p.t.s", "", false},
+		{"subprotocol first", req("", map[string]string{proto: "ellipsis.bearer.p.t.s,ellipsis.v1"}), "p.t.s", "", false},
+		{"query", req("?access_token=q.t.s", nil), "q.t.s", "", false},
+		{"other protocols ignored", req("?access_token=q.t.s", map[string]string{proto: "chat, superchat"}), "q.t.s", "", false},
+		{"same token everywhere", req("?access_token=x.y.z", map[string]string{"Authorization": "Bearer x.y.z", proto: "ellipsis.v1, ellipsis.bearer.x.y.z"}), "x.y.z", "", false},
+		{"header vs subprotocol", req("", map[string]string{"Authorization": "Bearer a.a.a", proto: "ellipsis.v1, ellipsis.bearer.b.b.b"}), "", "conflicting tokens in Authorization header and Sec-WebSocket-Protocol", false},
+		{"subprotocol vs query", req("?access_token=a.a.a", map[string]string{proto: "ellipsis.v1, ellipsis.bearer.b.b.b"}), "", "conflicting tokens in Sec-WebSocket-Protocol ellipsis.bearer.<JWT> and ?access_token=", false},
+		{"header vs query", req("?access_token=a.a.a", map[string]string{"Authorization": "Bearer b.b.b"}), "", "conflicting tokens in Authorization header and ?access_token=", false},
+		{"bad scheme", req("", map[string]string{"Authorization": "Basic abc"}), "", "Authorization header", false},
+		{"two bearer entries", req("", map[string]string{proto: "ellipsis.v1, ellipsis.bearer.a.a.a, ellipsis.bearer.a.a.a"}), "", "more than one", false},
+		{"empty subprotocol token", req("", map[string]string{proto: "ellipsis.v1, ellipsis.bearer."}), "", "Sec-WebSocket-Protocol ellipsis.bearer.<JWT>: empty token", false},
+		{"empty query token", req("?access_token=", nil), "", "?access_token=: empty token", false},
+		{"oversized subprotocol token", req("", map[string]string{proto: "ellipsis.v1, ellipsis.bearer." + long}), "", "too long", false},
+		{"oversized query token", req("?access_token="+long, nil), "", "too long", false},
+		{"bearer without v1", req("", map[string]string{proto: "ellipsis.bearer.p.t.s"}), "", "Sec-WebSocket-Protocol: offer ellipsis.v1", true},
+	}
+	for _, tc := range cases {
+		got, err := BearerToken(tc.r)
+		if tc.errPart == "" {
+			if err != nil || got != tc.want {
+				t.Errorf("%s: %q %v, want %q", tc.name, got, err, tc.want)
+			}
+			continue
+		}
+		var fe *protocol.FieldError
+		switch {
+		case err == nil:
+			t.Errorf("%s: no error, token %q", tc.name, got)
+		case !strings.Contains(err.Error(), tc.errPart):
+			t.Errorf("%s: %q, want it to name %q", tc.name, err, tc.errPart)
+		case tc.field && !errors.As(err, &fe):
+			t.Errorf("%s: %v is not a FieldError", tc.name, err)
+		case !tc.field && !errors.Is(err, ErrUnauthorized):
+			t.Errorf("%s: %v does not wrap ErrUnauthorized", tc.name, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), "a.a.a") || strings.Contains(err.Error(), "b.b.b") || strings.Contains(err.Error(), long)) {
+			t.Errorf("%s: message %q echoes a token", tc.name, err)
+		}
 	}
 }

@@ -122,9 +122,12 @@ func NewHS256(secret string) (*JWT, error) {
 // Authenticate implements [Authenticator]: the token comes from
 // [BearerToken].
 func (a *JWT) Authenticate(r *http.Request) (Identity, error) {
-	tok := BearerToken(r)
+	tok, err := BearerToken(r)
+	if err != nil {
+		return Identity{}, err
+	}
 	if tok == "" {
-		return Identity{}, unauthorized("missing token: send Authorization: Bearer <JWT> or ?access_token=<JWT>")
+		return Identity{}, unauthorized("missing token: send Authorization: Bearer <JWT>, Sec-WebSocket-Protocol: " + ProtocolV1 + ", " + ProtocolBearerPrefix + "<JWT>, or ?access_token=<JWT> (deprecated)")
 	}
 	return a.Verify(tok)
 }
