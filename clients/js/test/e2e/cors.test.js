@@ -126,11 +126,14 @@ async function openUser(query) {
   const u = await openPage(app.origin, `/index.html?${new URLSearchParams(query)}`);
   try {
     await u.page.waitForFunction(() => window.appError || (window.app && window.app.room.state === "joined"), null, { timeout: 15_000 });
+    const failed = await u.page.evaluate(() => window.appError);
+    assert.equal(failed, undefined, `connect() failed: ${failed}\n${u.errors.join("\n")}`);
   } catch (err) {
-    throw new Error(`${query.user || "token user"} never joined: ${err.message}\n${u.errors.join("\n")}`);
+    const shot = join(artifacts, `cors-join-${query.user || "token"}.png`);
+    await u.page.screenshot({ path: shot }).catch(() => {});
+    await u.close();
+    throw new Error(`${query.user || "token user"} never joined: ${err.message}\nscreenshot: ${shot}\n${u.errors.join("\n")}`);
   }
-  const failed = await u.page.evaluate(() => window.appError);
-  assert.equal(failed, undefined, `connect() failed: ${failed}\n${u.errors.join("\n")}`);
   return u;
 }
 
