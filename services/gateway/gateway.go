@@ -275,7 +275,7 @@ func newUpgrader() websocket.Upgrader {
 		// The Origin is checked before Upgrade, with a JSON 403.
 		CheckOrigin: func(*http.Request) bool { return true },
 		// Selected when offered; the ellipsis.bearer.<JWT> entry is never
-		// echoed (docs/protocol.md, "Authentication").
+		// echoed (docs/protocol.md, "Where the token travels").
 		Subprotocols: []string{auth.ProtocolV1},
 	}
 }

@@ -45,8 +45,7 @@ export const WAKE_GAP_FLOOR_MS = 30000;
  */
 export const RESYNC_COALESCE_MS = 1000;
 
-/** Error codes after which a join is retried (with backoff). */
-// WebSocket subprotocols of the handshake (docs/protocol.md, "Authentication"):
+// WebSocket subprotocols of the handshake (docs/protocol.md, "Where the token travels"):
 // the gateway selects PROTOCOL_V1; BEARER_PREFIX + <JWT> carries the token.
 export const PROTOCOL_V1 = "ellipsis.v1";
 export const BEARER_PREFIX = "ellipsis.bearer.";
@@ -54,6 +53,7 @@ const TOKEN_TRANSPORTS = ["protocol", "query"];
 // RFC 7230 section 3.2.6 tchar: what a Sec-WebSocket-Protocol entry may hold.
 const TCHARS = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
+/** Error codes after which a join is retried (with backoff). */
 const RETRY_CODES = new Set(["unavailable", "rate_limited", "internal"]);
 
 /**
@@ -290,7 +290,7 @@ export class Client extends Emitter {
 
   /**
    * The WebSocket URL and subprotocols of one connect (docs/protocol.md,
-   * "Authentication"). With a token and tokenTransport "protocol" (the
+   * "Where the token travels"). With a token and tokenTransport "protocol" (the
    * default) the token travels in Sec-WebSocket-Protocol as
    * "ellipsis.bearer.<JWT>" next to "ellipsis.v1", never in the URL that
    * access logs keep; "query" sends the deprecated ?access_token= for a

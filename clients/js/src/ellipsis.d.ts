@@ -43,7 +43,7 @@ export interface ClientOptions {
   token?: TokenSource;
   /**
    * How the token travels on the WebSocket handshake (docs/protocol.md,
-   * "Authentication"):
+   * "Where the token travels"):
    * - "protocol" (default): `Sec-WebSocket-Protocol: ellipsis.v1, ellipsis.bearer.<JWT>`;
    *   the gateway selects `ellipsis.v1`. Keeps the token out of URLs and access logs.
    *   A token that is not an RFC 7230 token (a JWT always is) closes the client
