@@ -175,6 +175,9 @@ func (c *Conn) leave(f protocol.ClientFrame) {
 	}
 	if joined {
 		c.deps.Hub.Leave(f.Room, c)
+		// A snapshot push in flight for the room is dropped by the hub
+		// (its hold's membership is gone): stop awaiting it.
+		c.w.pushEnded(f.Room)
 	}
 	c.reply(f.Room, protocol.TypeLeft, protocol.NewLeft(f.Room, f.ID))
 }
