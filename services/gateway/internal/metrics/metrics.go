@@ -58,6 +58,11 @@ type Metrics struct {
 	// to them did not finish within ELLIPSIS_WRITE_STALL (a peer that
 	// stopped reading).
 	WriteStallCloses prometheus.Counter
+	// SlowConsumerCloses counts connections closed with 1013 because
+	// the answers they asked for filled their outbound queue (2 ×
+	// ELLIPSIS_OUTBOUND_QUEUE + one room's conflated events): they ask
+	// faster than they read.
+	SlowConsumerCloses prometheus.Counter
 	// Conflating is the number of connections conflating now: their
 	// outbound queue passed its high-water mark (ELLIPSIS_OUTBOUND_QUEUE/2)
 	// and their room events are kept as the latest per (room, user).
@@ -108,6 +113,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		subscribeRefused:   prometheus.NewCounterVec(prometheus.CounterOpts(opts("redis_subscribe_refused_total", "Room channel (S)SUBSCRIBEs Redis answered with an error reply (e.g. NOPERM: the ACL lacks the room channels' pattern), by kind: room (a joined room's channel; the joins waiting on it get unavailable) or probe (a link's check channel or last refused room, on each connection's first round and each health round while refusing; no join waits).")), []string{"kind"}),
 		RateLimited:        prometheus.NewCounter(prometheus.CounterOpts(opts("rate_limited_total", "Inbound frames rejected by the per-connection rate limit."))),
 		AbuseCloses:        prometheus.NewCounter(prometheus.CounterOpts(opts("abuse_closes_total", "Connections closed with 1008 for sustained inbound abuse (too many rate-limited frames within 10 s)."))),
+		SlowConsumerCloses: prometheus.NewCounter(prometheus.CounterOpts(opts("slow_consumer_closes_total", "Connections closed with 1013 because the answers they asked for filled their outbound queue (2 x ELLIPSIS_OUTBOUND_QUEUE)."))),
 		WriteStallCloses:   prometheus.NewCounter(prometheus.CounterOpts(opts("write_stall_closes_total", "Connections closed with 1013 because a write did not finish within ELLIPSIS_WRITE_STALL."))),
 		Conflating:         prometheus.NewGauge(prometheus.GaugeOpts(opts("conflating_connections", "Connections whose outbound queue passed its high-water mark (ELLIPSIS_OUTBOUND_QUEUE/2): their room events are kept as the latest per (room, user)."))),
 		ConflatedEvents:    prometheus.NewCounter(prometheus.CounterOpts(opts("conflated_events_total", "Room events not written to a connection because a later event of the same (room, user), or a snapshot of the room, superseded them while it conflated."))),
@@ -126,7 +132,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		snapshots: newSnapshotsVec(),
 	}
 	for _, c := range []prometheus.Collector{
-		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.subscribeRefused, m.RateLimited, m.AbuseCloses, m.WriteStallCloses, m.Conflating, m.ConflatedEvents,
+		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.subscribeRefused, m.RateLimited, m.AbuseCloses, m.WriteStallCloses, m.SlowConsumerCloses, m.Conflating, m.ConflatedEvents,
 		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands, m.snapshots,
 	} {
 		if err := reg.Register(c); err != nil {

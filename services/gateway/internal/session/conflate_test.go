@@ -142,7 +142,7 @@ func (r *reader) drain(tr *fakeTransport, w *writer) {
 // every room, and no event of a room was written after a later snapshot
 // or answer of that room.
 func TestWriterConflatesStalledReader(t *testing.T) {
-	const rooms, users, queue, roomCap = 12, 40, 16, 100
+	const rooms, users, queue, roomCap = 12, 40, 256, 100
 	w, tr, h := newTestWriter(t, queue, time.Hour, time.Hour)
 	w.cfg.ConflateRoomCap = roomCap
 	tr.stall.Store(true)

@@ -349,6 +349,23 @@ func (c *Conn) written(frame []byte)      { c.met.Written(frame) }
 func (c *Conn) writeFailed()              { c.terminate(CloseAbnormal) }
 func (c *Conn) readDone() <-chan struct{} { return c.readerDone }
 
+func (c *Conn) overflowed() {
+	// Called with the writer's lock held: closeWith only takes the
+	// writer's close path, which must not take that lock again.
+	go c.closeOverflowed()
+}
+
+func (c *Conn) closeOverflowed() {
+	if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "slow consumer: answers fill the outbound queue") {
+		c.met.SlowConsumerCloses.Inc()
+		if c.deps.Warn != nil {
+			if ok, n := c.deps.Warn.Allow("slow-consumer"); ok {
+				c.logAt(zapcore.WarnLevel, "closing a slow consumer whose answers fill the outbound queue (1013); logged at most once a minute", zap.Int("queue", c.cfg.OutboundQueue), zap.Int("suppressed", n))
+			}
+		}
+	}
+}
+
 func (c *Conn) writeStalled() {
 	if c.closeWith(CloseTryAgainLater, CloseTryAgainLater, "write stalled: nothing written for "+c.cfg.WriteStall.String()) {
 		c.met.WriteStallCloses.Inc()

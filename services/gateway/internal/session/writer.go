@@ -35,6 +35,10 @@ type writerHost interface {
 	// writeStalled reports a write that did not finish within
 	// cfg.WriteStall: the connection is closed with 1013.
 	writeStalled()
+	// overflowed reports an answer refused because answerCap frames are
+	// queued (the peer asks faster than it reads): the connection is
+	// closed with 1013.
+	overflowed()
 	// conflating reports that the writer began (true) or ended (false)
 	// keeping room events as the latest per (room, user).
 	conflating(on bool)
@@ -91,6 +95,12 @@ type writer struct {
 	confN    int
 	confPush map[string]struct{}
 	inConf   bool
+	overflow bool // an answer was refused (answerCap), reported to the host once; mu
+	// enq and deq count the frames ever queued and taken from out; ans
+	// holds the enq number of each answer or snapshot still queued, oldest
+	// first (at most answerCap). All under mu.
+	enq, deq uint64
+	ans      []uint64
 	live     bool        // start was called: write loops may be started; mu
 	writing  bool        // a write loop runs, or the last one closed the transport; mu
 	pingDue  bool        // the ping timer fired: the write loop pings first; mu
@@ -176,6 +186,9 @@ func (w *writer) send(frame []byte) bool { return w.sendReply("", frame) }
 func (w *writer) sendReply(room string, frame []byte) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.fullLocked() {
+		return false
+	}
 	if users := w.conf[room]; room != "" && users != nil {
 		for _, f := range users {
 			w.enqueueLocked(f)
@@ -183,6 +196,7 @@ func (w *writer) sendReply(room string, frame []byte) bool {
 		w.dropRoomLocked(room)
 	}
 	w.enqueueLocked(frame)
+	w.answerLocked()
 	w.kickLocked()
 	return true
 }
@@ -193,12 +207,16 @@ func (w *writer) sendReply(room string, frame []byte) bool {
 func (w *writer) sendSnapshot(room string, frame []byte) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.fullLocked() {
+		return false
+	}
 	if n := len(w.conf[room]); n > 0 {
 		w.dropRoomLocked(room)
 		w.host.conflated(n)
 	}
 	delete(w.confPush, room)
 	w.enqueueLocked(frame)
+	w.answerLocked()
 	w.endConflationLocked()
 	w.kickLocked()
 	return true
@@ -264,6 +282,30 @@ func (w *writer) pushEnded(room string) {
 	delete(w.confPush, room)
 	w.endConflationLocked()
 }
+
+// answerCap is the most answers and snapshots queued at once:
+// cfg.OutboundQueue. Events stop queuing at the high-water mark and
+// conflate, and an answer moves at most its room's conflated events ahead
+// of it, so only answers the peer asks for faster than it reads can grow
+// the queue; past answerCap the next one is refused and the connection
+// closed (1013).
+func (w *writer) answerCap() int { return max(1, w.cfg.OutboundQueue) }
+
+// fullLocked reports (to the host, once) that answerCap answers are
+// queued, and that this one must be refused; mu is held.
+func (w *writer) fullLocked() bool {
+	if len(w.ans) < w.answerCap() {
+		return false
+	}
+	if !w.overflow {
+		w.overflow = true
+		w.host.overflowed()
+	}
+	return true
+}
+
+// answerLocked records the frame just queued as an answer; mu is held.
+func (w *writer) answerLocked() { w.ans = append(w.ans, w.enq) }
 
 // highWater is how many queued frames make room events conflate:
 // cfg.OutboundQueue/2, at least 1.
@@ -345,6 +387,7 @@ func (w *writer) enqueueLocked(frame []byte) bool {
 		w.out, w.head = w.out[:n], 0
 	}
 	w.out = append(w.out, frame)
+	w.enq++
 	return true
 }
 
@@ -377,6 +420,13 @@ func (w *writer) dequeueLocked() (f []byte, ok bool) {
 	f = w.out[w.head]
 	w.out[w.head] = nil
 	w.head++
+	w.deq++
+	if len(w.ans) > 0 && w.ans[0] <= w.deq {
+		w.ans = w.ans[1:]
+		if len(w.ans) == 0 {
+			w.ans = nil
+		}
+	}
 	if w.head == len(w.out) {
 		if cap(w.out) > keepQueueCap {
 			w.out = nil

@@ -75,6 +75,7 @@ type fakeHost struct {
 	inConf    int      // conflating(true) less conflating(false)
 	dropped   int      // conflated events
 	pushes    []string // pushRoom calls
+	overflows int      // overflowed calls
 	closeOnce sync.Once
 	read      chan struct{} // closed by the test: reading ended
 }
@@ -92,6 +93,12 @@ func (h *fakeHost) writeStalled() {
 	h.stalled++
 	h.mu.Unlock()
 	h.close(CloseTryAgainLater, "write stalled")
+}
+func (h *fakeHost) overflowed() {
+	h.mu.Lock()
+	h.overflows++
+	h.mu.Unlock()
+	go h.close(CloseTryAgainLater, "slow consumer") // called under the writer's lock, as Conn does
 }
 func (h *fakeHost) conflating(on bool) {
 	h.mu.Lock()
