@@ -167,6 +167,10 @@ export class Client extends Emitter {
       return Promise.reject(new Error("ellipsis: client is closed"));
     }
     if (this._opened) return this._opened.promise;
+    if (typeof this._WebSocket !== "function") {
+      // Not retried: no reconnect can fix it.
+      return Promise.reject(new TypeError("ellipsis: no WebSocket: pass a constructor in the WebSocket option (Node 20 has no global WebSocket; Node 22 and browsers do)"));
+    }
     let resolve, reject;
     const promise = new Promise((res, rej) => ((resolve = res), (reject = rej)));
     promise.catch(() => {}); // a caller not awaiting connect() is told through "state"
@@ -312,7 +316,7 @@ export class Client extends Emitter {
         // A subprotocol is an RFC 7230 token; a JWT's base64url and "."
         // always are, anything else would make new WebSocket() throw.
         if (!TCHARS.test(t)) {
-          const err = new Error('ellipsis: token has characters not allowed in Sec-WebSocket-Protocol (RFC 7230 token); use a JWT or tokenTransport: "query"');
+          const err = new Error("ellipsis: the token is not a JWT: it has characters not allowed in Sec-WebSocket-Protocol (RFC 7230 token); check what the token option returns (tokenTransport: \"query\" sends any other kind of token in the URL)");
           err.fatal = true;
           throw err;
         }

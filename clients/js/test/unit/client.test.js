@@ -639,3 +639,15 @@ test("triggers while not open sync nothing: the joins on open bring the snapshot
   await tick(0);
   client.close();
 });
+
+test("connect() without any WebSocket (Node 20, no option) fails at once naming the option", async () => {
+  const saved = globalThis.WebSocket;
+  delete globalThis.WebSocket;
+  try {
+    const client = new Client({ url: "http://gw.test/", user: "alice", fetchConfig: false });
+    await assert.rejects(client.connect(), { name: "TypeError", message: /WebSocket option/ });
+    assert.notEqual(client.state, "connecting");
+  } finally {
+    if (saved) globalThis.WebSocket = saved;
+  }
+});
