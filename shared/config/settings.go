@@ -108,7 +108,7 @@ func (c *Config) table() []Setting {
 		{Env: "ELLIPSIS_ROOM_SUMMARY_MEMBERS", For: ForGateway, V: integer(&c.RoomSummaryMembers, 500, between(1, 10_000_000)),
 			Doc: "a room with more local members than this on a gateway is in summary mode: instead of each `typing_start` / `typing_stop`, its members get one `typing` snapshot frame (the first `ELLIPSIS_SNAPSHOT_MAX` typists and `total`) at most once per `ELLIPSIS_ROOM_SUMMARY_INTERVAL` when it changed; it goes back to events below 90 % of this (docs/protocol.md, \"Summary mode\")"},
 		{Env: "ELLIPSIS_ROOM_SUMMARY_INTERVAL", For: ForGateway, V: dur(&c.RoomSummaryInterval, time.Second, between(50*time.Millisecond, time.Minute)),
-			Doc: "least time between two summaries of a room in summary mode (`ELLIPSIS_ROOM_SUMMARY_MEMBERS`); each costs one snapshot request per room and gateway"},
+			Doc: "least time between two summaries of a room in summary mode (`ELLIPSIS_ROOM_SUMMARY_MEMBERS`); each costs one snapshot request per room and gateway. Keep it at most `ELLIPSIS_TYPING_TTL` − `ELLIPSIS_TYPING_REFRESH` (1 s by default): there a typist who keeps typing is refreshed on clients only by the summary after each refresh"},
 		{Env: "ELLIPSIS_INBOUND_MAX_REJECTED", For: ForGateway, V: integer(&c.InboundMaxRejected, 50, between(1, 100000)),
 			Doc: "rate-limited frames tolerated within 10 s (the current second and the 10 before it); one more closes the connection (close 1008). With the default bucket: 100 frames/s closed after ~1 s, 25/s after ~18 s, 19/s never"},
 		{Env: "ELLIPSIS_MAX_CONNS", For: ForGateway, V: integer(&c.MaxConns, 10000, between(1, 10_000_000)),
