@@ -26,6 +26,8 @@ func TestPackageDefaultsAreTheTable(t *testing.T) {
 		{"ELLIPSIS_AUTHZ_TIMEOUT", authz.DefaultTimeout, d.AuthzTimeout},
 		{"ELLIPSIS_SNAPSHOT_TIMEOUT", hub.DefaultReadyTimeout, d.SnapshotTimeout},
 		{"ELLIPSIS_OUTBOUND_QUEUE", hub.DefaultPendingLimit, d.OutboundQueue},
+		{"ELLIPSIS_ROOM_SUMMARY_MEMBERS", hub.DefaultSummaryMembers, d.RoomSummaryMembers},
+		{"ELLIPSIS_ROOM_SUMMARY_INTERVAL", hub.DefaultSummaryInterval, d.RoomSummaryInterval},
 	} {
 		if c.pkg != c.table {
 			t.Errorf("%s: the package's default is %v, the table's %v", c.env, c.pkg, c.table)

@@ -377,13 +377,15 @@ func (s *Server) startHub(pres *backend.NATS) {
 		Logger:       s.log.Named("pubsub"),
 	})
 	s.hub = hub.New(hub.Options{
-		Broker:       broker,
-		Names:        s.names,
-		Backend:      pres,
-		ReadyTimeout: s.cfg.SnapshotTimeout,
-		PendingLimit: s.cfg.OutboundQueue,
-		Metrics:      s.met,
-		Logger:       s.log.Named("hub"),
+		Broker:          broker,
+		Names:           s.names,
+		Backend:         pres,
+		ReadyTimeout:    s.cfg.SnapshotTimeout,
+		PendingLimit:    s.cfg.OutboundQueue,
+		SummaryMembers:  s.cfg.RoomSummaryMembers,
+		SummaryInterval: s.cfg.RoomSummaryInterval,
+		Metrics:         s.met,
+		Logger:          s.log.Named("hub"),
 	})
 	s.hub.Start()
 }

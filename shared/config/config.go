@@ -194,23 +194,25 @@ type Config struct {
 	PubSubPingInterval time.Duration // ELLIPSIS_PUBSUB_PING_INTERVAL
 	PubSubPingTimeout  time.Duration // ELLIPSIS_PUBSUB_PING_TIMEOUT
 
-	MaxFrameBytes      int           // ELLIPSIS_MAX_FRAME_BYTES
-	MaxRoomsPerConn    int           // ELLIPSIS_MAX_ROOMS_PER_CONN
-	InboundRate        float64       // ELLIPSIS_INBOUND_RATE, frames/s
-	InboundBurst       int           // ELLIPSIS_INBOUND_BURST, frames
-	OutboundQueue      int           // ELLIPSIS_OUTBOUND_QUEUE, frames
-	InboundMaxRejected int           // ELLIPSIS_INBOUND_MAX_REJECTED
-	MaxConns           int           // ELLIPSIS_MAX_CONNS
-	MaxConnsPerUser    int           // ELLIPSIS_MAX_CONNS_PER_USER
-	SnapshotRate       float64       // ELLIPSIS_SNAPSHOT_RATE, snapshots/s per user (its connections on a gateway)
-	SnapshotBurst      int           // ELLIPSIS_SNAPSHOT_BURST, snapshots
-	HTTPSnapshotRate   float64       // ELLIPSIS_HTTP_SNAPSHOT_RATE, snapshots/s per user
-	HTTPSnapshotBurst  int           // ELLIPSIS_HTTP_SNAPSHOT_BURST, snapshots
-	HTTPSnapshotUsers  int           // ELLIPSIS_HTTP_SNAPSHOT_USERS, users tracked
-	SnapshotUsers      int           // ELLIPSIS_SNAPSHOT_USERS, idle users whose WebSocket snapshot budget is kept
-	PongWait           time.Duration // ELLIPSIS_PONG_WAIT
-	WriteWait          time.Duration // ELLIPSIS_WRITE_WAIT
-	WriteStall         time.Duration // ELLIPSIS_WRITE_STALL
+	MaxFrameBytes       int           // ELLIPSIS_MAX_FRAME_BYTES
+	MaxRoomsPerConn     int           // ELLIPSIS_MAX_ROOMS_PER_CONN
+	InboundRate         float64       // ELLIPSIS_INBOUND_RATE, frames/s
+	InboundBurst        int           // ELLIPSIS_INBOUND_BURST, frames
+	OutboundQueue       int           // ELLIPSIS_OUTBOUND_QUEUE, frames
+	InboundMaxRejected  int           // ELLIPSIS_INBOUND_MAX_REJECTED
+	RoomSummaryMembers  int           // ELLIPSIS_ROOM_SUMMARY_MEMBERS, local members
+	RoomSummaryInterval time.Duration // ELLIPSIS_ROOM_SUMMARY_INTERVAL
+	MaxConns            int           // ELLIPSIS_MAX_CONNS
+	MaxConnsPerUser     int           // ELLIPSIS_MAX_CONNS_PER_USER
+	SnapshotRate        float64       // ELLIPSIS_SNAPSHOT_RATE, snapshots/s per user (its connections on a gateway)
+	SnapshotBurst       int           // ELLIPSIS_SNAPSHOT_BURST, snapshots
+	HTTPSnapshotRate    float64       // ELLIPSIS_HTTP_SNAPSHOT_RATE, snapshots/s per user
+	HTTPSnapshotBurst   int           // ELLIPSIS_HTTP_SNAPSHOT_BURST, snapshots
+	HTTPSnapshotUsers   int           // ELLIPSIS_HTTP_SNAPSHOT_USERS, users tracked
+	SnapshotUsers       int           // ELLIPSIS_SNAPSHOT_USERS, idle users whose WebSocket snapshot budget is kept
+	PongWait            time.Duration // ELLIPSIS_PONG_WAIT
+	WriteWait           time.Duration // ELLIPSIS_WRITE_WAIT
+	WriteStall          time.Duration // ELLIPSIS_WRITE_STALL
 
 	WorkerShards int    // ELLIPSIS_WORKER_SHARDS
 	SnapshotMax  int    // ELLIPSIS_SNAPSHOT_MAX

@@ -532,3 +532,17 @@ func TestGatewayTimingRules(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestRoomSummarySettings(t *testing.T) {
+	c, err := load(t, map[string]string{"ELLIPSIS_ROOM_SUMMARY_MEMBERS": "2000", "ELLIPSIS_ROOM_SUMMARY_INTERVAL": "250ms"})
+	if err != nil || c.RoomSummaryMembers != 2000 || c.RoomSummaryInterval != 250*time.Millisecond {
+		t.Fatalf("got %v, %v, %v", c.RoomSummaryMembers, c.RoomSummaryInterval, err)
+	}
+	for env, val := range map[string]string{"ELLIPSIS_ROOM_SUMMARY_MEMBERS": "0", "ELLIPSIS_ROOM_SUMMARY_INTERVAL": "10ms"} {
+		_, err := load(t, map[string]string{env: val})
+		if err == nil || !strings.Contains(err.Error(), env+": must be") {
+			t.Fatalf("%s=%s: got %v", env, val, err)
+		}
+		t.Logf("%s=%s: %v", env, val, err)
+	}
+}

@@ -11,6 +11,7 @@
 //     snapshot → self filter → release sequence after the holds, for join,
 //     sync, the push after an overflow and resync alike.
 //   - resync.go: per-room resync with its own jittered backoff.
+//   - summary.go: summary mode for big rooms (coalesced typing frames).
 //   - flights.go: shared snapshot requests, at most one in flight and one
 //     queued per room; every asker's snapshot was read after its hold began.
 //
@@ -34,7 +35,7 @@
 // room mutex is taken (join, leave: shard → room), never the other way
 // round, and no hub mutex is held across a network call (subscriptions and
 // snapshots are awaited with none held) or while calling the broker. The
-// resyncer's mutex is taken alone. Member.SendEvent and SendSnapshot are called under a room's
+// resyncer's mutex is taken alone; the summarizer's is a leaf (summary.go). Member.SendEvent and SendSnapshot are called under a room's
 // mutex and must not call back into the hub.
 package hub
 
@@ -128,6 +129,14 @@ type Options struct {
 	// they are dropped and a resync is needed (ELLIPSIS_OUTBOUND_QUEUE).
 	// Zero means [DefaultPendingLimit].
 	PendingLimit int
+	// SummaryMembers: a room with more local members than this is in
+	// summary mode (summary.go; ELLIPSIS_ROOM_SUMMARY_MEMBERS). Zero means
+	// [DefaultSummaryMembers].
+	SummaryMembers int
+	// SummaryInterval is the least time between two summaries of a room
+	// (ELLIPSIS_ROOM_SUMMARY_INTERVAL). Zero means
+	// [DefaultSummaryInterval].
+	SummaryInterval time.Duration
 	// Metrics must not be nil.
 	Metrics *metrics.Metrics
 	// Logger may be nil (no logs).
@@ -144,6 +153,7 @@ type Hub struct {
 	shards  [shardCount]shard
 	resync  *resyncer
 	flights *flights // shared snapshot requests (flights.go)
+	summary *summarizer
 
 	closed  atomic.Bool
 	started atomic.Bool
@@ -164,6 +174,12 @@ func New(opts Options) *Hub {
 	if opts.PendingLimit <= 0 {
 		opts.PendingLimit = DefaultPendingLimit
 	}
+	if opts.SummaryMembers <= 0 {
+		opts.SummaryMembers = DefaultSummaryMembers
+	}
+	if opts.SummaryInterval <= 0 {
+		opts.SummaryInterval = DefaultSummaryInterval
+	}
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -182,6 +198,7 @@ func New(opts Options) *Hub {
 		h.shards[i].rooms = map[string]*room{}
 	}
 	h.resync = newResyncer(h)
+	h.summary = newSummarizer(h)
 	h.flights = newFlights(opts.Backend, opts.ReadyTimeout, opts.Metrics)
 	return h
 }
@@ -192,8 +209,9 @@ func (h *Hub) Start() {
 	if h.closed.Load() || h.started.Swap(true) {
 		return
 	}
-	h.wg.Add(1)
+	h.wg.Add(2)
 	go h.resync.run()
+	go h.summary.run()
 	h.broker.Start(h)
 }
 

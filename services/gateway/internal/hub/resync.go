@@ -176,7 +176,7 @@ func (h *Hub) resyncRoom(name string) bool {
 			ms.overflow = true
 			continue
 		}
-		ms.holds++
+		ms.hold(rm)
 		holds = append(holds, &Hold{rm: rm, m: m, ms: ms})
 	}
 	rm.mu.Unlock()

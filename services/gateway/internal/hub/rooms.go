@@ -32,6 +32,14 @@ type room struct {
 	// dead: the last member left and the room was taken out of its shard;
 	// a later join makes a new room.
 	dead bool
+	// Summary mode (summary.go): mode, dirty (an event since the last
+	// summary's t0), summarizing (a summary snapshot is in flight) and
+	// events (events received while not in modeEvents, to tell a
+	// releasing member whether it missed one).
+	mode        roomMode
+	dirty       bool
+	summarizing bool
+	events      uint64
 }
 
 type buffered struct {
@@ -48,6 +56,10 @@ type membership struct {
 	// joined: a snapshot frame (the joined answer) was released to the
 	// member; resyncs skip members before it.
 	joined bool
+	// heldAt is room.events when the first of the current holds began:
+	// in summary mode, a release that finds room.events past it marks the
+	// room dirty (the member missed a change its snapshot may not have).
+	heldAt uint64
 }
 
 // Hold is an outstanding hold of one member in one room, to be ended with
@@ -56,6 +68,14 @@ type Hold struct {
 	rm *room
 	m  Member
 	ms *membership
+}
+
+// hold takes one more hold of ms in rm (locked).
+func (ms *membership) hold(rm *room) {
+	if ms.holds == 0 {
+		ms.heldAt = rm.events
+	}
+	ms.holds++
 }
 
 func (h *Hub) shard(name string) *shard {
@@ -107,8 +127,9 @@ func (h *Hub) Join(ctx context.Context, name string, m Member) (hd *Hold, existe
 		ms = &membership{}
 		rm.members[m] = ms
 		h.met.JoinedRooms.Inc()
+		h.enterSummary(rm)
 	}
-	ms.holds++
+	ms.hold(rm)
 	rm.mu.Unlock()
 	hd = &Hold{rm: rm, m: m, ms: ms}
 	if existed {
@@ -133,7 +154,7 @@ func (h *Hub) Hold(name string, m Member) *Hold {
 	if ms == nil {
 		return nil
 	}
-	ms.holds++
+	ms.hold(rm)
 	return &Hold{rm: rm, m: m, ms: ms}
 }
 
@@ -162,6 +183,9 @@ func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
 	ms.holds--
 	if ms.holds > 0 {
 		return false
+	}
+	if rm.mode != modeEvents && rm.events != ms.heldAt {
+		rm.dirty = true // the next summary brings it what it missed
 	}
 	for _, b := range ms.buf {
 		h.deliver(hd.m, rm.name, b.user, b.frame, b.typ)
@@ -203,6 +227,7 @@ func (h *Hub) LeaveAll(m Member, rooms ...string) int {
 		if _, ok := rm.members[m]; ok {
 			delete(rm.members, m)
 			h.met.JoinedRooms.Dec()
+			h.exitSummary(rm)
 			left = append(left, name)
 			if len(rm.members) == 0 {
 				rm.dead = true
@@ -250,6 +275,12 @@ func (h *Hub) fanOut(channel, payload string) {
 		return
 	}
 	defer rm.mu.Unlock()
+	if rm.mode != modeEvents {
+		// Summary mode (summary.go): the next summary carries it.
+		rm.dirty = true
+		rm.events++
+		return
+	}
 	frame := []byte(payload) // shared, read-only, by every member's queue
 	for m, ms := range rm.members {
 		if m.User() == ev.User {

@@ -75,6 +75,12 @@ type Metrics struct {
 	// members after its channel was restored or NATS reconnected (one per
 	// room and attempt).
 	Resyncs prometheus.Counter
+	// SummaryRooms is the number of rooms in summary mode now (more than
+	// ELLIPSIS_ROOM_SUMMARY_MEMBERS local members, or leaving it).
+	SummaryRooms prometheus.Gauge
+	// RoomSummaries counts summaries sent: one per room and interval in
+	// which it changed, each written to every joined member.
+	RoomSummaries prometheus.Counter
 	// EventsDropped counts room events not delivered to one member (queue full,
 	// or the member was already closing) and undecodable room events.
 	EventsDropped prometheus.Counter
@@ -118,6 +124,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Conflating:         prometheus.NewGauge(prometheus.GaugeOpts(opts("conflating_connections", "Connections whose outbound queue passed its high-water mark (ELLIPSIS_OUTBOUND_QUEUE/2): their room events are kept as the latest per (room, user)."))),
 		ConflatedEvents:    prometheus.NewCounter(prometheus.CounterOpts(opts("conflated_events_total", "Room events not written to a connection because a later event of the same (room, user), or a snapshot of the room, superseded them while it conflated."))),
 		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Room resyncs (a snapshot pushed to the room's members) after a Redis link or NATS reconnect."))),
+		SummaryRooms:       prometheus.NewGauge(prometheus.GaugeOpts(opts("summary_rooms", "Rooms in summary mode (more than ELLIPSIS_ROOM_SUMMARY_MEMBERS local members): their members get one coalesced typing frame per ELLIPSIS_ROOM_SUMMARY_INTERVAL instead of each event."))),
+		RoomSummaries:      prometheus.NewCounter(prometheus.CounterOpts(opts("room_summaries_total", "Summaries of rooms in summary mode (one typing frame written to each member), at most one per room and ELLIPSIS_ROOM_SUMMARY_INTERVAL."))),
 		EventsDropped:      prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
 		DeliveryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Subsystem: Subsystem, Name: "delivery_delay_seconds",
@@ -133,7 +141,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.subscribeRefused, m.RateLimited, m.AbuseCloses, m.WriteStallCloses, m.SlowConsumerCloses, m.Conflating, m.ConflatedEvents,
-		m.Resyncs, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands, m.snapshots,
+		m.Resyncs, m.SummaryRooms, m.RoomSummaries, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands, m.snapshots,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
