@@ -52,11 +52,15 @@ func TestJWTEveryAlgorithm(t *testing.T) {
 	invalid := invalidJWTs(t, k, secret, claims)
 	rejectUnauthorized(t, base, invalid)
 
-	// A non-Bearer Authorization header is refused, naming the header,
-	// even with a valid ?access_token= beside it.
+	// A non-Bearer Authorization header (a browser's Basic credentials
+	// for a site behind a password) is ignored beside a valid
+	// ?access_token=, and refused, naming the header, alone.
 	good := valid[0].tok
-	if st, _, msg := handshake(t, base+"?access_token="+good, http.Header{"Authorization": {"Basic " + good}}); st != 401 || !strings.Contains(msg, "Authorization header") {
-		t.Errorf("Basic header: %d %q", st, msg)
+	if st, _, msg := handshake(t, base+"?access_token="+good, http.Header{"Authorization": {"Basic " + good}}); st != 101 {
+		t.Errorf("Basic header beside ?access_token=: %d %q, want 101", st, msg)
+	}
+	if st, _, msg := handshake(t, base, http.Header{"Authorization": {"Basic " + good}}); st != 401 || !strings.Contains(msg, "Authorization header") {
+		t.Errorf("Basic header alone: %d %q", st, msg)
 	}
 	// Valid credentials carrying an invalid user id: 400 naming the field.
 	bad := testkit.SignJWT(t, jwt.SigningMethodEdDSA, k.Ed, "ed1", claims(strings.Repeat("u", 257), nil))

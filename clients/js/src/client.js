@@ -307,7 +307,9 @@ export class Client extends Emitter {
     const { token, user, name } = this._opts;
     let protocols;
     if (token) {
-      const t = typeof token === "function" ? await token() : token;
+      const raw = typeof token === "function" ? await token() : token;
+      // A token endpoint's trailing newline is not part of the JWT.
+      const t = typeof raw === "string" ? raw.trim() : raw;
       if (!t || typeof t !== "string") throw new Error("ellipsis: token() gave no token");
       this.user = tokenSubject(t) || this.user;
       if ((this._opts.tokenTransport ?? "protocol") === "query") {
@@ -317,7 +319,10 @@ export class Client extends Emitter {
         // always are, anything else would make new WebSocket() throw.
         if (!TCHARS.test(t)) {
           const err = new Error("ellipsis: the token is not a JWT: it has characters not allowed in Sec-WebSocket-Protocol (RFC 7230 token); check what the token option returns (tokenTransport: \"query\" sends any other kind of token in the URL)");
-          err.fatal = true;
+          // A fixed token stays wrong; a token function may answer an error
+          // page once (a 502 from the token endpoint) and a JWT next time,
+          // so the client retries it with backoff.
+          err.fatal = typeof token !== "function";
           throw err;
         }
         protocols = [PROTOCOL_V1, BEARER_PREFIX + t];
@@ -819,7 +824,12 @@ export class Room extends Emitter {
     this._resyncDue = this._clock.now() + wait;
     this._resync = this._clock.setTimeout(() => {
       this._resync = null;
-      if (this.client._checkGap(this._resyncDue)) return; // every room resynced and rearmed
+      if (this.client._checkGap(this._resyncDue)) {
+        // Every room was resynced; one that declined (a sync in flight or
+        // just sent) keeps its period.
+        if (this._resync === null) this._armResync(false);
+        return;
+      }
       this.sync();
       this._armResync(false);
     }, wait);

@@ -95,7 +95,7 @@ export interface ClientOptions {
    */
   stopOnHide?: boolean;
   /** WebSocket constructor (Node, tests). Default: globalThis.WebSocket. */
-  WebSocket?: new (url: string) => WebSocketLike;
+  WebSocket?: new (url: string, protocols?: string | string[]) => WebSocketLike;
   /** fetch (Node, tests). Default: globalThis.fetch. */
   fetch?: (url: string, init?: { cache?: "no-store" }) => Promise<{ ok: boolean; status: number; json(): Promise<any> }>;
   /** Event targets for the page lifecycle. Default: globalThis.window / document. */

@@ -109,6 +109,20 @@ test("tokenTransport: anything but protocol or query is a TypeError naming the o
   });
 });
 
+test("a token function that once answers no JWT (an error page) is retried; a trailing newline is trimmed", async (t) => {
+  const answers = ["<html>502 Bad Gateway</html>", "a.b.c\n"];
+  const { client, tick } = await setup(t, { user: undefined, token: async () => answers.shift() });
+  const errors = [];
+  client.on("error", (e) => errors.push(e));
+  client.connect().catch(() => {});
+  await tick(0);
+  assert.match(String(errors[0] && errors[0].message), /not a JWT/);
+  assert.notEqual(client.state, "closed");
+  for (let i = 0; i < 20 && FakeWebSocket.all.length === 0; i++) await tick(1000);
+  assert.equal(FakeWebSocket.all.length, 1, "reconnected with the next token");
+  assert.deepEqual(FakeWebSocket.all[0].protocols, ["ellipsis.v1", "ellipsis.bearer.a.b.c"]);
+});
+
 test("a token that cannot be a subprotocol fails for good, naming the rule and the fallback", async (t) => {
   const { client, tick, states } = await setup(t, { user: undefined, token: "not a jwt" });
   const errors = [];

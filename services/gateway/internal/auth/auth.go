@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -98,25 +100,38 @@ const (
 // BearerToken returns the token of a request, from
 // "Authorization: Bearer <token>", else a Sec-WebSocket-Protocol entry
 // "ellipsis.bearer.<token>", else ?access_token= (deprecated: access logs keep
-// URLs). Precedence is that order, but two sources carrying different tokens
-// are an error wrapping [ErrUnauthorized] naming both, as are a malformed
-// Authorization header, two bearer subprotocol entries, an empty token and a
+// URLs; the subprotocol is read only on a WebSocket handshake). Precedence is
+// that order, but two sources carrying different tokens are an error
+// wrapping [ErrUnauthorized] naming both, as are an Authorization header of
+// another scheme when no source carries a token (with one, such a header,
+// e.g. a browser's Basic credentials, is ignored), two bearer subprotocol entries, an empty token and a
 // token over [MaxTokenBytes]; a bearer entry without ellipsis.v1 offered is
 // a *protocol.FieldError (400). It returns "" and no error when there is none.
 // Messages never echo a token.
 func BearerToken(r *http.Request) (string, error) {
 	type found struct{ src, tok string }
 	var got []found
+	// An Authorization header of another scheme (Basic credentials a
+	// browser resends to a staging site behind a password, or a proxy's)
+	// is not ours: it is ignored when another source carries the token, and
+	// named in the error when none does.
+	foreign := false
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			return "", unauthorized("Authorization header: want \"Bearer <JWT>\"")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			got = append(got, found{"Authorization header", strings.TrimSpace(tok)})
+		} else {
+			foreign = true
 		}
-		got = append(got, found{"Authorization header", strings.TrimSpace(tok)})
 	}
 	var proto []string
 	v1 := false
-	for _, p := range websocketProtocols(r) {
+	// Subprotocols exist only on a WebSocket handshake (RFC 6455 4.1).
+	var protos []string
+	if websocket.IsWebSocketUpgrade(r) {
+		protos = websocketProtocols(r)
+	}
+	for _, p := range protos {
 		if tok, ok := strings.CutPrefix(p, ProtocolBearerPrefix); ok {
 			proto = append(proto, tok)
 		}
@@ -136,6 +151,9 @@ func BearerToken(r *http.Request) (string, error) {
 		got = append(got, found{"?access_token=", q.Get("access_token")})
 	}
 	if len(got) == 0 {
+		if foreign {
+			return "", unauthorized("Authorization header: want \"Bearer <JWT>\"")
+		}
 		return "", nil
 	}
 	for _, f := range got {

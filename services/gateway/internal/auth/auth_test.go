@@ -122,8 +122,14 @@ func TestBearerTokenSources(t *testing.T) {
 		for k, v := range h {
 			r.Header.Set(k, v)
 		}
+		if _, ok := h["Sec-WebSocket-Protocol"]; ok {
+			r.Header.Set("Connection", "Upgrade")
+			r.Header.Set("Upgrade", "websocket")
+		}
 		return r
 	}
+	plainGET := httptest.NewRequest("GET", "/v1/rooms/r/typing", nil)
+	plainGET.Header.Set("Sec-WebSocket-Protocol", "ellipsis.v1, ellipsis.bearer.p.t.s")
 	const proto = "Sec-WebSocket-Protocol"
 	long := strings.Repeat("a", MaxTokenBytes+1)
 	cases := []struct {
@@ -145,6 +151,9 @@ func TestBearerTokenSources(t *testing.T) {
 		{"subprotocol vs query", req("?access_token=a.a.a", map[string]string{proto: "ellipsis.v1, ellipsis.bearer.b.b.b"}), "", "conflicting tokens in Sec-WebSocket-Protocol ellipsis.bearer.<JWT> and ?access_token=", false},
 		{"header vs query", req("?access_token=a.a.a", map[string]string{"Authorization": "Bearer b.b.b"}), "", "conflicting tokens in Authorization header and ?access_token=", false},
 		{"bad scheme", req("", map[string]string{"Authorization": "Basic abc"}), "", "Authorization header", false},
+		{"basic ignored beside a subprotocol token", req("", map[string]string{"Authorization": "Basic abc", proto: "ellipsis.v1, ellipsis.bearer.p.t.s"}), "p.t.s", "", false},
+		{"basic ignored beside a query token", req("?access_token=q.t.s", map[string]string{"Authorization": "Basic abc"}), "q.t.s", "", false},
+		{"subprotocol only on a WebSocket handshake", plainGET, "", "", false},
 		{"two bearer entries", req("", map[string]string{proto: "ellipsis.v1, ellipsis.bearer.a.a.a, ellipsis.bearer.a.a.a"}), "", "more than one", false},
 		{"empty subprotocol token", req("", map[string]string{proto: "ellipsis.v1, ellipsis.bearer."}), "", "Sec-WebSocket-Protocol ellipsis.bearer.<JWT>: empty token", false},
 		{"empty query token", req("?access_token=", nil), "", "?access_token=: empty token", false},

@@ -238,7 +238,13 @@ func (h *Hub) leaveSummary(rm *room) {
 	for m, ms := range rm.members {
 		if !ms.joined {
 			// Still joining: its "joined" is read after its hold began
-			// and events are buffered for it from now on.
+			// and events are buffered for it from now on. An event that
+			// summary mode suppressed since its hold began may be missing
+			// from that snapshot and no summary will follow: its release
+			// reports an overflow, so it is pushed a fresh snapshot.
+			if ms.holds > 0 && rm.events != ms.heldAt {
+				ms.overflow = true
+			}
 			continue
 		}
 		ms.hold(rm)

@@ -306,9 +306,10 @@ func (c *Conn) closeWith(send, final int, reason string) bool {
 func (c *Conn) closing() bool { return c.w.closing() }
 
 // Send queues one text frame about no room without blocking; it returns
-// false after a close request. Nothing is refused for a full queue: a
-// slow reader conflates its room events instead (writer.go), and is
-// closed (1013) only once a write stalls for WriteStall.
+// false after a close request, or when OutboundQueue answers already
+// wait (the connection is then closed with 1013: it asks faster than it
+// reads). A slow reader's room events are conflated instead (writer.go);
+// otherwise it is closed only once a write stalls for WriteStall.
 func (c *Conn) Send(frame []byte) bool {
 	if c.closing() {
 		return false
