@@ -290,6 +290,10 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 		RefreshMs:  s.cfg.TypingRefresh.Milliseconds(),
 		IdleStopMs: s.cfg.TypingIdleStop.Milliseconds(),
 		Auth:       s.cfg.Auth,
+
+		MaxFrameBytes:   s.cfg.MaxFrameBytes,
+		MaxWatchedRooms: s.cfg.MaxWatchedRooms,
+		WatchIntervalMs: s.cfg.WatchInterval.Milliseconds(),
 	})
 }
 
