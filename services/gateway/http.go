@@ -184,6 +184,7 @@ func (s *Server) sessionConfig() session.Config {
 	return session.Config{
 		MaxFrameBytes:     s.cfg.MaxFrameBytes,
 		MaxRooms:          s.cfg.MaxRoomsPerConn,
+		MaxWatched:        s.cfg.MaxWatchedRooms,
 		InboundRate:       s.cfg.InboundRate,
 		InboundBurst:      s.cfg.InboundBurst,
 		OutboundQueue:     s.cfg.OutboundQueue,
