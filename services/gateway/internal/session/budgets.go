@@ -137,9 +137,49 @@ type userBudget struct {
 	// watching is off.
 	watches *rate.Limiter
 
-	mu      sync.Mutex    // guards free and pending; taken after Conn.mu, never before
+	mu      sync.Mutex    // guards free, pending and watching; taken after Conn.mu, never before
 	free    *rate.Limiter // free joins: burst FreeJoins, FreeJoins per FreeJoinRefill
 	pending int           // free joins held by joins in flight, taken from free when they commit
+	// watching is the watch tokens held by rooms of watch frames in
+	// flight, taken from watches when they are watched or forbidden.
+	watching int
+}
+
+// holdWatch holds one watch token for a room of a watch frame in flight
+// if the user has one not held already (as holdFree); the room then calls
+// spendWatch (watched, or forbidden: the authoriser was asked) or
+// returnWatch (unavailable).
+func (u *userBudget) holdWatch(now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.watches == nil || u.watches.TokensAt(now)-float64(u.watching) < 1 {
+		return false
+	}
+	u.watching++
+	return true
+}
+
+// spendWatch takes the watch token a room held.
+func (u *userBudget) spendWatch(now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.watching--
+	u.watches.AllowN(now, 1)
+}
+
+// returnWatch gives back the watch token a room held.
+func (u *userBudget) returnWatch() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.watching--
+}
+
+// watchRetry is how long until the user has a watch token not held.
+func (u *userBudget) watchRetry(now time.Time) time.Duration {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	missing := 1 + float64(u.watching) - u.watches.TokensAt(now)
+	return time.Duration(missing / float64(u.watches.Limit()) * float64(time.Second))
 }
 
 func newUserBudget(user string, cfg BudgetConfig) *userBudget {
@@ -189,6 +229,6 @@ func (u *userBudget) returnFree() {
 func (u *userBudget) full(now time.Time) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.pending == 0 && u.free.TokensAt(now) >= float64(u.free.Burst()) && u.snaps.TokensAt(now) >= float64(u.snaps.Burst()) &&
+	return u.pending == 0 && u.watching == 0 && u.free.TokensAt(now) >= float64(u.free.Burst()) && u.snaps.TokensAt(now) >= float64(u.snaps.Burst()) &&
 		(u.watches == nil || u.watches.TokensAt(now) >= float64(u.watches.Burst()))
 }

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -50,9 +48,8 @@ func (c *Conn) SendSummary(room string, frame []byte) bool {
 
 // watchTry is one new room of a watch frame on its way.
 type watchTry struct {
-	room string
-	rsv  *rate.Reservation // its token of the watch budget
-	code string            // "" once watched; else the refusal
+	room string // holds a token of the watch budget (holdWatch)
+	code string // "" once watched; else the refusal
 	msg  string
 }
 
@@ -93,14 +90,11 @@ func (c *Conn) watch(f protocol.ClientFrame) {
 		case down:
 			res.code, res.msg = protocol.CodeUnavailable, "presence backend unavailable (NATS); retry"
 		default:
-			rsv := c.budget.watches.ReserveN(now, 1)
-			if !rsv.OK() || rsv.DelayFrom(now) > 0 {
-				retry := rsv.DelayFrom(now)
-				rsv.CancelAt(now)
-				res.code, res.msg = protocol.CodeRateLimited, c.watchBudgetMsg(retry)
+			if !c.budget.holdWatch(now) {
+				res.code, res.msg = protocol.CodeRateLimited, c.watchBudgetMsg(c.budget.watchRetry(now))
 				break
 			}
-			res.try = &watchTry{room: r, rsv: rsv}
+			res.try = &watchTry{room: r}
 			tries = append(tries, res.try)
 		}
 		results = append(results, res)
@@ -150,7 +144,7 @@ func (c *Conn) watchTries(tries []*watchTry) {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			t.code, t.msg = protocol.CodeUnavailable, c.watchTimeoutMsg()
-			t.rsv.Cancel()
+			c.budget.returnWatch()
 			continue
 		}
 		wg.Add(1)
@@ -168,6 +162,7 @@ func (c *Conn) watchOne(ctx context.Context, t *watchTry) {
 	switch {
 	case errors.Is(err, authz.ErrForbidden):
 		t.code, t.msg = protocol.CodeForbidden, "not allowed to watch room "+strconv.Quote(t.room)
+		c.budget.spendWatch(time.Now()) // the authoriser was asked
 		return
 	case err != nil && ctx.Err() != nil:
 		t.code, t.msg = protocol.CodeUnavailable, c.watchTimeoutMsg()
@@ -177,6 +172,7 @@ func (c *Conn) watchOne(ctx context.Context, t *watchTry) {
 		err = c.deps.Hub.Watch(ctx, t.room, c)
 		switch {
 		case err == nil:
+			c.budget.spendWatch(time.Now())
 			return
 		case errors.Is(err, hub.ErrClosed):
 			t.code, t.msg = protocol.CodeUnavailable, "gateway shutting down; reconnect"
@@ -188,7 +184,7 @@ func (c *Conn) watchOne(ctx context.Context, t *watchTry) {
 			t.code, t.msg = protocol.CodeUnavailable, "room subscription unavailable (Redis); retry"
 		}
 	}
-	t.rsv.Cancel() // unavailable: the token is given back
+	c.budget.returnWatch() // unavailable: the token is given back
 }
 
 func (c *Conn) watchLimitMsg() string {
@@ -201,9 +197,6 @@ func (c *Conn) watchLimitMsg() string {
 func (c *Conn) watchBudgetMsg(retry time.Duration) string {
 	n := c.cfg.MaxWatched
 	ms := int64(math.Ceil(float64(retry) / float64(time.Millisecond)))
-	if retry == rate.InfDuration {
-		ms = WatchRefill.Milliseconds()
-	}
 	return fmt.Sprintf("too many rooms newly watched: %d per user on this gateway, refilled %d a minute, shared by the user's connections; retry in %d ms", n, n, max(ms, 1))
 }
 
