@@ -26,7 +26,7 @@ import (
 
 func (m *member) SendSummary(_ string, f []byte) bool { return m.Send(f) }
 
-func watchFixture(t *testing.T) *fixture {
+func watchFixture(t testing.TB) *fixture {
 	t.Helper()
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
@@ -41,7 +41,7 @@ func watchFixture(t *testing.T) *fixture {
 }
 
 // watch watches and arms rooms for w, as the session does.
-func (f *fixture) watch(t *testing.T, w Watcher, rooms ...string) {
+func (f *fixture) watch(t testing.TB, w Watcher, rooms ...string) {
 	t.Helper()
 	for _, r := range rooms {
 		f.snap.mu.Lock()
@@ -341,5 +341,24 @@ func TestWatchSubscriptionFailure(t *testing.T) {
 	f.b.SetDown(false)
 	if f.h.Watchers("r") != 0 || len(f.b.Subscribed()) != 0 {
 		t.Fatalf("left behind: %d watchers, subscribed %v", f.h.Watchers("r"), f.b.Subscribed())
+	}
+}
+
+// BenchmarkFanOutWatchedRoom is one room event into a room with N
+// watchers and no member: the same cost for 1 and 10000 watchers.
+func BenchmarkFanOutWatchedRoom(b *testing.B) {
+	for _, n := range []int{1, 10000} {
+		b.Run("watchers="+strconv.Itoa(n), func(b *testing.B) {
+			f := watchFixture(b)
+			for i := range n {
+				f.watch(b, &countingWatcher{user: "w" + strconv.Itoa(i)}, "r")
+			}
+			ch, ev := f.n.RoomChannel("r"), event("r", "x", 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				f.h.fanOut(ch, ev)
+			}
+		})
 	}
 }
