@@ -15,17 +15,20 @@
 // sync, which waits on the network, runs in its room's lane (lanes.go): a
 // goroutine that lives while the room has a frame in flight and serves the
 // room's later frames in order, so pings and other rooms' frames never wait
-// behind it. Other goroutines (the hub's fan-out, shutdown) only queue
-// frames with [Conn.SendEvent] (conflated for a slow reader: writer.go),
-// [Conn.SendSnapshot] or [Conn.Send], or ask for a close with [Conn.Close]; none
-// ever blocks.
+// behind it. A watch or unwatch is served on the reader itself (watch.go),
+// which reads nothing more until it is answered. Other goroutines (the
+// hub's fan-out and watch ticker, shutdown) only queue frames with
+// [Conn.SendEvent] (conflated for a slow reader: writer.go),
+// [Conn.SendSnapshot], [Conn.SendSummary] (the latest per room) or
+// [Conn.Send], or ask for a close with [Conn.Close]; none ever blocks.
 //
 // The connection talks to its socket through a [Transport] (transport.go;
 // [WebSocket] adapts gorilla's). Files: session.go the lifecycle and
 // close, writer.go the outbound queue, write loop and pings, reader.go the
 // read loop and the inbound limit, handlers.go the client frames' handlers
-// and the commands, watch.go watch and unwatch, lanes.go the room lanes, inbound.go the inbound token
-// bucket, budget.go and budgets.go the users' snapshot budgets.
+// and the commands, watch.go watch and unwatch (and SendSummary), lanes.go
+// the room lanes, inbound.go the inbound token bucket, budget.go and
+// budgets.go the users' snapshot and watch budgets.
 package session
 
 import (
