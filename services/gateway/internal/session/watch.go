@@ -31,6 +31,11 @@ import (
 // rate_limited; the authoriser forbidden (the token stays spent: it asked
 // the authoriser) or unavailable; the room's subscription unavailable. A
 // room refused unavailable gives its token back.
+//
+// Memory per connection: the watched set (at most MaxWatched room ids),
+// the hub's watch state (hub/watch.go) and at most one queued summary per
+// watched room; one watch frame in flight holds at most as many rooms as
+// fit in MaxFrameBytes.
 
 // watchConcurrency bounds the authorisations and subscriptions in flight
 // for one watch frame.
