@@ -193,7 +193,7 @@ export interface ResyncEvent {
 
 /**
  * Who types in a watched room, as the gateway summarised it
- * (docs/protocol.md, "Watching many rooms"). Frozen.
+ * (docs/protocol.md, "Watching rooms"). Frozen.
  */
 export interface RoomSummary {
   readonly room: string;
