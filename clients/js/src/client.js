@@ -76,7 +76,7 @@ const byteLength = (s) => utf8.encode(s).length;
  */
 function roomIds(rooms, method) {
   if (rooms == null || typeof rooms === "string" || typeof rooms[Symbol.iterator] !== "function") {
-    throw new TypeError(`ellipsis: ${method}(rooms): rooms must be an array of room ids, got ${rooms === null ? "null" : typeof rooms}`);
+    throw new TypeError(`ellipsis: ${method}(rooms): rooms must be an array (or a set) of room ids, got ${rooms === null ? "null" : typeof rooms}`);
   }
   const out = new Set();
   let i = 0;
@@ -326,7 +326,7 @@ export class Client extends Emitter {
    * event per room (who types there: the first 3 typists and the total,
    * never this user) when it is accepted, then at most once per
    * watch_interval_ms (2000) while it changes (docs/protocol.md, "Watching
-   * many rooms"). Adds to the watched set (see `watched`); sent now when
+   * rooms"). Adds to the watched set (see `watched`); sent now when
    * open, else on connect, and again after every reconnect. Rooms go out in
    * `watch` frames of at most config.maxFrameBytes bytes (max_frame_bytes,
    * 4096), the answers merged into one result:

@@ -147,7 +147,7 @@ test("watch: 4096 bytes without fetchConfig; a room too long for any frame is re
 
 test("watch: ids are validated as join does; a closed client rejects", async (t) => {
   const { client } = setup(t);
-  await assert.rejects(client.watch("42"), { name: "TypeError", message: /watch\(rooms\): rooms must be an array of room ids, got string/ });
+  await assert.rejects(client.watch("42"), { name: "TypeError", message: /watch\(rooms\): rooms must be an array \(or a set\) of room ids, got string/ });
   await assert.rejects(client.watch(["a", ""]), { name: "TypeError", message: /rooms\[1\]: room id must be a non-empty string/ });
   await assert.rejects(client.watch(["a", 42]), { name: "TypeError", message: /rooms\[1\].*got 42/ });
   assert.throws(() => client.unwatch([null]), { name: "TypeError", message: /unwatch\(rooms\): rooms\[0\]/ });
