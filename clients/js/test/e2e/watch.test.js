@@ -94,6 +94,7 @@ test("a page watching 40 rooms sees another tab's typing in one of them appear a
     await rowBecomes(alice.page, target, "Bob is typing…");
     const seen = await alice.page.evaluate((r) => window.ellipsisDemo.client.summary(r), target);
     assert.deepEqual(seen, { room: target, typing: [{ user: "bob", name: "Bob" }], total: 1 });
+    await alice.page.evaluate((r) => [...document.querySelectorAll("#rooms li")].find((li) => li.dataset.room === r).scrollIntoView({ block: "center" }), target);
     await alice.page.screenshot({ path: join(artifacts, "e2e-watch-room-list.png") });
 
     // Bob sends: typing_stop at once; the next summary clears the row.
