@@ -1,6 +1,7 @@
 // One WebSocket to an Ellipsis gateway (docs/protocol.md, v1): connects with a
 // token or a development user, reconnects with exponential backoff and
-// jitter, rejoins every room (each join brings a fresh snapshot), keeps the
+// jitter, rejoins every room (each join brings a fresh snapshot) and
+// re-watches every watched room (each brings a fresh summary), keeps the
 // connection alive with pings, and paces its frames under the gateway's
 // inbound rate limit.
 
@@ -53,8 +54,78 @@ const TOKEN_TRANSPORTS = ["protocol", "query"];
 // RFC 7230 section 3.2.6 tchar: what a Sec-WebSocket-Protocol entry may hold.
 const TCHARS = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
-/** Error codes after which a join is retried (with backoff). */
+/** Error codes after which a join, or a watched room, is retried (with backoff). */
 const RETRY_CODES = new Set(["unavailable", "rate_limited", "internal"]);
+
+/**
+ * The gateway's largest inbound frame when GET /v1/config does not say
+ * (`max_frame_bytes`; ELLIPSIS_MAX_FRAME_BYTES' default), in bytes. A frame
+ * over it closes the connection with 1009 (docs/protocol.md, "Frames").
+ */
+export const DEFAULT_MAX_FRAME_BYTES = 4096;
+
+const utf8 = new TextEncoder();
+const byteLength = (s) => utf8.encode(s).length;
+
+/**
+ * The distinct room ids of `rooms` (an iterable of strings, not a string),
+ * in their order; each must be a non-empty string, as join() requires.
+ * @param {Iterable<string>} rooms
+ * @param {string} method "watch" | "unwatch", for the error
+ * @returns {string[]}
+ */
+function roomIds(rooms, method) {
+  if (rooms == null || typeof rooms === "string" || typeof rooms[Symbol.iterator] !== "function") {
+    throw new TypeError(`ellipsis: ${method}(rooms): rooms must be an array (or a set) of room ids, got ${rooms === null ? "null" : typeof rooms}`);
+  }
+  const out = new Set();
+  let i = 0;
+  for (const id of rooms) {
+    if (typeof id !== "string" || id === "") {
+      throw new TypeError(`ellipsis: ${method}(rooms): rooms[${i}]: room id must be a non-empty string, got ${JSON.stringify(id) ?? typeof id}`);
+    }
+    out.add(id);
+    i++;
+  }
+  return [...out];
+}
+
+/**
+ * Packs rooms into `{type, rooms, id}` frames of at most maxBytes each, as
+ * JSON.stringify writes them in UTF-8 (the gateway closes 1009 over its
+ * max_frame_bytes). A room that does not fit in a frame of its own is
+ * returned in `tooLong`, never sent.
+ * @param {"watch" | "unwatch"} type
+ * @param {string[]} rooms
+ * @param {number} maxBytes
+ * @param {() => string} nextId a fresh request id per frame
+ * @returns {{frames: {type: string, rooms: string[], id: string}[], tooLong: string[]}}
+ */
+export function packRooms(type, rooms, maxBytes, nextId) {
+  const frames = [];
+  const tooLong = [];
+  let frame = null;
+  let size = 0;
+  for (const room of rooms) {
+    const add = byteLength(JSON.stringify(room));
+    if (frame && size + 1 + add > maxBytes) frame = null;
+    if (!frame) {
+      const id = nextId();
+      const base = byteLength(JSON.stringify({ type, rooms: [], id }));
+      if (base + add > maxBytes) {
+        tooLong.push(room);
+        continue;
+      }
+      frame = { type, rooms: [room], id };
+      frames.push(frame);
+      size = base + add;
+      continue;
+    }
+    frame.rooms.push(room);
+    size += 1 + add;
+  }
+  return { frames, tooLong };
+}
 
 /**
  * Reads the user id (`sub`) of a JWT without verifying it, for the self
@@ -105,6 +176,8 @@ export const STATES = Object.freeze(["idle", "connecting", "open", "reconnecting
  *   a timer fired over max(2 × pingMs, WAKE_GAP_FLOOR_MS) late, the machine
  *   slept) and a sync went out for the rooms listed (ids); the connection
  *   is checked with a ping too.
+ * - "summary" ({room, typing, total}): a watched room's summary (see
+ *   watch()); it replaces the room's last one.
  */
 export class Client extends Emitter {
   /** @param {import("./ellipsis.js").ClientOptions} [opts] */
@@ -144,7 +217,7 @@ export class Client extends Emitter {
     this._ws = null;
     this._attempt = 0;
     this._nextId = 1;
-    this._timers = { reconnect: null, ping: null, pong: null, stable: null, flush: null };
+    this._timers = { reconnect: null, ping: null, pong: null, stable: null, flush: null, watch: null };
     this._pingDue = 0; // when the ping timer should fire (clock time)
     this._doc = null; // the document listened to, for its visibilityState
     this._queue = [];
@@ -152,6 +225,18 @@ export class Client extends Emitter {
     this._tokensAt = 0;
     this._opened = null; // {promise, resolve, reject} for connect()
     this._unlisten = [];
+    // Watched rooms (insertion order): state "sending" (to send on open, or
+    // sent in frame `frame` and not answered yet), "watched" (accepted on
+    // this connection) or "retry" (refused unavailable / rate_limited /
+    // internal: sent again when timers.watch fires).
+    /** @type {Map<string, {state: "sending" | "watched" | "retry", frame: string | null}>} */
+    this._watch = new Map();
+    /** @type {Map<string, import("./ellipsis.js").RoomSummary>} */
+    this._summaries = new Map();
+    this._watchFrames = new Map(); // request id → rooms of a watch frame unanswered on this connection
+    this._watchCalls = new Set(); // watch() promises waiting for answers
+    this._watchCount = 0; // rooms watched on the connection, from the last watching / unwatched
+    this._watchAttempt = 0; // backoff step of the retries of refused rooms
     if (opts.fetchConfig === false) this._setConfig({}); // throws RangeError
   }
 
@@ -236,6 +321,103 @@ export class Client extends Emitter {
     for (const room of this.rooms.values()) room.stop(reason);
   }
 
+  /**
+   * Watches rooms without joining them: the gateway sends a "summary"
+   * event per room (who types there: the first 3 typists and the total,
+   * never this user) when it is accepted, then at most once per
+   * watch_interval_ms (2000) while it changes (docs/protocol.md, "Watching
+   * rooms"). Adds to the watched set (see `watched`); sent now when
+   * open, else on connect, and again after every reconnect. Rooms go out in
+   * `watch` frames of at most config.maxFrameBytes bytes (max_frame_bytes,
+   * 4096), the answers merged into one result:
+   * - rooms: the ids now watched (already watched ones included);
+   * - refused: [{room, code, message}], code "forbidden", "watch_limit",
+   *   "bad_request" (an invalid id, or one too long for a frame), or
+   *   "unavailable" / "rate_limited" (those rooms stay watched and are sent
+   *   again with backoff, as a join is), or "unwatched" (unwatch() came
+   *   first); a room refused otherwise leaves the watched set;
+   * - watched: how many rooms the connection watches after the last answer.
+   * Resolves once every room of the call is answered, whatever reconnects
+   * happen meanwhile. Rejects with a TypeError when rooms is not an
+   * iterable of non-empty strings (as join() requires), and with an Error
+   * when the client is closed (or is closed before the answers).
+   * @param {Iterable<string>} rooms
+   * @returns {Promise<import("./ellipsis.js").WatchResult>}
+   */
+  watch(rooms) {
+    if (this.state === "closed") return Promise.reject(new Error("ellipsis: watch(): the client is closed"));
+    let ids;
+    try {
+      ids = roomIds(rooms, "watch");
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    let resolve, reject;
+    const promise = new Promise((res, rej) => ((resolve = res), (reject = rej)));
+    promise.catch(() => {}); // a caller not awaiting watch() is told through "summary" and "error"
+    const call = { waiting: new Set(), rooms: [], refused: [], resolve, reject };
+    const fresh = [];
+    for (const id of ids) {
+      const w = this._watch.get(id);
+      if (w && w.state === "watched") {
+        call.rooms.push(id);
+        continue;
+      }
+      call.waiting.add(id);
+      if (!w) {
+        this._watch.set(id, { state: "sending", frame: null });
+        fresh.push(id);
+      }
+    }
+    this._watchCalls.add(call);
+    if (this.state === "open") this._sendWatch(fresh);
+    this._settleWatchCalls();
+    return promise;
+  }
+
+  /**
+   * Stops watching rooms (all of them without an argument): their
+   * summaries stop and are forgotten at once, and an `unwatch` goes out
+   * when open. A watch() still waiting for one of them reports it refused
+   * "unwatched". Throws a TypeError when rooms is given and is not an
+   * iterable of non-empty strings.
+   * @param {Iterable<string>} [rooms]
+   */
+  unwatch(rooms) {
+    if (this.state === "closed") return;
+    const ids = rooms === undefined ? [...this._watch.keys()] : roomIds(rooms, "unwatch").filter((id) => this._watch.has(id));
+    if (!ids.length) return;
+    for (const id of ids) this._dropWatch(id, { room: id, code: "unwatched", message: "ellipsis: unwatch() was called before the gateway answered" });
+    this._settleWatchCalls();
+    if (this.state !== "open") return; // the next connection watches only what is left
+    if (rooms === undefined) {
+      this._send({ type: "unwatch", id: this._id() });
+      return;
+    }
+    // A room too long for a frame was never sent, so it is not watched there.
+    for (const f of packRooms("unwatch", ids, this.config.maxFrameBytes, () => this._id()).frames) this._send(f);
+  }
+
+  /**
+   * The last summary of a watched room ({room, typing, total}, frozen), or
+   * undefined before its first (or once it is unwatched or refused). Kept
+   * across a reconnect until the re-watch's first summary replaces it.
+   * @param {string} room
+   * @returns {import("./ellipsis.js").RoomSummary | undefined}
+   */
+  summary(room) {
+    return this._summaries.get(room);
+  }
+
+  /**
+   * The rooms watched (a copy, in the order first watched): accepted, or
+   * waiting for the gateway's answer or a retry.
+   * @returns {Set<string>}
+   */
+  get watched() {
+    return new Set(this._watch.keys());
+  }
+
   /** Closes the connection for good (typing is stopped first). */
   close() {
     if (this.state === "closed") return;
@@ -256,6 +438,7 @@ export class Client extends Emitter {
     this._clearTimers();
     this._setState("closed", {});
     if (this._opened) this._opened.reject(new Error("ellipsis: client closed"));
+    this._rejectWatchCalls(new Error("ellipsis: watch(): the client was closed before the gateway answered"));
   }
 
   // ---- connection ----
@@ -273,6 +456,7 @@ export class Client extends Emitter {
       refreshMs: o.refreshMs ?? server.refresh_ms ?? DEFAULTS.refreshMs,
       idleStopMs: o.idleStopMs ?? server.idle_stop_ms ?? DEFAULTS.idleStopMs,
       auth: server.auth || (o.token ? "jwt" : "none"),
+      maxFrameBytes: Number.isInteger(server.max_frame_bytes) && server.max_frame_bytes > 0 ? server.max_frame_bytes : DEFAULT_MAX_FRAME_BYTES,
     };
     validateTimers(cfg); // throws RangeError
     this.config = cfg;
@@ -374,6 +558,7 @@ export class Client extends Emitter {
     this._timers.stable = this._clock.setTimeout(() => (this._attempt = 0), this._opts.stableMs ?? DEFAULTS.stableMs);
     this._armPing();
     for (const room of this.rooms.values()) room._sendJoin();
+    this._sendWatch([...this._watch.keys()]);
     if (this._opened) this._opened.resolve();
   }
 
@@ -389,6 +574,7 @@ export class Client extends Emitter {
     this._clearTimers();
     this._flushQueue(true);
     for (const room of this.rooms.values()) room._disconnected();
+    this._watchDisconnected();
     if (this.state === "closed") return;
     // 1008: token expired or sustained abuse; a fixed token will not do
     // better next time.
@@ -409,6 +595,7 @@ export class Client extends Emitter {
       this._opened.failed = true;
       this._opened.reject(err);
     }
+    this._rejectWatchCalls(err);
   }
 
   _scheduleReconnect(detail) {
@@ -528,11 +715,19 @@ export class Client extends Emitter {
       // A frame over the gateway's inbound limit is dropped undecoded: its
       // rate_limited error names no room and no id. A join in flight may
       // be the dropped frame, so each is retried (joining twice is harmless).
-      if (f.code === "rate_limited" && typeof f.room !== "string") {
+      if (f.code === "rate_limited" && typeof f.room !== "string" && !(f.id && this._watchFrames.has(f.id))) {
         for (const room of this.rooms.values()) room._maybeDropped();
+        this._watchMaybeDropped();
       }
+      if (f.id && this._watchFrames.has(f.id)) return this._watchFailed(f);
     }
     if (f.type === "pong") return;
+    if (f.type === "watching") return this._onWatching(f);
+    if (f.type === "unwatched") {
+      if (Number.isInteger(f.watched)) this._watchCount = f.watched;
+      return;
+    }
+    if (f.type === "summary") return this._onSummary(f);
     const room = typeof f.room === "string" ? this.rooms.get(f.room) : undefined;
     if (room) room._receive(f);
   }
@@ -553,7 +748,8 @@ export class Client extends Emitter {
       return this._write(frame);
     }
     const kind = frame.type.startsWith("typing_") ? "typing" : frame.type;
-    const i = this._queue.findIndex((q) => q.room === frame.room && (q.type.startsWith("typing_") ? "typing" : q.type) === kind);
+    // watch / unwatch frames name no room: each is queued as it is.
+    const i = frame.room === undefined ? -1 : this._queue.findIndex((q) => q.room === frame.room && (q.type.startsWith("typing_") ? "typing" : q.type) === kind);
     if (i >= 0 && kind === "typing") this._queue[i] = frame;
     else if (i < 0) this._queue.push(frame);
     this._scheduleFlush();
@@ -600,6 +796,152 @@ export class Client extends Emitter {
     } catch {
       return false;
     }
+  }
+
+  // ---- watched rooms ----
+
+  // Sends watch frames for rooms (open connection), split under the
+  // gateway's frame limit; a room too long for any frame is refused here.
+  _sendWatch(rooms) {
+    if (!rooms.length || this.state !== "open") return;
+    const max = this.config.maxFrameBytes;
+    const { frames, tooLong } = packRooms("watch", rooms, max, () => this._id());
+    for (const f of frames) {
+      this._watchFrames.set(f.id, f.rooms);
+      for (const room of f.rooms) {
+        const w = this._watch.get(room);
+        if (w) Object.assign(w, { state: "sending", frame: f.id });
+      }
+      this._send(f);
+    }
+    for (const room of tooLong) {
+      const message = `ellipsis: room id of ${byteLength(JSON.stringify(room))} bytes does not fit in a watch frame of max_frame_bytes ${max}`;
+      this._watchAnswer(room, null, { room, code: "bad_request", message });
+    }
+    if (tooLong.length) this._settleWatchCalls();
+  }
+
+  _onWatching(f) {
+    if (f.id) this._watchFrames.delete(f.id);
+    if (Number.isInteger(f.watched)) this._watchCount = f.watched;
+    let retry = false;
+    for (const room of Array.isArray(f.rooms) ? f.rooms : []) {
+      if (typeof room === "string") this._watchAnswer(room, f.id);
+    }
+    for (const r of Array.isArray(f.refused) ? f.refused : []) {
+      if (!r || typeof r.room !== "string") continue;
+      const refusal = { room: r.room, code: String(r.code ?? "internal"), message: String(r.message ?? "") };
+      if (this._watchAnswer(r.room, f.id, refusal) && RETRY_CODES.has(refusal.code)) retry = true;
+    }
+    if (!retry) this._watchAttempt = 0;
+    this._settleWatchCalls();
+  }
+
+  // An error frame answering a watch frame (an older gateway's
+  // unknown_type, a bad_request): every room of it is refused with it. The
+  // error was emitted already.
+  _watchFailed(f) {
+    const rooms = this._watchFrames.get(f.id);
+    this._watchFrames.delete(f.id);
+    const refusal = { code: String(f.code), message: String(f.message ?? "") };
+    for (const room of rooms) this._watchAnswer(room, f.id, { room, ...refusal }, true);
+    this._settleWatchCalls();
+  }
+
+  // One room's answer (refusal null: accepted) from the frame `frame`
+  // (null: not from the gateway). Ignored for a room no longer watched or
+  // sent again since. True when it applied.
+  _watchAnswer(room, frame, refusal = null, emitted = false) {
+    const w = this._watch.get(room);
+    if (!w || (frame && w.frame !== frame)) return false;
+    let awaited = false;
+    for (const call of this._watchCalls) {
+      if (!call.waiting.delete(room)) continue;
+      awaited = true;
+      if (refusal) call.refused.push(refusal);
+      else call.rooms.push(room);
+    }
+    if (!refusal) {
+      Object.assign(w, { state: "watched", frame: null });
+      return true;
+    }
+    // Nobody awaits this answer (a re-watch after a reconnect, a retry):
+    // the refusal is told as an error frame about the room.
+    if (!awaited && !emitted) this.emit("error", { type: "error", ...refusal });
+    if (RETRY_CODES.has(refusal.code)) {
+      Object.assign(w, { state: "retry", frame: null });
+      this._scheduleWatchRetry();
+    } else {
+      this._watch.delete(room);
+      this._summaries.delete(room);
+    }
+    return true;
+  }
+
+  // Stops watching a room locally; a watch() waiting for it gets `refusal`.
+  _dropWatch(room, refusal) {
+    this._watch.delete(room);
+    this._summaries.delete(room);
+    for (const call of this._watchCalls) if (call.waiting.delete(room)) call.refused.push(refusal);
+  }
+
+  _settleWatchCalls() {
+    for (const call of this._watchCalls) {
+      if (call.waiting.size) continue;
+      this._watchCalls.delete(call);
+      call.resolve({ rooms: call.rooms, refused: call.refused, watched: this._watchCount });
+    }
+  }
+
+  _rejectWatchCalls(err) {
+    for (const call of this._watchCalls) call.reject(err);
+    this._watchCalls.clear();
+  }
+
+  // Refused rooms waiting to be sent again: one timer for them all,
+  // backing off as a join's retries do.
+  _scheduleWatchRetry() {
+    if (this._timers.watch !== null) return;
+    const delay = backoffDelay(this._watchAttempt++, this.reconnectMinMs, this.reconnectMaxMs);
+    this._timers.watch = this._clock.setTimeout(() => {
+      this._timers.watch = null;
+      const rooms = [];
+      for (const [room, w] of this._watch) if (w.state === "retry") rooms.push(room);
+      this._sendWatch(rooms);
+    }, delay);
+  }
+
+  // An id-less rate_limited error: the gateway dropped a frame undecoded,
+  // maybe a watch frame in flight; their rooms are sent again with backoff
+  // (watching a room twice is harmless). A late answer still counts.
+  _watchMaybeDropped() {
+    if (!this._watchFrames.size) return;
+    for (const rooms of this._watchFrames.values()) {
+      for (const room of rooms) {
+        const w = this._watch.get(room);
+        if (w && w.state === "sending") w.state = "retry";
+      }
+    }
+    this._scheduleWatchRetry();
+  }
+
+  // The connection is gone: nothing is watched on the next one until it
+  // is sent there (on open). Summaries stay until the re-watch's replace them.
+  _watchDisconnected() {
+    this._watchFrames.clear();
+    this._watchCount = 0;
+    for (const w of this._watch.values()) Object.assign(w, { state: "sending", frame: null });
+  }
+
+  _onSummary(f) {
+    if (typeof f.room !== "string" || !this._watch.has(f.room) || !Array.isArray(f.typing)) return;
+    const typing = f.typing
+      .filter((t) => t && typeof t.user === "string" && t.user !== "")
+      .map(({ user, name }) => Object.freeze(typeof name === "string" && name ? { user, name } : { user }));
+    const total = Number.isFinite(f.total) ? Math.max(typing.length, Math.floor(f.total)) : typing.length;
+    const summary = Object.freeze({ room: f.room, typing: Object.freeze(typing), total });
+    this._summaries.set(f.room, summary);
+    this.emit("summary", summary);
   }
 
   // ---- page lifecycle ----

@@ -129,6 +129,12 @@ export interface TimingConfig {
   idleStopMs: number;
   /** "none" or "jwt". */
   auth: string;
+  /**
+   * The gateway's largest inbound frame (`max_frame_bytes`), bytes; 4096
+   * (DEFAULT_MAX_FRAME_BYTES) without fetchConfig or when the gateway does
+   * not say. watch() and unwatch() split their rooms under it.
+   */
+  maxFrameBytes: number;
 }
 
 export interface StateEvent {
@@ -185,6 +191,53 @@ export interface ResyncEvent {
   rooms: string[];
 }
 
+/**
+ * Who types in a watched room, as the gateway summarised it
+ * (docs/protocol.md, "Watching rooms"). Frozen.
+ */
+export interface RoomSummary {
+  readonly room: string;
+  /** The first 3 typists of the room's snapshot order; never this user. */
+  readonly typing: readonly Readonly<Typist>[];
+  /** How many type in the room in all (never this user); >= typing.length. */
+  readonly total: number;
+}
+
+/** Room ids for watch() and unwatch(): an array or a set (any iterable but a string at runtime). */
+export type RoomIds = readonly string[] | ReadonlySet<string>;
+
+/** A room watch() could not watch. */
+export interface WatchRefusal {
+  room: string;
+  /**
+   * "bad_request" (an invalid id, or one too long for a frame), "forbidden",
+   * "watch_limit" (over max_watched_rooms): the room left `watched`.
+   * "unavailable", "rate_limited", "internal": it stays watched and is sent
+   * again with backoff. "unwatched": unwatch() came before the answer.
+   * Any other: an error frame's code about the whole frame (an older
+   * gateway answers "unknown_type"); the room left `watched`.
+   */
+  code:
+    | "bad_request"
+    | "forbidden"
+    | "watch_limit"
+    | "rate_limited"
+    | "unavailable"
+    | "internal"
+    | "unwatched"
+    | (string & {});
+  message: string;
+}
+
+/** The merged answers to one watch() call. */
+export interface WatchResult {
+  /** The rooms of the call now watched (already watched ones included). */
+  rooms: string[];
+  refused: WatchRefusal[];
+  /** How many rooms the connection watches after the last answer. */
+  watched: number;
+}
+
 export interface RoomStateEvent {
   state: RoomState;
   code?: string;
@@ -224,6 +277,8 @@ export interface ClientEvents {
   change: (room: Room, typists: Typist[], total: number) => void;
   /** Every joined room was resynced at once (visible, online, wake). */
   resync: (ev: ResyncEvent) => void;
+  /** A watched room's summary; it replaces the room's last one (client.summary(room)). */
+  summary: (summary: RoomSummary) => void;
 }
 
 /** The events of a Room; no others exist. */
@@ -255,6 +310,21 @@ export declare class Client extends Emitter<ClientEvents> {
   typists(room: string): Typist[];
   /** Stops typing in every room. */
   stopTyping(reason?: StopReason): void;
+  /**
+   * Watches rooms without joining them (again after every reconnect): a
+   * "summary" event per room when accepted, then at most once per
+   * watch_interval_ms while it changes. Split into frames under
+   * config.maxFrameBytes; resolves with the merged answers. Rejects with a
+   * TypeError for an id that is not a non-empty string, with an Error on
+   * a closed client.
+   */
+  watch(rooms: RoomIds): Promise<WatchResult>;
+  /** Stops watching rooms (every room without an argument); their summaries are forgotten. */
+  unwatch(rooms?: RoomIds): void;
+  /** The last summary of a watched room; undefined before the first. */
+  summary(room: string): RoomSummary | undefined;
+  /** The rooms watched (a copy): accepted, or waiting for an answer or a retry. */
+  readonly watched: ReadonlySet<string>;
   /** Closes for good. */
   close(): void;
 }
@@ -306,6 +376,8 @@ export declare const DEFAULTS: Readonly<{
   frameBurst: number;
 }>;
 export declare const STATES: readonly ConnectionState[];
+/** The gateway's frame limit when GET /v1/config gives none (ELLIPSIS_MAX_FRAME_BYTES' default): 4096 bytes. */
+export declare const DEFAULT_MAX_FRAME_BYTES: number;
 /** Exponential backoff with equal jitter: between half and all of min·2^attempt (capped at max). */
 export declare function backoffDelay(attempt: number, minMs: number, maxMs: number, random?: () => number): number;
 /** The `sub` of a JWT, unverified; "" when unreadable. */
@@ -448,7 +520,7 @@ export declare class AntiFlicker {
   minShowMs: number;
   onChange: ((shown: Typist[]) => void) | null;
   readonly shown: Typist[];
-  update(typists: Typist[]): void;
+  update(typists: readonly Typist[]): void;
   dispose(): void;
 }
 
@@ -479,7 +551,7 @@ export declare class TypingIndicator {
   /** The line shown now ("" when nobody types). */
   readonly text: string;
   /** `total`: how many type in all (the room's total); omitted, the typists are everyone. */
-  update(typists: Typist[], total?: number): void;
+  update(typists: readonly Typist[], total?: number): void;
   render(): void;
   destroy(): void;
 }

@@ -21,7 +21,7 @@
 import { Client } from "./client.js";
 import { formatTypists } from "./format.js";
 
-export { Client, Room, DEFAULTS, STATES, backoffDelay, tokenSubject } from "./client.js";
+export { Client, Room, DEFAULTS, STATES, DEFAULT_MAX_FRAME_BYTES, backoffDelay, tokenSubject } from "./client.js";
 export { TypingTimer, validateTimers, DEFAULT_TTL_MS, DEFAULT_REFRESH_MS, DEFAULT_IDLE_STOP_MS } from "./typing.js";
 export { TypistStore, DEFAULT_GRACE_MS } from "./store.js";
 export { formatTypists, displayName, resolveLocale, splitEllipsis, validateMessages, LOCALES, MESSAGES, DEFAULT_MAX_NAMES } from "./format.js";

@@ -16,6 +16,9 @@ import {
   type StateEvent,
   type ErrorFrame,
   type ClientOptions,
+  type RoomSummary,
+  type WatchResult,
+  type WatchRefusal,
 } from "@ellipsis-chat/client";
 
 async function main(input: HTMLInputElement, line: HTMLElement): Promise<void> {
@@ -58,6 +61,28 @@ async function main(input: HTMLInputElement, line: HTMLElement): Promise<void> {
 }
 void main;
 
+// Watching many rooms: summaries for a room list.
+async function roomList(client: Client, list: Map<string, HTMLElement>): Promise<void> {
+  client.on("summary", (s: RoomSummary) => {
+    const el = list.get(s.room);
+    if (el) el.textContent = formatTypists(s.typing, { total: s.total });
+  });
+  const res: WatchResult = await client.watch([...list.keys()]);
+  const refused: WatchRefusal[] = res.refused;
+  console.log(res.rooms.length, res.watched, refused.map((r) => `${r.room}: ${r.code} ${r.message}`));
+  await client.watch(new Set(["42"])); // any iterable of ids
+  const last: RoomSummary | undefined = client.summary("42");
+  console.log(last?.total ?? 0, last?.typing[0]?.name, client.watched.has("42"), client.config?.maxFrameBytes);
+  new TypingIndicator(document.body).update(last?.typing ?? [], last?.total);
+  client.unwatch(["42"]);
+  client.unwatch();
+  // @ts-expect-error a summary is read-only
+  if (last) last.total = 0;
+  // @ts-expect-error watched is a read-only set
+  client.watched.add("43");
+}
+void roomList;
+
 // Mistakes the types catch (each line must fail, or tsc reports an unused directive).
 function mistakes(client: Client, room: Room, line: HTMLElement): void {
   // @ts-expect-error misspelled event name
@@ -78,6 +103,16 @@ function mistakes(client: Client, room: Room, line: HTMLElement): void {
   new TypingIndicator(line, { minShowMS: 500 });
   // @ts-expect-error a stop reason the runtime does not know
   room.stop("idel");
+  // @ts-expect-error misspelled event name (summary)
+  client.on("summaries", () => {});
+  // @ts-expect-error wrong handler signature: "summary" gives one RoomSummary
+  client.on("summary", (room: string, total: number) => console.log(room, total));
+  // @ts-expect-error watch takes the ids of rooms, not one id
+  void client.watch("42");
+  // @ts-expect-error room ids are strings
+  void client.watch([42]);
+  // @ts-expect-error unwatch takes ids, not a Room
+  client.unwatch([room]);
 }
 void mistakes;
 
