@@ -388,19 +388,26 @@ func (c *Conn) conflating(on bool) {
 
 func (c *Conn) conflated(n int) { c.met.ConflatedEvents.Add(float64(n)) }
 
-// pushRoom asks the hub for an unasked typing snapshot of room, off the
-// writer's lock: retried every second while it fails (the snapshot is
-// unavailable), and given up once the room is left or the connection
-// closes. The writer drops the room's events until the snapshot comes.
-func (c *Conn) pushRoom(room string) {
+// pushRoom asks the hub for an unasked typing snapshot of room (the
+// writer's push number push), off the writer's lock: retried every second
+// while it fails (the snapshot is unavailable), and given up once the
+// writer no longer awaits it (a snapshot of the room came, or the room
+// was left, maybe joined again since), the room is left or the
+// connection closes. The writer drops the room's events until the
+// snapshot comes. The push's commit checks it is still awaited after the
+// snapshot was read, so a push overtaken by a leave and a new join of the
+// room queues nothing (hub.ErrAborted) instead of a snapshot that may be
+// older than the new join's.
+func (c *Conn) pushRoom(room string, push uint64) {
+	awaited := func() bool { return c.w.pushAwaited(room, push) }
 	go func() {
-		for {
-			err := c.deps.Hub.Sync(c.ctx, hub.SyncAsked, room, c, "", nil)
-			if err == nil || c.closing() {
+		for awaited() {
+			err := c.deps.Hub.Sync(c.ctx, hub.SyncAsked, room, c, "", awaited)
+			if err == nil || errors.Is(err, hub.ErrAborted) || c.closing() {
 				return
 			}
 			if errors.Is(err, hub.ErrNotMember) || errors.Is(err, hub.ErrClosed) {
-				c.w.pushEnded(room)
+				c.w.pushEnded(room, push)
 				return
 			}
 			select {

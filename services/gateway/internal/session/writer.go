@@ -45,9 +45,10 @@ type writerHost interface {
 	// conflated reports n room events replaced or superseded, unwritten.
 	conflated(n int)
 	// pushRoom asks for an unasked typing snapshot of room (its conflated
-	// events overflowed the room's cap); it must not block. The writer
-	// drops the room's events until [writer.sendSnapshot] of room.
-	pushRoom(room string)
+	// events overflowed the room's cap), the writer's push number push
+	// (see [writer.pushAwaited]); it must not block. The writer drops the
+	// room's events until [writer.sendSnapshot] of room.
+	pushRoom(room string, push uint64)
 }
 
 // writer is a connection's outbound side: the queue, the write loop, the
@@ -88,12 +89,13 @@ type writer struct {
 	head int
 	// conf is the conflation state: room → user → latest event frame;
 	// confN its entries; confPush the rooms whose conflated events
-	// overflowed, their snapshot push awaited; inConf that the writer
-	// conflates (reported to the host). All under mu, nil when not
-	// conflating.
+	// overflowed → the number of the snapshot push awaited (pushes counts
+	// them, never reset); inConf that the writer conflates (reported to
+	// the host). All under mu; conf and confPush nil when not conflating.
 	conf     map[string]map[string][]byte
 	confN    int
-	confPush map[string]struct{}
+	confPush map[string]uint64
+	pushes   uint64
 	inConf   bool
 	overflow bool // an answer was refused (answerCap), reported to the host once; mu
 	// enq and deq count the frames ever queued and taken from out; ans
@@ -255,10 +257,11 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 		w.dropRoomLocked(room)
 		w.host.conflated(len(users) + 1)
 		if w.confPush == nil {
-			w.confPush = map[string]struct{}{}
+			w.confPush = map[string]uint64{}
 		}
-		w.confPush[room] = struct{}{}
-		w.host.pushRoom(room)
+		w.pushes++
+		w.confPush[room] = w.pushes
+		w.host.pushRoom(room, w.pushes)
 		return true
 	}
 	if users == nil {
@@ -274,13 +277,29 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 	return true
 }
 
-// pushEnded forgets a snapshot push of room that will not come (the room
-// was left).
-func (w *writer) pushEnded(room string) {
+// pushEnded forgets the snapshot push of room awaited, one that will not
+// come: push (when the hub no longer has the member), or any (push 0:
+// the room was left).
+func (w *writer) pushEnded(room string, push uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.confPush, room)
+	if p, ok := w.confPush[room]; ok && (push == 0 || p == push) {
+		delete(w.confPush, room)
+	}
 	w.endConflationLocked()
+}
+
+// pushAwaited reports whether the snapshot push push of room is still
+// awaited: not once a snapshot of the room came (it ended the push), the
+// room was left (pushEnded), or a later push of the room replaced it. A
+// push of a room left and joined again is not awaited any more, so its
+// snapshot, held under the old membership or read before the new one's
+// subscription, is never written after the new join's.
+func (w *writer) pushAwaited(room string, push uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, ok := w.confPush[room]
+	return ok && p == push
 }
 
 // answerCap is the most answers and snapshots queued at once:
