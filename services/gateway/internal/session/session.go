@@ -344,6 +344,30 @@ func (c *Conn) SendSnapshot(room string, frame []byte) bool {
 	return c.w.sendSnapshot(room, frame)
 }
 
+// Outbound is a connection's outbound state at one moment, in frames
+// (writer.go; docs/protocol.md, "Order and loss"). Its bounds: Queued −
+// Answers ≤ HighWater + the events an answer about a room moved ahead of
+// it (at most RoomCap each); Answers ≤ ELLIPSIS_OUTBOUND_QUEUE;
+// ConflatedRooms ≤ the joined rooms; Conflated ≤ ConflatedRooms × RoomCap.
+type Outbound struct {
+	Queued    int // frames in the queue, answers and snapshots included
+	Answers   int // answers and snapshots among them
+	HighWater int // queued frames from which room events conflate: ELLIPSIS_OUTBOUND_QUEUE/2, at least 1
+	// Conflating is whether room events are kept as the latest per (room,
+	// user); Conflated is how many are kept (entries), in ConflatedRooms
+	// rooms, at most RoomCap per room (ELLIPSIS_SNAPSHOT_MAX); PushesAwaited
+	// the rooms over it whose snapshot push is awaited.
+	Conflating     bool
+	Conflated      int
+	ConflatedRooms int
+	RoomCap        int
+	PushesAwaited  int
+}
+
+// Outbound reports the connection's outbound queue and conflation state
+// now (for tests and debugging: it takes the writer's lock).
+func (c *Conn) Outbound() Outbound { return c.w.outbound() }
+
 // written, writeFailed, writeStalled, conflating, conflated, pushRoom and
 // readDone are the writer's host (writer.go).
 func (c *Conn) written(frame []byte)      { c.met.Written(frame) }

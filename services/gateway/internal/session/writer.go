@@ -370,6 +370,17 @@ func (w *writer) conflatedEntries() (rooms, entries int) {
 	return len(w.conf), w.confN
 }
 
+// outbound is the writer's state now ([Conn.Outbound]).
+func (w *writer) outbound() Outbound {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Outbound{
+		Queued: len(w.out) - w.head, Answers: len(w.ans), HighWater: w.highWater(),
+		Conflating: w.inConf, ConflatedRooms: len(w.conf), Conflated: w.confN,
+		RoomCap: w.roomCap(), PushesAwaited: len(w.confPush),
+	}
+}
+
 // startLocked starts the write loop's goroutine unless one runs; mu is
 // held.
 func (w *writer) startLocked() {
