@@ -67,10 +67,14 @@ type writerHost interface {
 // read after), and any other answer about the room (sendReply: left, an
 // error) first moves them into the queue. A room with more than
 // cfg.ConflateRoomCap conflated users drops them and asks for a snapshot
-// push (host.pushRoom), dropping its events until that snapshot comes.
-// So the state is bounded: conf holds at most MaxRooms × ConflateRoomCap
-// entries, and the queue the high-water mark of events plus the answers
-// (bounded by the inbound limit). The queue grows on demand and is
+// push (host.pushRoom), dropping its events until that snapshot comes;
+// while a snapshot of the room queued since conflation began is not
+// written yet, the push is asked only once it is, so a reader that does
+// not read has at most one pushed snapshot per room queued, not one per
+// overflow. So the state is bounded: conf holds at most MaxRooms ×
+// ConflateRoomCap entries, and the queue the high-water mark of events
+// plus the answers (bounded by the inbound limit) and the rooms'
+// snapshots (at most one pushed per room). The queue grows on demand and is
 // released when it drains with a large backing array, so an idle
 // connection holds (almost) nothing. Queuing a frame starts the write loop's goroutine
 // unless one runs (writing); it ends once the queue is empty, or runs
@@ -89,12 +93,15 @@ type writer struct {
 	head int
 	// conf is the conflation state: room → user → latest event frame;
 	// confN its entries; confPush the rooms whose conflated events
-	// overflowed → the number of the snapshot push awaited (pushes counts
-	// them, never reset); inConf that the writer conflates (reported to
-	// the host). All under mu; conf and confPush nil when not conflating.
+	// overflowed → the snapshot push awaited (pushes numbers them, never
+	// reset); confSnap the rooms with a snapshot queued while conflating →
+	// its enq number, until it is written; inConf that the writer
+	// conflates (reported to the host). All under mu; the maps are nil
+	// when not conflating.
 	conf     map[string]map[string][]byte
 	confN    int
-	confPush map[string]uint64
+	confPush map[string]push
+	confSnap map[string]uint64
 	pushes   uint64
 	inConf   bool
 	overflow bool // an answer was refused (answerCap), reported to the host once; mu
@@ -117,6 +124,14 @@ type writer struct {
 	closeCode   int         // close frame to send; 0: none (peer closed or conn broken)
 	closeReason string
 	done        chan struct{} // closed when the close sequence ended
+}
+
+// push is a snapshot push of a room awaited: its number and whether it
+// was asked of the host (it is not while the room's previous snapshot is
+// still queued).
+type push struct {
+	n     uint64
+	asked bool
 }
 
 // init readies w for tr (nil: frames stay queued, as before start) with
@@ -220,6 +235,12 @@ func (w *writer) sendSnapshot(room string, frame []byte) bool {
 	w.enqueueLocked(frame)
 	w.answerLocked()
 	w.endConflationLocked()
+	if w.inConf {
+		if w.confSnap == nil {
+			w.confSnap = map[string]uint64{}
+		}
+		w.confSnap[room] = w.enq
+	}
 	w.kickLocked()
 	return true
 }
@@ -257,11 +278,18 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 		w.dropRoomLocked(room)
 		w.host.conflated(len(users) + 1)
 		if w.confPush == nil {
-			w.confPush = map[string]uint64{}
+			w.confPush = map[string]push{}
 		}
 		w.pushes++
-		w.confPush[room] = w.pushes
-		w.host.pushRoom(room, w.pushes)
+		p := push{n: w.pushes}
+		if _, queued := w.confSnap[room]; !queued {
+			// Else asked once that snapshot is written (snapWrittenLocked):
+			// a reader that does not read gets one pushed snapshot per
+			// room waiting, not one per overflow.
+			p.asked = true
+			w.host.pushRoom(room, p.n)
+		}
+		w.confPush[room] = p
 		return true
 	}
 	if users == nil {
@@ -283,7 +311,7 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 func (w *writer) pushEnded(room string, push uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if p, ok := w.confPush[room]; ok && (push == 0 || p == push) {
+	if p, ok := w.confPush[room]; ok && (push == 0 || p.n == push) {
 		delete(w.confPush, room)
 	}
 	w.endConflationLocked()
@@ -299,7 +327,7 @@ func (w *writer) pushAwaited(room string, push uint64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p, ok := w.confPush[room]
-	return ok && p == push
+	return ok && p.n == push
 }
 
 // answerCap is the most answers and snapshots queued at once:
@@ -352,7 +380,7 @@ func (w *writer) endConflationLocked() {
 		return
 	}
 	w.inConf = false
-	w.conf, w.confPush = nil, nil
+	w.conf, w.confPush, w.confSnap = nil, nil, nil
 	w.host.conflating(false)
 }
 
@@ -456,6 +484,9 @@ func (w *writer) dequeueLocked() (f []byte, ok bool) {
 		if len(w.ans) == 0 {
 			w.ans = nil
 		}
+		if len(w.confSnap) > 0 {
+			w.snapWrittenLocked()
+		}
 	}
 	if w.head == len(w.out) {
 		if cap(w.out) > keepQueueCap {
@@ -467,6 +498,23 @@ func (w *writer) dequeueLocked() (f []byte, ok bool) {
 	}
 	w.endConflationLocked()
 	return f, true
+}
+
+// snapWrittenLocked forgets the rooms whose snapshot queued while
+// conflating was taken from the queue, and asks the snapshot push each of
+// them deferred meanwhile; mu is held.
+func (w *writer) snapWrittenLocked() {
+	for room, at := range w.confSnap {
+		if at > w.deq {
+			continue
+		}
+		delete(w.confSnap, room)
+		if p, ok := w.confPush[room]; ok && !p.asked {
+			p.asked = true
+			w.confPush[room] = p
+			w.host.pushRoom(room, p.n)
+		}
+	}
 }
 
 // queued is the number of frames in the queue and conflated.
@@ -532,7 +580,7 @@ func (w *writer) closeSequence() {
 		w.inConf = false
 		w.host.conflating(false)
 	}
-	w.conf, w.confN, w.confPush = nil, 0, nil // a closing connection writes no event
+	w.conf, w.confN, w.confPush, w.confSnap = nil, 0, nil, nil // a closing connection writes no event
 	w.mu.Unlock()
 	if w.closeCode != 0 {
 		if w.closeCode != CloseTryAgainLater {

@@ -2,6 +2,8 @@ package session
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +121,54 @@ func TestStalePushEndDoesNotEndALaterPush(t *testing.T) {
 	w.sendSnapshot("r", []byte("snapshot"))
 	if w.pushAwaited("r", 2) {
 		t.Fatal("push 2 awaited after the room's snapshot")
+	}
+}
+
+// A room that overflows its cap again while its pushed snapshot is still
+// queued (a reader that does not read) asks its next push only once that
+// snapshot is written: one pushed snapshot per room waits, not one per
+// overflow; the room's events stay dropped meanwhile.
+func TestPushDeferredWhileRoomSnapshotQueued(t *testing.T) {
+	h := &fakeHost{read: make(chan struct{})}
+	w := &writer{}
+	h.w = w
+	w.init(nil, h, &Config{OutboundQueue: 2, ConflateRoomCap: 1}) // no transport: frames stay queued
+	pushes := func() int { h.mu.Lock(); defer h.mu.Unlock(); return len(h.pushes) }
+	w.send([]byte("answer")) // at the high-water mark: events conflate
+	w.sendEvent("r", "u1", []byte("e1"))
+	w.sendEvent("r", "u2", []byte("e2")) // over the cap: push 1, asked
+	w.sendSnapshot("r", []byte("s1"))    // push 1's snapshot, queued
+	for i := range 50 {                  // overflow after overflow
+		w.sendEvent("r", "u"+strconv.Itoa(i), []byte("e"))
+	}
+	if n := pushes(); n != 1 {
+		t.Fatalf("%d pushes asked while the room's snapshot is queued, want 1", n)
+	}
+	if o := w.outbound(); o.Answers != 2 || o.PushesAwaited != 1 {
+		t.Fatalf("outbound %+v, want 2 answers queued and a push awaited", o)
+	}
+	var got []string
+	for {
+		f, ok := w.dequeue()
+		if !ok {
+			break
+		}
+		got = append(got, string(f))
+		if string(f) == "s1" && pushes() != 2 {
+			t.Fatalf("the deferred push was not asked once s1 was written (%d pushes)", pushes())
+		}
+	}
+	if !slices.Equal(got, []string{"answer", "s1"}) {
+		t.Fatalf("written %q, want the answer and s1 (the room's events dropped for the push)", got)
+	}
+	if !w.pushAwaited("r", 2) {
+		t.Fatal("the deferred push (2) is not awaited")
+	}
+	w.sendSnapshot("r", []byte("s2"))
+	if f, _ := w.dequeue(); string(f) != "s2" {
+		t.Fatalf("wrote %q, want s2", f)
+	}
+	if o := w.outbound(); o.Conflating || o.PushesAwaited != 0 || o.Queued != 0 {
+		t.Fatalf("outbound %+v after the push's snapshot, want conflation ended", o)
 	}
 }
