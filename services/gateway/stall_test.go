@@ -217,32 +217,40 @@ func (v *viewer) quiet(t *testing.T) {
 	})
 }
 
-// flood publishes bursts of 4000 events of about 1 KB (a start with a
-// 1000-byte name, or a stop) in the rooms next gives, until done holds
-// (checked every 10 ms, for about 100 ms after each burst; at most 60 s):
-// it fills the socket buffers of a frozen reader, whatever their size.
+// flood publishes events of about 1 KB (a start with a 1000-byte name,
+// or a stop) in the rooms next gives, 200 at a time, 10 ms apart (about
+// 10 MB/s), until done holds (checked after each batch; at most 60 s): it
+// fills the socket buffers of a frozen reader, whatever their size, at a
+// pace the gateway writes them unconflated to a reader that reads.
 func (e *env) flood(t *testing.T, what string, next func() (room, user string, start bool), done func() bool) {
 	t.Helper()
 	name := strings.Repeat("B", 1000)
-	for deadline := time.Now().Add(60 * time.Second); ; {
+	for deadline := time.Now().Add(60 * time.Second); !done(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("flooded for 60 s without %s", what)
+		}
 		pipe := e.rdb.Pipeline()
-		for range 4000 {
+		for range 200 {
 			room, user, start := next()
 			pipe.Publish(context.Background(), e.names.RoomChannel(room), churnEvent(room, user, start, name, protocol.ReasonStopped))
 		}
 		if _, err := pipe.Exec(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		for range 10 {
-			if done() {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("flooded for 60 s without %s", what)
+	}
+}
+
+// blocked reports whether user's one connection conflates and keeps
+// conflating for a second (polled every 10 ms): its writer is blocked on
+// a full socket (one that writes would drain the kept events, a few
+// dozen, at once).
+func (e *env) blocked(user string) bool {
+	for until := time.Now().Add(time.Second); time.Now().Before(until); time.Sleep(10 * time.Millisecond) {
+		if o, ok := e.outboundOf(user); !ok || !o.Conflating {
+			return false
 		}
 	}
+	return true
 }
 
 // publishRaw publishes payload on room's channel.
@@ -393,9 +401,9 @@ func TestFrozenReaderEndsExactWithinBounds(t *testing.T) {
 		}
 	}()
 
-	// Bursts of 4 MB until the socket buffers are full and the frozen
-	// reader conflates, then a marker that the healthy reader has read
-	// them all: from there its delays count.
+	// A flood until the frozen reader's socket buffers are full and it
+	// conflates for good, then a marker that the healthy reader has read
+	// it all: from there its delays count.
 	i := 0
 	e.flood(t, "the frozen reader to conflate", func() (string, string, bool) {
 		room := rooms[1+i%4]
@@ -404,10 +412,7 @@ func TestFrozenReaderEndsExactWithinBounds(t *testing.T) {
 		i++
 		truth.set(room, user, start)
 		return room, user, start
-	}, func() bool {
-		o, ok := e.outboundOf("alice")
-		return i >= 12000 && ok && o.Conflating // 12 MB: more than the socket buffers take
-	})
+	}, func() bool { return e.blocked("alice") })
 	truth.set("big", "marker", false)
 	e.publishRaw("big", churnEvent("big", "marker", false, "", protocol.ReasonStopped))
 	testkit.WaitFor(t, 30*time.Second, "the healthy reader to read the bursts", func() bool {
@@ -422,8 +427,8 @@ func TestFrozenReaderEndsExactWithinBounds(t *testing.T) {
 	halt()
 	workers.Wait()
 	pushes := askedOf("big") - joinAsks
-	t.Logf("frozen %v: %d events churned; %d samples, %d conflating; most %d entries in %d rooms (bound %d × %d), %d events + %d answers queued (high-water %d); %d pushes of the big room",
-		time.Since(frozenAt).Round(time.Millisecond), published.Load(), samples, conflating, most.Conflated, most.ConflatedRooms, len(rooms), roomCap, most.Queued, most.Answers, most.HighWater, pushes)
+	t.Logf("frozen %v: %d events flooded, %d churned; %d samples, %d conflating; most %d entries in %d rooms (bound %d × %d), %d events + %d answers queued (high-water %d); %d pushes of the big room",
+		time.Since(frozenAt).Round(time.Millisecond), i, published.Load(), samples, conflating, most.Conflated, most.ConflatedRooms, len(rooms), roomCap, most.Queued, most.Answers, most.HighWater, pushes)
 	switch {
 	case closed || !open:
 		t.Fatal("the frozen reader's connection was closed")
