@@ -648,6 +648,10 @@ func newFreezeProxy(t *testing.T, upstream string) *freezeProxy {
 				_ = down.Close()
 				continue
 			}
+			// A small receive buffer (no autotuning, which may grow it
+			// to tens of MB): a frozen reader's backlog fills the
+			// gateway's socket within a few MB.
+			_ = up.(*net.TCPConn).SetReadBuffer(64 << 10)
 			t.Cleanup(func() { _ = up.Close(); _ = down.Close() })
 			go func() { _, _ = io.Copy(up, down) }()
 			go p.pump(down, up)

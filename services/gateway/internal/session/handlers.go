@@ -177,7 +177,7 @@ func (c *Conn) leave(f protocol.ClientFrame) {
 		c.deps.Hub.Leave(f.Room, c)
 		// A snapshot push in flight for the room is dropped by the hub
 		// (its hold's membership is gone): stop awaiting it.
-		c.w.pushEnded(f.Room)
+		c.w.pushEnded(f.Room, 0)
 	}
 	c.reply(f.Room, protocol.TypeLeft, protocol.NewLeft(f.Room, f.ID))
 }

@@ -361,6 +361,30 @@ func (c *Conn) SendSnapshot(room string, frame []byte) bool {
 	return c.w.sendSnapshot(room, frame)
 }
 
+// Outbound is a connection's outbound state at one moment, in frames
+// (writer.go; docs/protocol.md, "Order and loss"). Its bounds: Queued −
+// Answers ≤ HighWater + the events an answer about a room moved ahead of
+// it (at most RoomCap each); Answers ≤ ELLIPSIS_OUTBOUND_QUEUE;
+// ConflatedRooms ≤ the joined rooms; Conflated ≤ ConflatedRooms × RoomCap.
+type Outbound struct {
+	Queued    int // frames in the queue, answers and snapshots included
+	Answers   int // answers and snapshots among them
+	HighWater int // queued frames from which room events conflate: ELLIPSIS_OUTBOUND_QUEUE/2, at least 1
+	// Conflating is whether room events are kept as the latest per (room,
+	// user); Conflated is how many are kept (entries), in ConflatedRooms
+	// rooms, at most RoomCap per room (ELLIPSIS_SNAPSHOT_MAX); PushesAwaited
+	// the rooms over it whose snapshot push is awaited.
+	Conflating     bool
+	Conflated      int
+	ConflatedRooms int
+	RoomCap        int
+	PushesAwaited  int
+}
+
+// Outbound reports the connection's outbound queue and conflation state
+// now (for tests and debugging: it takes the writer's lock).
+func (c *Conn) Outbound() Outbound { return c.w.outbound() }
+
 // written, writeFailed, writeStalled, conflating, conflated, pushRoom and
 // readDone are the writer's host (writer.go).
 func (c *Conn) written(frame []byte)      { c.met.Written(frame) }
@@ -405,19 +429,26 @@ func (c *Conn) conflating(on bool) {
 
 func (c *Conn) conflated(n int) { c.met.ConflatedEvents.Add(float64(n)) }
 
-// pushRoom asks the hub for an unasked typing snapshot of room, off the
-// writer's lock: retried every second while it fails (the snapshot is
-// unavailable), and given up once the room is left or the connection
-// closes. The writer drops the room's events until the snapshot comes.
-func (c *Conn) pushRoom(room string) {
+// pushRoom asks the hub for an unasked typing snapshot of room (the
+// writer's push number push), off the writer's lock: retried every second
+// while it fails (the snapshot is unavailable), and given up once the
+// writer no longer awaits it (a snapshot of the room came, or the room
+// was left, maybe joined again since), the room is left or the
+// connection closes. The writer drops the room's events until the
+// snapshot comes. The push's commit checks it is still awaited after the
+// snapshot was read, so a push overtaken by a leave and a new join of the
+// room queues nothing (hub.ErrAborted) instead of a snapshot that may be
+// older than the new join's.
+func (c *Conn) pushRoom(room string, push uint64) {
+	awaited := func() bool { return c.w.pushAwaited(room, push) }
 	go func() {
-		for {
-			err := c.deps.Hub.Sync(c.ctx, hub.SyncAsked, room, c, "", nil)
-			if err == nil || c.closing() {
+		for awaited() {
+			err := c.deps.Hub.Sync(c.ctx, hub.SyncAsked, room, c, "", awaited)
+			if err == nil || errors.Is(err, hub.ErrAborted) || c.closing() {
 				return
 			}
 			if errors.Is(err, hub.ErrNotMember) || errors.Is(err, hub.ErrClosed) {
-				c.w.pushEnded(room)
+				c.w.pushEnded(room, push)
 				return
 			}
 			select {

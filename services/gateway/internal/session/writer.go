@@ -45,9 +45,10 @@ type writerHost interface {
 	// conflated reports n room events replaced or superseded, unwritten.
 	conflated(n int)
 	// pushRoom asks for an unasked typing snapshot of room (its conflated
-	// events overflowed the room's cap); it must not block. The writer
-	// drops the room's events until [writer.sendSnapshot] of room.
-	pushRoom(room string)
+	// events overflowed the room's cap), the writer's push number push
+	// (see [writer.pushAwaited]); it must not block. The writer drops the
+	// room's events until [writer.sendSnapshot] of room.
+	pushRoom(room string, push uint64)
 }
 
 // writer is a connection's outbound side: the queue, the write loop, the
@@ -66,10 +67,14 @@ type writerHost interface {
 // read after), and any other answer about the room (sendReply: left, an
 // error) first moves them into the queue. A room with more than
 // cfg.ConflateRoomCap conflated users drops them and asks for a snapshot
-// push (host.pushRoom), dropping its events until that snapshot comes.
-// So the state is bounded: conf holds at most MaxRooms × ConflateRoomCap
-// entries, and the queue the high-water mark of events plus the answers
-// (bounded by the inbound limit). The queue grows on demand and is
+// push (host.pushRoom), dropping its events until that snapshot comes;
+// while a snapshot of the room queued since conflation began is not
+// written yet, the push is asked only once it is, so a reader that does
+// not read has at most one pushed snapshot per room queued, not one per
+// overflow. So the state is bounded: conf holds at most MaxRooms ×
+// ConflateRoomCap entries, and the queue the high-water mark of events
+// plus the answers (bounded by the inbound limit) and the rooms'
+// snapshots (at most one pushed per room). The queue grows on demand and is
 // released when it drains with a large backing array, so an idle
 // connection holds (almost) nothing. Queuing a frame starts the write loop's goroutine
 // unless one runs (writing); it ends once the queue is empty, or runs
@@ -88,12 +93,16 @@ type writer struct {
 	head int
 	// conf is the conflation state: room → user → latest event frame;
 	// confN its entries; confPush the rooms whose conflated events
-	// overflowed, their snapshot push awaited; inConf that the writer
-	// conflates (reported to the host). All under mu, nil when not
-	// conflating.
+	// overflowed → the snapshot push awaited (pushes numbers them, never
+	// reset); confSnap the rooms with a snapshot queued while conflating →
+	// its enq number, until it is written; inConf that the writer
+	// conflates (reported to the host). All under mu; the maps are nil
+	// when not conflating.
 	conf     map[string]map[string][]byte
 	confN    int
-	confPush map[string]struct{}
+	confPush map[string]push
+	confSnap map[string]uint64
+	pushes   uint64
 	inConf   bool
 	overflow bool // an answer was refused (answerCap), reported to the host once; mu
 	// sums maps a watched room to the enq number of its summary queued
@@ -119,6 +128,14 @@ type writer struct {
 	closeCode   int         // close frame to send; 0: none (peer closed or conn broken)
 	closeReason string
 	done        chan struct{} // closed when the close sequence ended
+}
+
+// push is a snapshot push of a room awaited: its number and whether it
+// was asked of the host (it is not while the room's previous snapshot is
+// still queued).
+type push struct {
+	n     uint64
+	asked bool
 }
 
 // init readies w for tr (nil: frames stay queued, as before start) with
@@ -222,6 +239,12 @@ func (w *writer) sendSnapshot(room string, frame []byte) bool {
 	w.enqueueLocked(frame)
 	w.answerLocked()
 	w.endConflationLocked()
+	if w.inConf {
+		if w.confSnap == nil {
+			w.confSnap = map[string]uint64{}
+		}
+		w.confSnap[room] = w.enq
+	}
 	w.kickLocked()
 	return true
 }
@@ -259,10 +282,18 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 		w.dropRoomLocked(room)
 		w.host.conflated(len(users) + 1)
 		if w.confPush == nil {
-			w.confPush = map[string]struct{}{}
+			w.confPush = map[string]push{}
 		}
-		w.confPush[room] = struct{}{}
-		w.host.pushRoom(room)
+		w.pushes++
+		p := push{n: w.pushes}
+		if _, queued := w.confSnap[room]; !queued {
+			// Else asked once that snapshot is written (snapWrittenLocked):
+			// a reader that does not read gets one pushed snapshot per
+			// room waiting, not one per overflow.
+			p.asked = true
+			w.host.pushRoom(room, p.n)
+		}
+		w.confPush[room] = p
 		return true
 	}
 	if users == nil {
@@ -307,13 +338,29 @@ func (w *writer) summaryBarrier() {
 	w.mu.Unlock()
 }
 
-// pushEnded forgets a snapshot push of room that will not come (the room
-// was left).
-func (w *writer) pushEnded(room string) {
+// pushEnded forgets the snapshot push of room awaited, one that will not
+// come: push (when the hub no longer has the member), or any (push 0:
+// the room was left).
+func (w *writer) pushEnded(room string, push uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.confPush, room)
+	if p, ok := w.confPush[room]; ok && (push == 0 || p.n == push) {
+		delete(w.confPush, room)
+	}
 	w.endConflationLocked()
+}
+
+// pushAwaited reports whether the snapshot push push of room is still
+// awaited: not once a snapshot of the room came (it ended the push), the
+// room was left (pushEnded), or a later push of the room replaced it. A
+// push of a room left and joined again is not awaited any more, so its
+// snapshot, held under the old membership or read before the new one's
+// subscription, is never written after the new join's.
+func (w *writer) pushAwaited(room string, push uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, ok := w.confPush[room]
+	return ok && p.n == push
 }
 
 // answerCap is the most answers and snapshots queued at once:
@@ -366,7 +413,7 @@ func (w *writer) endConflationLocked() {
 		return
 	}
 	w.inConf = false
-	w.conf, w.confPush = nil, nil
+	w.conf, w.confPush, w.confSnap = nil, nil, nil
 	w.host.conflating(false)
 }
 
@@ -382,6 +429,17 @@ func (w *writer) conflatedEntries() (rooms, entries int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.conf), w.confN
+}
+
+// outbound is the writer's state now ([Conn.Outbound]).
+func (w *writer) outbound() Outbound {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Outbound{
+		Queued: len(w.out) - w.head, Answers: len(w.ans), HighWater: w.highWater(),
+		Conflating: w.inConf, ConflatedRooms: len(w.conf), Conflated: w.confN,
+		RoomCap: w.roomCap(), PushesAwaited: len(w.confPush),
+	}
 }
 
 // startLocked starts the write loop's goroutine unless one runs; mu is
@@ -459,6 +517,9 @@ func (w *writer) dequeueLocked() (f []byte, ok bool) {
 		if len(w.ans) == 0 {
 			w.ans = nil
 		}
+		if len(w.confSnap) > 0 {
+			w.snapWrittenLocked()
+		}
 	}
 	if w.head == len(w.out) {
 		if cap(w.out) > keepQueueCap {
@@ -471,6 +532,23 @@ func (w *writer) dequeueLocked() (f []byte, ok bool) {
 	}
 	w.endConflationLocked()
 	return f, true
+}
+
+// snapWrittenLocked forgets the rooms whose snapshot queued while
+// conflating was taken from the queue, and asks the snapshot push each of
+// them deferred meanwhile; mu is held.
+func (w *writer) snapWrittenLocked() {
+	for room, at := range w.confSnap {
+		if at > w.deq {
+			continue
+		}
+		delete(w.confSnap, room)
+		if p, ok := w.confPush[room]; ok && !p.asked {
+			p.asked = true
+			w.confPush[room] = p
+			w.host.pushRoom(room, p.n)
+		}
+	}
 }
 
 // queued is the number of frames in the queue and conflated.
@@ -536,7 +614,7 @@ func (w *writer) closeSequence() {
 		w.inConf = false
 		w.host.conflating(false)
 	}
-	w.conf, w.confN, w.confPush = nil, 0, nil // a closing connection writes no event
+	w.conf, w.confN, w.confPush, w.confSnap = nil, 0, nil, nil // a closing connection writes no event
 	w.mu.Unlock()
 	if w.closeCode != 0 {
 		if w.closeCode != CloseTryAgainLater {

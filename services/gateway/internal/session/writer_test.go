@@ -110,7 +110,7 @@ func (h *fakeHost) conflating(on bool) {
 	}
 }
 func (h *fakeHost) conflated(n int) { h.mu.Lock(); h.dropped += n; h.mu.Unlock() }
-func (h *fakeHost) pushRoom(room string) {
+func (h *fakeHost) pushRoom(room string, _ uint64) {
 	h.mu.Lock()
 	h.pushes = append(h.pushes, room)
 	h.mu.Unlock()
