@@ -74,12 +74,12 @@ func (c *churnTruth) state() map[string]string {
 	defer c.mu.Unlock()
 	out := map[string]string{}
 	for room, users := range c.typing {
-		out[room] = typists(users)
+		out[room] = typistSet(users)
 	}
 	return out
 }
 
-func typists(users map[string]bool) string {
+func typistSet(users map[string]bool) string {
 	var us []string
 	for u, on := range users {
 		if on {
@@ -160,7 +160,7 @@ func (v *viewer) apply(b []byte, at time.Time) {
 	case protocol.TypeTyping:
 		m := set(f.Users)
 		if f.ID != "" {
-			v.snapshots[f.ID] = typists(m)
+			v.snapshots[f.ID] = typistSet(m)
 		}
 	case protocol.TypeTypingStart, protocol.TypeTypingStop:
 		if v.rooms[f.Room] == nil {
@@ -182,7 +182,7 @@ func (v *viewer) state() map[string]string {
 	defer v.mu.Unlock()
 	out := map[string]string{}
 	for room, users := range v.rooms {
-		out[room] = typists(users)
+		out[room] = typistSet(users)
 	}
 	return out
 }

@@ -257,5 +257,6 @@ func roomOf(t *testing.T, frame string) string {
 	return r
 }
 
-func (m *orderedMember) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
-func (m *orderedMember) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }
+func (m *orderedMember) SendEvent(_, _ string, f []byte) bool    { return m.Send(f) }
+func (m *orderedMember) SendSnapshot(_ string, f []byte) bool    { return m.Send(f) }
+func (m *orderedMember) SendRoomSummary(_ string, f []byte) bool { return m.Send(f) }

@@ -256,8 +256,10 @@ func BenchmarkFanOutEncoding(b *testing.B) {
 	}
 }
 
-func (m *countMember) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
-func (m *countMember) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }
+func (m *countMember) SendEvent(_, _ string, f []byte) bool    { return m.Send(f) }
+func (m *countMember) SendSnapshot(_ string, f []byte) bool    { return m.Send(f) }
+func (m *countMember) SendRoomSummary(_ string, f []byte) bool { return m.Send(f) }
 
-func (m *queueMember) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
-func (m *queueMember) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }
+func (m *queueMember) SendEvent(_, _ string, f []byte) bool    { return m.Send(f) }
+func (m *queueMember) SendSnapshot(_ string, f []byte) bool    { return m.Send(f) }
+func (m *queueMember) SendRoomSummary(_ string, f []byte) bool { return m.Send(f) }

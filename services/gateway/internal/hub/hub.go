@@ -40,7 +40,7 @@
 // round, and no hub mutex is held across a network call (subscriptions and
 // snapshots are awaited with none held) or while calling the broker. The
 // resyncer's mutex is taken alone; the summarizer's and the watch ticker's
-// are leaves (summary.go, watch.go). Member.SendEvent, SendSnapshot and
+// are leaves (summary.go, watch.go). Member.SendEvent, SendSnapshot, SendRoomSummary and
 // Watcher.SendSummary are called under a room's mutex and must not call
 // back into the hub.
 package hub
@@ -99,6 +99,12 @@ type Member interface {
 	// the member conflated before it (all of them older than the hold the
 	// snapshot was read after). It must never call back into the hub.
 	SendSnapshot(room string, frame []byte) bool
+	// SendRoomSummary queues the typing snapshot of a room in summary
+	// mode (summary.go) without blocking: as SendSnapshot, but a member
+	// that has not written the room's previous summary may replace it in
+	// its place (docs/protocol.md, "Order and loss"). It must never call
+	// back into the hub.
+	SendRoomSummary(room string, frame []byte) bool
 }
 
 // Backend is the part of the gateway's backend (backend.NATS) the hub

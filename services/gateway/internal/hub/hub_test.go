@@ -466,8 +466,10 @@ func (m *blockingMember) Send([]byte) bool {
 	return true
 }
 
-func (m *member) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
-func (m *member) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }
+func (m *member) SendEvent(_, _ string, f []byte) bool    { return m.Send(f) }
+func (m *member) SendSnapshot(_ string, f []byte) bool    { return m.Send(f) }
+func (m *member) SendRoomSummary(_ string, f []byte) bool { return m.Send(f) }
 
-func (m *blockingMember) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
-func (m *blockingMember) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }
+func (m *blockingMember) SendEvent(_, _ string, f []byte) bool    { return m.Send(f) }
+func (m *blockingMember) SendSnapshot(_ string, f []byte) bool    { return m.Send(f) }
+func (m *blockingMember) SendRoomSummary(_ string, f []byte) bool { return m.Send(f) }

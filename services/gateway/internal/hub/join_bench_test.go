@@ -123,5 +123,6 @@ func (m *connMember) Send([]byte) bool {
 	return true
 }
 
-func (m *connMember) SendEvent(_, _ string, f []byte) bool { return m.Send(f) }
-func (m *connMember) SendSnapshot(_ string, f []byte) bool { return m.Send(f) }
+func (m *connMember) SendEvent(_, _ string, f []byte) bool    { return m.Send(f) }
+func (m *connMember) SendSnapshot(_ string, f []byte) bool    { return m.Send(f) }
+func (m *connMember) SendRoomSummary(_ string, f []byte) bool { return m.Send(f) }

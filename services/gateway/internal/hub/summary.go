@@ -217,7 +217,7 @@ func (h *Hub) summarizeRoom(name string) {
 		if ms.holds > 0 || !ms.joined {
 			continue // its own snapshot comes with its release
 		}
-		if m.SendSnapshot(name, frames.of(m.User())) {
+		if m.SendRoomSummary(name, frames.of(m.User())) {
 			n++
 		} else {
 			h.met.EventsDropped.Inc()

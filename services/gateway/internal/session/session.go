@@ -361,6 +361,17 @@ func (c *Conn) SendSnapshot(room string, frame []byte) bool {
 	return c.w.sendSnapshot(room, frame)
 }
 
+// SendRoomSummary queues a summary-mode typing snapshot of room
+// ([hub.Member]): it supersedes the room's conflated events, and the
+// latest unwritten one of a room replaces the one before it; false after a
+// close request.
+func (c *Conn) SendRoomSummary(room string, frame []byte) bool {
+	if c.closing() {
+		return false
+	}
+	return c.w.sendRoomSummary(room, frame)
+}
+
 // Outbound is a connection's outbound state at one moment, in frames
 // (writer.go; docs/protocol.md, "Order and loss"). Its bounds: Queued −
 // Answers ≤ HighWater + the events an answer about a room moved ahead of

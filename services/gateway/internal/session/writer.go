@@ -109,6 +109,11 @@ type writer struct {
 	// last (sendSummary); an entry at or below deq was written. Nil once
 	// the queue drains, and at a summaryBarrier. Under mu.
 	sums map[string]uint64
+	// rsums maps a room in summary mode to the enq number of its summary
+	// snapshot queued last (sendRoomSummary) while no other frame of that
+	// room was queued after it; an entry at or below deq was written. Nil
+	// once the queue drains. Under mu.
+	rsums map[string]uint64
 	// enq and deq count the frames ever queued and taken from out; ans
 	// holds the enq number of each answer or snapshot still queued, oldest
 	// first (at most answerCap). All under mu.
@@ -216,6 +221,7 @@ func (w *writer) sendReply(room string, frame []byte) bool {
 		}
 		w.dropRoomLocked(room)
 	}
+	delete(w.rsums, room)
 	w.enqueueLocked(frame)
 	w.answerLocked()
 	w.kickLocked()
@@ -231,22 +237,61 @@ func (w *writer) sendSnapshot(room string, frame []byte) bool {
 	if w.fullLocked() {
 		return false
 	}
+	delete(w.rsums, room)
+	w.queueSnapshotLocked(room, frame)
+	w.answerLocked()
+	w.endConflationLocked()
+	w.kickLocked()
+	return true
+}
+
+// sendRoomSummary takes frame, an unasked typing snapshot of a room in
+// summary mode (hub summary.go): like sendSnapshot it supersedes the
+// room's conflated events and ends a snapshot push of the room awaited,
+// but it replaces, in its place, the room's previous summary still queued
+// when no other frame of the room was queued after that one, and it is not
+// an answer (outside answerCap). So a reader that stopped reading holds at
+// most one summary per room (bounded by MaxRooms) and is closed by the
+// write stall, not by its summaries. Never refused.
+func (w *writer) sendRoomSummary(room string, frame []byte) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.rsums[room]; ok && e > w.deq {
+		w.out[w.head+int(e-1-w.deq)] = frame // out[head+i] is frame deq+1+i
+		if n := len(w.conf[room]); n > 0 {
+			w.dropRoomLocked(room)
+			w.host.conflated(n)
+		}
+		w.host.conflated(1) // the summary replaced, unwritten
+		w.endConflationLocked()
+		return true
+	}
+	w.queueSnapshotLocked(room, frame)
+	if w.rsums == nil {
+		w.rsums = map[string]uint64{}
+	}
+	w.rsums[room] = w.enq
+	w.endConflationLocked()
+	w.kickLocked()
+	return true
+}
+
+// queueSnapshotLocked queues frame, a snapshot of room, dropping the
+// room's conflated events (older than it) and its awaited push; mu is
+// held.
+func (w *writer) queueSnapshotLocked(room string, frame []byte) {
 	if n := len(w.conf[room]); n > 0 {
 		w.dropRoomLocked(room)
 		w.host.conflated(n)
 	}
 	delete(w.confPush, room)
 	w.enqueueLocked(frame)
-	w.answerLocked()
-	w.endConflationLocked()
 	if w.inConf {
 		if w.confSnap == nil {
 			w.confSnap = map[string]uint64{}
 		}
 		w.confSnap[room] = w.enq
 	}
-	w.kickLocked()
-	return true
 }
 
 // sendEvent takes frame, an event of room about user: queued while fewer
@@ -256,6 +301,9 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.inConf && len(w.out)-w.head < w.highWater() {
+		if w.rsums != nil {
+			delete(w.rsums, room) // a summary before this event stays
+		}
 		w.enqueueLocked(frame) // the hot path: no allocation once warm
 		w.kickLocked()
 		return true
@@ -528,7 +576,7 @@ func (w *writer) dequeueLocked() (f []byte, ok bool) {
 			w.out = w.out[:0]
 		}
 		w.head = 0
-		w.sums = nil // every summary was written
+		w.sums, w.rsums = nil, nil // every summary was written
 	}
 	w.endConflationLocked()
 	return f, true
