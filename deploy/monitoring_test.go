@@ -206,10 +206,10 @@ func TestPrometheusRuleMatchesRuleFile(t *testing.T) {
 		}
 	}
 	want := readRules(t)
-	r := render(t, prodDir)
+	r := renderWith(t, prodDir, monitoringDir)
 	pr, ok := r.promRules["ellipsis"]
 	if !ok {
-		t.Fatalf("%s renders no PrometheusRule ellipsis: is the monitoring component in its components:?", prodDir)
+		t.Fatalf("%s renders no PrometheusRule ellipsis", r.dir)
 	}
 	spec, err := yaml.Marshal(pr.Spec)
 	if err != nil {
@@ -221,15 +221,20 @@ func TestPrometheusRuleMatchesRuleFile(t *testing.T) {
 	}
 }
 
-// The prod overlay brings the dashboard as a ConfigMap Grafana's sidecar
-// loads (label grafana_dashboard, a name without hash) holding the file
-// as it is, and a PodMonitor scraping the port named admin of both
-// services' pods.
-func TestProdIncludesMonitoring(t *testing.T) {
-	r := render(t, prodDir)
+// The monitoring component, opt-in (the prod overlay alone needs no
+// prometheus-operator CRDs: TestProdNeedsNoCRDs), added to the prod
+// overlay brings the dashboard as a ConfigMap Grafana's sidecar loads
+// (label grafana_dashboard, a name without hash) holding the file as it
+// is, and a PodMonitor scraping the port named admin of both services'
+// pods.
+func TestMonitoringComponentWithProd(t *testing.T) {
+	r := renderWith(t, prodDir, monitoringDir)
+	if _, ok := render(t, prodDir).configMaps["ellipsis-grafana-dashboard"]; ok {
+		t.Errorf("%s alone renders the dashboard ConfigMap: monitoring must stay opt-in", prodDir)
+	}
 	cm, ok := r.configMaps["ellipsis-grafana-dashboard"]
 	if !ok {
-		t.Fatalf("%s renders no ConfigMap ellipsis-grafana-dashboard", prodDir)
+		t.Fatalf("%s renders no ConfigMap ellipsis-grafana-dashboard", r.dir)
 	}
 	if cm.Labels["grafana_dashboard"] != "1" {
 		t.Errorf("ConfigMap %s: labels %v, want grafana_dashboard: \"1\" (the Grafana sidecar's default label)", cm.Name, cm.Labels)
@@ -243,7 +248,7 @@ func TestProdIncludesMonitoring(t *testing.T) {
 	}
 	pm, ok := r.podMonitors["ellipsis"]
 	if !ok {
-		t.Fatalf("%s renders no PodMonitor ellipsis", prodDir)
+		t.Fatalf("%s renders no PodMonitor ellipsis", r.dir)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
 	if err != nil || sel.Empty() {
