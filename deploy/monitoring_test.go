@@ -27,9 +27,9 @@ import (
 
 // The monitoring of Ellipsis (deploy/monitoring, docs/deploy.md
 // "Monitoring"): a Grafana dashboard, Prometheus alerting rules and the
-// kustomize component that brings them (and a PodMonitor) into the prod
-// overlay. monitoring_live_test.go checks the metrics they query against
-// the running binaries.
+// opt-in kustomize component that brings them (and a PodMonitor) into an
+// overlay on top of prod. monitoring_live_test.go checks the metrics they
+// query against the running binaries.
 const (
 	monitoringDir = "monitoring"
 	dashboardFile = "monitoring/ellipsis-dashboard.json"
