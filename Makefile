@@ -13,7 +13,7 @@ FUZZTIME ?= 50000x
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run demo build test test-all vet tidy-check readme-images config-doc unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle plots plots-sweep fmt
+.PHONY: run demo build test test-quick quick-go quick-js check-tools test-all vet tidy-check readme-images config-doc unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle plots plots-sweep fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -61,8 +61,30 @@ build:
 ## test: vet, go.mod tidiness, every module's tests with -race, a short run of each fuzz target, and the JS SDK's
 ## unit, replay and Chromium tests, against a private Redis and NATS that scripts/testenv.sh starts on spare ports.
 ## A failing step does not stop the others (--keep-going): one run shows every failure, and make still fails.
-test:
+## First checks Node (>= 20.17), nats-server (>= 2.9) and Redis (>= 7): one line names what to install.
+## About 16 min on a 2-core machine (CI: 960 s).
+test: check-tools
 	scripts/testenv.sh $(MAKE) --no-print-directory --keep-going test-all
+
+## test-quick: the inner loop: every module's tests with -short and without -race, and the JS SDK's unit and
+## replay tests; no Chromium, vet, tidy check or fuzzing (make test runs them). Same private Redis and NATS.
+test-quick: check-tools
+	scripts/testenv.sh $(MAKE) --no-print-directory --keep-going quick-go quick-js
+
+## check-tools: Node's version (scripts/check-tools.sh); scripts/testenv.sh checks nats-server's and Redis's
+## itself, after installing Debian's packages where they are missing (as root with apt-get)
+check-tools:
+	@scripts/check-tools.sh node
+
+# Module by module, as unit does: packages of different modules at once share Redis's global counters
+# (test/integration's TestSyncStormIsPriced counts SCANs) and fail.
+quick-go:
+	@failed=; for m in $(MODULES); do echo "== test -short $$m"; (cd $$m && $(GO) test -short -timeout 10m ./...) || failed="$$failed $$m"; done; \
+	  if [ -n "$$failed" ]; then echo "== FAILED in:$$failed"; exit 1; fi
+
+quick-js:
+	cd clients/js && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && \
+	  node --disable-warning=ExperimentalWarning --test test/unit/*.test.js test/replay/*.test.js
 
 test-all: vet tidy-check unit fuzz-smoke js examples-node
 

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,8 +44,9 @@ func testBackends() (redisURL, natsURL string) {
 // Every metric the dashboard and the alerting rules query is exported by
 // the running binaries: the gateway and the presence worker are built and
 // started as separate processes, a little traffic goes through a real
-// WebSocket (join, typing_start, typing_stop, leave) so that labelled
-// series exist, and both /metrics are scraped. A histogram counts as
+// WebSocket (join, typing_start, typing_stop, leave, and a handshake
+// refused at the connection limit) so that labelled series exist, and both
+// /metrics are scraped. A histogram counts as
 // exported through its _bucket, _sum and _count series, which is how
 // queries name them.
 func TestMonitoringQueriesOnlyExportedMetrics(t *testing.T) {
@@ -54,6 +56,7 @@ func TestMonitoringQueriesOnlyExportedMetrics(t *testing.T) {
 	queried := queriedMetrics(t)
 	gw, wk := startServices(t)
 	driveTraffic(t, gw.httpAddr)
+	refuseAtLimit(t, gw.httpAddr)
 
 	// Series appear as the traffic is handled: poll until every queried
 	// name is there, or the deadline passes and the missing ones are named.
@@ -115,8 +118,9 @@ type svcProc struct {
 }
 
 // startServices builds both binaries into a temporary directory and runs
-// them on spare loopback ports, with unique prefixes and ELLIPSIS_AUTH=none;
-// it returns once both answer /readyz 200.
+// them on spare loopback ports, with unique prefixes and ELLIPSIS_AUTH=none
+// (the gateway with ELLIPSIS_MAX_CONNS=liveMaxConns); it returns once both
+// answer /readyz 200.
 func startServices(t *testing.T) (gateway, worker *svcProc) {
 	t.Helper()
 	bin := t.TempDir()
@@ -148,7 +152,8 @@ func startServices(t *testing.T) (gateway, worker *svcProc) {
 		"ELLIPSIS_LOG_LEVEL=warn",
 	}
 	worker = startService(t, filepath.Join(bin, "presence-worker"), "presence-worker", env, "")
-	gateway = startService(t, filepath.Join(bin, "gateway"), "gateway", env, spareAddr(t))
+	gateway = startService(t, filepath.Join(bin, "gateway"), "gateway",
+		append(env, "ELLIPSIS_MAX_CONNS="+strconv.Itoa(liveMaxConns)), spareAddr(t))
 	return gateway, worker
 }
 
@@ -263,6 +268,28 @@ func driveTraffic(t *testing.T, httpAddr string) {
 	}
 	await(alice, "alice", "left")
 	await(bob, "bob", "left")
+}
+
+// liveMaxConns is the gateway's connection limit in these tests: the two
+// clients of driveTraffic fill it.
+const liveMaxConns = 2
+
+// refuseAtLimit opens one connection more than the gateway takes while
+// driveTraffic's two are open: the handshake must be refused with 503
+// (ellipsis_gateway_handshakes_rejected_total{reason="max_conns"}, which the
+// capacity alert reads).
+func refuseAtLimit(t *testing.T, httpAddr string) {
+	t.Helper()
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	c, resp, err := d.Dial("ws://"+httpAddr+"/v1/ws?user=carol&name=carol", nil)
+	if err == nil {
+		c.Close()
+		t.Fatalf("a third connection was accepted at ELLIPSIS_MAX_CONNS=%d", liveMaxConns)
+	}
+	if resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a third connection at ELLIPSIS_MAX_CONNS=%d: %v (response %v), want HTTP 503", liveMaxConns, err, resp)
+	}
+	resp.Body.Close()
 }
 
 // scrape reads the service's GET /metrics.

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
@@ -26,9 +27,9 @@ import (
 
 // The monitoring of Ellipsis (deploy/monitoring, docs/deploy.md
 // "Monitoring"): a Grafana dashboard, Prometheus alerting rules and the
-// kustomize component that brings them (and a PodMonitor) into the prod
-// overlay. monitoring_live_test.go checks the metrics they query against
-// the running binaries.
+// opt-in kustomize component that brings them (and a PodMonitor) into an
+// overlay on top of prod. monitoring_live_test.go checks the metrics they
+// query against the running binaries.
 const (
 	monitoringDir = "monitoring"
 	dashboardFile = "monitoring/ellipsis-dashboard.json"
@@ -68,21 +69,25 @@ func readRules(t testing.TB) *rulefmt.RuleGroups {
 	return parseRules(t, rulesFile, content)
 }
 
+// runbookBase is where every alert's runbook_url points: docs/failures.md
+// on GitHub, at the anchor of the alert's own heading in "Alerts".
+const runbookBase = "https://github.com/ellipsis-chat/ellipsis/blob/main/docs/failures.md"
+
 // Every alert parses with rulefmt (and so its expression with the PromQL
 // parser, its templates with Go's), waits a for: (0m written out where
 // one sample is enough), has a severity Alertmanager can route on, a
-// summary, a description and a runbook pointing at its row in
-// docs/failures.md.
+// summary, a description and a runbook_url: the full URL of its own
+// heading in docs/failures.md, "Alerts", an anchor GitHub generates.
 func TestAlertingRulesParseAndAreComplete(t *testing.T) {
 	groups := readRules(t)
 	failures, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "failures.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, alertsSection, ok := strings.Cut(string(failures), "\n## Alerts\n")
-	if !ok {
+	if !strings.Contains(string(failures), "\n## Alerts\n") {
 		t.Fatal(`docs/failures.md has no "## Alerts" section, where the rules' runbooks point`)
 	}
+	anchors := githubAnchors(string(failures))
 	raw, err := os.ReadFile(rulesFile)
 	if err != nil {
 		t.Fatal(err)
@@ -106,16 +111,23 @@ func TestAlertingRulesParseAndAreComplete(t *testing.T) {
 			if s := r.Labels["severity"]; s != "critical" && s != "warning" {
 				t.Errorf("alert %s: severity %q, want critical or warning", r.Alert, s)
 			}
-			for _, a := range []string{"summary", "description", "runbook"} {
+			for _, a := range []string{"summary", "description", "runbook_url"} {
 				if strings.TrimSpace(r.Annotations[a]) == "" {
 					t.Errorf("alert %s: no %s annotation", r.Alert, a)
 				}
 			}
-			if rb := r.Annotations["runbook"]; !strings.HasPrefix(rb, "docs/failures.md, Alerts: "+r.Alert) {
-				t.Errorf("alert %s: runbook %q, want it to point at docs/failures.md, Alerts: %s", r.Alert, rb, r.Alert)
+			if _, ok := r.Annotations["runbook"]; ok {
+				t.Errorf("alert %s: a runbook annotation; the convention (and Alertmanager's templates, Grafana) read runbook_url", r.Alert)
 			}
-			if !strings.Contains(alertsSection, "`"+r.Alert+"`") {
-				t.Errorf("alert %s has no row in docs/failures.md, \"Alerts\"", r.Alert)
+			u := r.Annotations["runbook_url"]
+			base, anchor, _ := strings.Cut(u, "#")
+			if base != runbookBase {
+				t.Errorf("alert %s: runbook_url %q, want %s#<anchor>", r.Alert, u, runbookBase)
+			}
+			if heading, ok := anchors[anchor]; !ok {
+				t.Errorf("alert %s: runbook_url %q: docs/failures.md has no heading with anchor #%s; add \"### %s\" under \"Alerts\"", r.Alert, u, anchor, r.Alert)
+			} else if heading != r.Alert {
+				t.Errorf("alert %s: runbook_url %q points at the heading %q, not the alert's own", r.Alert, u, heading)
 			}
 			if _, err := promqlParser.ParseExpr(r.Expr); err != nil {
 				t.Errorf("alert %s: PromQL: %v", r.Alert, err)
@@ -127,10 +139,70 @@ func TestAlertingRulesParseAndAreComplete(t *testing.T) {
 	}
 	// The alerts an operator needs, by what they watch.
 	for _, want := range []string{"EllipsisSweepLagHigh", "EllipsisPubSubLinkDown", "EllipsisSlowConsumerCloses",
-		"EllipsisDeliveryDelayHigh", "EllipsisTargetDown", "EllipsisServiceAbsent", "EllipsisNATSDisconnected", "EllipsisCommandErrors"} {
+		"EllipsisDeliveryDelayHigh", "EllipsisTargetDown", "EllipsisServiceAbsent", "EllipsisNATSDisconnected", "EllipsisCommandErrors",
+		"EllipsisJWKSRefreshFailing", "EllipsisConnectionsNearLimit", "EllipsisConnectionsRefused"} {
 		if !seen[want] {
 			t.Errorf("no alert %s", want)
 		}
+	}
+}
+
+// githubAnchors maps the anchors GitHub generates for a Markdown file's
+// headings to the headings' text: lower case, every character but
+// letters, digits, spaces, '-' and '_' removed, spaces turned into '-',
+// and "-1", "-2"... appended to repeats. Lines inside code fences are no
+// headings.
+func githubAnchors(md string) map[string]string {
+	anchors := map[string]string{}
+	count := map[string]int{}
+	fence := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fence = !fence
+			continue
+		}
+		m := atxHeading.FindStringSubmatch(line)
+		if fence || m == nil {
+			continue
+		}
+		text := strings.TrimSpace(m[1])
+		var b strings.Builder
+		for _, r := range strings.ToLower(text) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		slug := b.String()
+		if k := count[slug]; k > 0 {
+			count[slug]++
+			slug = fmt.Sprintf("%s-%d", slug, k)
+		} else {
+			count[slug] = 1
+		}
+		anchors[slug] = strings.Trim(text, "`")
+	}
+	return anchors
+}
+
+// atxHeading matches a Markdown heading line ("## Text", "### Text ##").
+var atxHeading = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
+
+// The anchor generation must match GitHub's on the cases that matter:
+// case, punctuation, code spans, repeats, fences.
+func TestGitHubAnchors(t *testing.T) {
+	got := githubAnchors("# Failures: what Ellipsis does\n## Alerts\n### `EllipsisTargetDown`\n```\n# not a heading\n```\n## Alerts\n### Snapshots: cap and total\n")
+	want := map[string]string{
+		"failures-what-ellipsis-does": "Failures: what Ellipsis does",
+		"alerts":                      "Alerts",
+		"alerts-1":                    "Alerts",
+		"ellipsistargetdown":          "EllipsisTargetDown",
+		"snapshots-cap-and-total":     "Snapshots: cap and total",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("githubAnchors = %v, want %v", got, want)
 	}
 }
 
@@ -206,10 +278,10 @@ func TestPrometheusRuleMatchesRuleFile(t *testing.T) {
 		}
 	}
 	want := readRules(t)
-	r := render(t, prodDir)
+	r := renderWith(t, prodDir, monitoringDir)
 	pr, ok := r.promRules["ellipsis"]
 	if !ok {
-		t.Fatalf("%s renders no PrometheusRule ellipsis: is the monitoring component in its components:?", prodDir)
+		t.Fatalf("%s renders no PrometheusRule ellipsis", r.dir)
 	}
 	spec, err := yaml.Marshal(pr.Spec)
 	if err != nil {
@@ -221,15 +293,20 @@ func TestPrometheusRuleMatchesRuleFile(t *testing.T) {
 	}
 }
 
-// The prod overlay brings the dashboard as a ConfigMap Grafana's sidecar
-// loads (label grafana_dashboard, a name without hash) holding the file
-// as it is, and a PodMonitor scraping the port named admin of both
-// services' pods.
-func TestProdIncludesMonitoring(t *testing.T) {
-	r := render(t, prodDir)
+// The monitoring component, opt-in (the prod overlay alone needs no
+// prometheus-operator CRDs: TestProdNeedsNoCRDs), added to the prod
+// overlay brings the dashboard as a ConfigMap Grafana's sidecar loads
+// (label grafana_dashboard, a name without hash) holding the file as it
+// is, and a PodMonitor scraping the port named admin of both services'
+// pods.
+func TestMonitoringComponentWithProd(t *testing.T) {
+	r := renderWith(t, prodDir, monitoringDir)
+	if _, ok := render(t, prodDir).configMaps["ellipsis-grafana-dashboard"]; ok {
+		t.Errorf("%s alone renders the dashboard ConfigMap: monitoring must stay opt-in", prodDir)
+	}
 	cm, ok := r.configMaps["ellipsis-grafana-dashboard"]
 	if !ok {
-		t.Fatalf("%s renders no ConfigMap ellipsis-grafana-dashboard", prodDir)
+		t.Fatalf("%s renders no ConfigMap ellipsis-grafana-dashboard", r.dir)
 	}
 	if cm.Labels["grafana_dashboard"] != "1" {
 		t.Errorf("ConfigMap %s: labels %v, want grafana_dashboard: \"1\" (the Grafana sidecar's default label)", cm.Name, cm.Labels)
@@ -243,7 +320,7 @@ func TestProdIncludesMonitoring(t *testing.T) {
 	}
 	pm, ok := r.podMonitors["ellipsis"]
 	if !ok {
-		t.Fatalf("%s renders no PodMonitor ellipsis", prodDir)
+		t.Fatalf("%s renders no PodMonitor ellipsis", r.dir)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
 	if err != nil || sel.Empty() {
@@ -411,7 +488,8 @@ func TestDashboardIsCompleteAndPortable(t *testing.T) {
 	}
 	for _, want := range []string{"Build info", "Connections", "Frames in", "Frames out", "Commands by outcome",
 		"Delivery delay", "Delivery delay histogram", "Snapshot latency", "Sweep lag", "Redis and NATS errors",
-		"Slow-consumer and abuse closes", "Pub/Sub links", "Pub/Sub ping timeouts and resyncs"} {
+		"Slow-consumer and abuse closes", "Pub/Sub links", "Pub/Sub ping timeouts and resyncs",
+		"CPU per instance", "Memory per instance", "Goroutines per instance"} {
 		if !titles[want] {
 			t.Errorf("no panel %q", want)
 		}
@@ -510,5 +588,20 @@ func TestMetricNamesSeesEverySelector(t *testing.T) {
 	}
 	if got := fmt.Sprint(metricNames(e)); got != "[a_bucket b c d]" {
 		t.Fatalf("metricNames = %s, want [a_bucket b c d]", got)
+	}
+}
+
+// The dashboard and the rules read the processes (CPU, memory,
+// goroutines: the Go and process collectors), the connection limit and
+// the handshakes refused at it, and the JWKS refresh failures
+// (docs/deploy.md says to alert on them).
+func TestMonitoringQueriesProcessesAndCapacity(t *testing.T) {
+	queried := queriedMetrics(t)
+	for _, want := range []string{"process_cpu_seconds_total", "process_resident_memory_bytes", "go_goroutines", "go_memstats_heap_inuse_bytes",
+		"ellipsis_gateway_connections", "ellipsis_gateway_max_connections", "ellipsis_gateway_handshakes_rejected_total",
+		"ellipsis_gateway_jwks_refresh_failures_total"} {
+		if len(queried[want]) == 0 {
+			t.Errorf("neither the dashboard nor the rules query %s", want)
+		}
 	}
 }

@@ -1,34 +1,12 @@
 package deploy
 
-import (
-	"os"
-	"path/filepath"
-	"testing"
-)
+import "testing"
 
 // The nats-creds component, added to the prod overlay, gives both services
 // ELLIPSIS_NATS_CREDS pointing at the file it mounts read-only from the
 // Secret ellipsis-nats-creds.
 func TestNATSCredsComponent(t *testing.T) {
-	prod, err := filepath.Abs(prodDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp, err := filepath.Abs("k8s/components/nats-creds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	relProd, err1 := filepath.Rel(dir, prod) // kustomize takes no absolute roots
-	relComp, err2 := filepath.Rel(dir, comp)
-	if err1 != nil || err2 != nil {
-		t.Fatal(err1, err2)
-	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + relProd + "\ncomponents:\n  - " + relComp + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := render(t, dir)
+	r := renderWith(t, prodDir, natsCredsComp)
 	for _, svc := range services {
 		d := r.deployments[svc.deployment]
 		if d == nil {

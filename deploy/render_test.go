@@ -22,6 +22,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // The kustomizations under k8s/: base is rendered and decoded too, but only
@@ -82,6 +84,8 @@ type rendered struct {
 	hpas         map[string]*autoscalingv2.HorizontalPodAutoscaler
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	netpols      map[string]*networkingv1.NetworkPolicy
+	ingresses    map[string]*networkingv1.Ingress // components/ingress
+	httpRoutes   map[string]*gatewayv1.HTTPRoute  // components/gateway-api
 	promRules    map[string]*monitoringv1.PrometheusRule
 	podMonitors  map[string]*monitoringv1.PodMonitor
 	kindsAndName []string // "Kind/name" of every object, in order
@@ -96,6 +100,7 @@ var strictDecoder = func() runtime.Decoder {
 		corev1.AddToScheme, appsv1.AddToScheme, autoscalingv2.AddToScheme,
 		policyv1.AddToScheme, networkingv1.AddToScheme,
 		monitoringv1.AddToScheme, // PrometheusRule, PodMonitor (deploy/monitoring)
+		gatewayv1.Install,        // HTTPRoute (components/gateway-api)
 	} {
 		if err := add(scheme); err != nil {
 			panic(err)
@@ -155,6 +160,45 @@ func render(t testing.TB, dir string) *rendered {
 	return r
 }
 
+// renderWith renders an overlay of dir (relative to this module) with the
+// given components (directories relative to this module) added, as a user's
+// own overlay on top of ours does (components: [...]). Cached like render.
+func renderWith(t testing.TB, dir string, components ...string) *rendered {
+	t.Helper()
+	key := dir + " + " + strings.Join(components, " + ")
+	renderMu.Lock()
+	r, ok := renderCache[key]
+	renderMu.Unlock()
+	if ok {
+		return r
+	}
+	tmp := t.TempDir()
+	rel := func(p string) string { // kustomize takes no absolute roots
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := filepath.Rel(tmp, abs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel(dir) + "\ncomponents:\n"
+	for _, c := range components {
+		k += "  - " + rel(c) + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = render(t, tmp)
+	r.dir = key
+	renderMu.Lock()
+	renderCache[key] = r
+	renderMu.Unlock()
+	return r
+}
+
 // newRendered returns an empty render of dir whose stream is all.
 func newRendered(dir string, all []byte) *rendered {
 	return &rendered{
@@ -167,6 +211,8 @@ func newRendered(dir string, all []byte) *rendered {
 		hpas:        map[string]*autoscalingv2.HorizontalPodAutoscaler{},
 		pdbs:        map[string]*policyv1.PodDisruptionBudget{},
 		netpols:     map[string]*networkingv1.NetworkPolicy{},
+		ingresses:   map[string]*networkingv1.Ingress{},
+		httpRoutes:  map[string]*gatewayv1.HTTPRoute{},
 		promRules:   map[string]*monitoringv1.PrometheusRule{},
 		podMonitors: map[string]*monitoringv1.PodMonitor{},
 	}
@@ -203,6 +249,10 @@ func (r *rendered) add(kind, name, ns string, obj runtime.Object) []string {
 		r.pdbs[name] = o
 	case *networkingv1.NetworkPolicy:
 		r.netpols[name] = o
+	case *networkingv1.Ingress:
+		r.ingresses[name] = o
+	case *gatewayv1.HTTPRoute:
+		r.httpRoutes[name] = o
 	case *monitoringv1.PrometheusRule:
 		r.promRules[name] = o
 	case *monitoringv1.PodMonitor:

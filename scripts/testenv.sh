@@ -9,10 +9,11 @@
 # ELLIPSIS_TEST_REDIS_URL and ELLIPSIS_TEST_NATS_URL, which every test reads,
 # so no test depends on anything listening on 6379 or 4222.
 #
-# redis-server (Redis >= 7) and nats-server must be on PATH. When one is
-# missing and this runs as root on a machine with apt-get, it installs
-# Debian's package (redis-server, nats-server); otherwise it stops and says
-# what to install. Set ELLIPSIS_TEST_REDIS_URL and ELLIPSIS_TEST_NATS_URL
+# redis-server (Redis >= 7) and nats-server (>= 2.9) must be on PATH. When
+# one is missing and this runs as root on a machine with apt-get, it
+# installs Debian's package (redis-server, nats-server); otherwise, or when
+# one is too old (scripts/check-tools.sh), it stops before starting anything
+# and says what to install. Set ELLIPSIS_TEST_REDIS_URL and ELLIPSIS_TEST_NATS_URL
 # yourself to use servers of your own instead: then nothing is started.
 set -euo pipefail
 
@@ -80,24 +81,23 @@ start_on() {
   exit 1
 }
 
+# Both are needed even with servers of your own: the outage, Cluster and
+# Sentinel tests start redis-server and nats-server themselves.
+need redis-server redis-server redis
+need nats-server nats-server nats-server
+"$(dirname "$0")/check-tools.sh" redis-server nats-server
+
 if [ -z "${ELLIPSIS_TEST_REDIS_URL:-}" ]; then
-  need redis-server redis-server redis
   start_on redis-server "$dir/redis.log" redis-server --bind 127.0.0.1 --port '{PORT}' \
     --save '' --appendonly no --dir "$dir" --daemonize no --loglevel warning
   export ELLIPSIS_TEST_REDIS_URL="redis://127.0.0.1:$started_port"
 fi
 if [ -z "${ELLIPSIS_TEST_NATS_URL:-}" ]; then
-  need nats-server nats-server nats-server
   mkdir -p "$dir/nats"
   start_on nats-server "$dir/nats.log" nats-server -a 127.0.0.1 -p '{PORT}' -js -sd "$dir/nats"
   export ELLIPSIS_TEST_NATS_URL="nats://127.0.0.1:$started_port"
 fi
 echo "testenv: Redis $ELLIPSIS_TEST_REDIS_URL, NATS $ELLIPSIS_TEST_NATS_URL" >&2
-
-# The need() above also serves the tests that start servers of their own
-# (outage, Cluster and Sentinel tests run redis-server and nats-server).
-need redis-server redis-server redis
-need nats-server nats-server nats-server
 
 set +e
 "$@"

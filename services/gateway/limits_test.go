@@ -252,6 +252,10 @@ func TestMaxConnsPerGateway(t *testing.T) {
 	if n := e.metric(`ellipsis_gateway_handshakes_rejected_total{reason="max_conns"}`); n < 2 {
 		t.Fatalf("handshakes_rejected_total{max_conns} = %v", n)
 	}
+	// The limit is exported beside the count, for the capacity alert.
+	if n := e.metric("ellipsis_gateway_max_connections"); n != 2 {
+		t.Fatalf("max_connections = %v, want 2 (ELLIPSIS_MAX_CONNS)", n)
+	}
 }
 
 func TestMaxConnsPerUser(t *testing.T) {

@@ -43,6 +43,16 @@ func newSecurity(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
+	// The connection limit as a gauge, so that alerts and the dashboard
+	// compare ellipsis_gateway_connections with it (deploy/monitoring).
+	maxConns := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: metrics.Subsystem, Name: "max_connections",
+		Help: "The gateway's limit of open WebSocket connections (ELLIPSIS_MAX_CONNS); handshakes beyond it are refused with 503 (handshakes_rejected_total{reason=\"max_conns\"}).",
+	})
+	maxConns.Set(float64(cfg.MaxConns))
+	if err := reg.Register(maxConns); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
 	s := &security{
 		conns: &connLimiter{max: cfg.MaxConns, perUser: cfg.MaxConnsPerUser, users: map[string]int{}},
 		snaps: newUserBudgets(cfg.HTTPSnapshotRate, cfg.HTTPSnapshotBurst, cfg.HTTPSnapshotUsers),
