@@ -219,3 +219,35 @@ func TestNATSConnectedGauge(t *testing.T) {
 		t.Fatalf("disconnected: %v, want 0", v)
 	}
 }
+
+// Every handshake refusal and authorisation series exists at zero before
+// the first one, so increase() in the alerts sees the first.
+func TestSecuritySeriesStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := NewSecurity(reg); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"ellipsis_gateway_handshakes_rejected_total": 6, "ellipsis_gateway_authz_total": 4}
+	for _, f := range families {
+		n, ok := want[f.GetName()]
+		if !ok {
+			continue
+		}
+		if len(f.GetMetric()) != n {
+			t.Errorf("%s: %d series at start, want %d", f.GetName(), len(f.GetMetric()), n)
+		}
+		for _, m := range f.GetMetric() {
+			if v := m.GetCounter().GetValue(); v != 0 {
+				t.Errorf("%s%v = %v at start", f.GetName(), m.GetLabel(), v)
+			}
+		}
+		delete(want, f.GetName())
+	}
+	if len(want) != 0 {
+		t.Errorf("not exported at start: %v", want)
+	}
+}

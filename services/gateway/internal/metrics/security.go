@@ -52,6 +52,14 @@ func NewSecurity(reg prometheus.Registerer) (*Security, error) {
 			return nil, err
 		}
 	}
+	// Every series from the start, at zero: an alert on increase() sees
+	// the first refusal too (a series born at 1 has no increase).
+	for _, r := range []string{RejectShutdown, RejectOrigin, RejectUnauthorized, RejectBadIdentity, RejectMaxConns, RejectMaxConnsPerUser} {
+		s.handshakesRejected.WithLabelValues(r)
+	}
+	for _, r := range []string{AuthzAllow, AuthzDeny, AuthzNoAnswer, AuthzError} {
+		s.authz.WithLabelValues(r)
+	}
 	return s, nil
 }
 
