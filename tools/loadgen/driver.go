@@ -129,10 +129,18 @@ func (ellipsisDriver) handle(c *client, data []byte, now int64) {
 	}
 	switch ev.Type {
 	case "typing_start", "typing_stop":
-		c.onEvent(ev, now)
+		if c.view != nil {
+			c.trackEvent(ev, now)
+		}
+		if c.matchEvents {
+			c.onEvent(ev, now)
+		}
 	case "error":
 		st.fail("error_frame:" + ev.Code)
 	case "typing":
 		st.c.snapshots.Add(1)
+		if c.view != nil && ev.Room == c.room {
+			c.trackRoom(c.roomIdx, ev.Users, ev.Total, now)
+		}
 	}
 }

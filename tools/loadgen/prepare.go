@@ -40,6 +40,7 @@ func (r *runner) prepare(ctx context.Context) error {
 	}
 	r.sourceAddrs()
 	r.clients = buildClients(r)
+	r.watchers = buildWatchers(r)
 	r.byUser = make(map[string]*client, len(r.clients))
 	for _, c := range r.clients {
 		r.byUser[c.user] = c
@@ -146,6 +147,14 @@ func buildClients(r *runner) []*client {
 		c.room = r.runID + "-r" + strconv.Itoa(c.roomIdx)
 		rank := int64(c.roomIdx)*int64(perRoom) + int64(i/o.Rooms)
 		c.typing = typing > 0 && (rank*int64(typing))%int64(o.Conns) < int64(typing)
+		c.matchEvents = o.StateSample == 0
+		if o.StallShare > 0 {
+			// Every connection keeps its view (the final-state check);
+			// stalled ones are not matched (their events are conflated).
+			c.stall = pickShare(i, o.Conns, o.StallShare)
+			c.matchEvents = !c.stall
+			c.view, c.tracked, c.stateOut = newView(), []int{c.roomIdx}, r.state
+		}
 		clients[i] = c
 	}
 	return clients
@@ -155,13 +164,12 @@ func buildClients(r *runner) []*client {
 // run's.
 func (r *runner) typist(user string) *client { return r.byUser[user] }
 
-// sourceAddr is the local address for client i (nil: the kernel's choice).
-func (r *runner) sourceAddr(i int) *net.TCPAddr {
-	c := r.clients[i]
+// sourceAddr is the local address for client c (nil: the kernel's choice).
+func (r *runner) sourceAddr(c *client) *net.TCPAddr {
 	if len(r.sources) == 0 || !r.loopback[c.url] {
 		return nil
 	}
-	return r.sources[i%len(r.sources)]
+	return r.sources[c.idx%len(r.sources)]
 }
 
 // fetchClientConfig reads the gateway's GET /v1/config; a gateway without

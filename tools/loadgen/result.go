@@ -57,6 +57,17 @@ type Result struct {
 	} `json:"delivered"`
 	// Latency: sender's write to receiver's read of state changes (a
 	// typist appears or goes); Refresh: of refreshes.
+	// FramesPerMemberPerSec is the frames the connections read while
+	// typing was driven (settle excluded), per connection per second.
+	FramesPerMemberPerSec float64 `json:"frames_per_member_per_s"`
+	// ServerCPUPerSec is the CPU seconds per second of Options.CPUPIDs
+	// while typing was driven (settle excluded); 0 without CPUPIDs.
+	ServerCPUPerSec float64 `json:"server_cpu_per_s,omitempty"`
+	// State, Stall, Watch: the cases of issue 25 (state.go, stall.go,
+	// watch.go), when run.
+	State   *StateResult     `json:"state,omitempty"`
+	Stall   *StallResult     `json:"stall,omitempty"`
+	Watch   *WatchResult     `json:"watch,omitempty"`
 	Latency Latency          `json:"latency"`
 	Refresh Latency          `json:"refresh_latency"`
 	Errors  map[string]int64 `json:"errors"`

@@ -105,3 +105,8 @@ func readCPU(pid int) (time.Duration, error) {
 	}
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
+
+// setRcvBuf sets a socket's receive buffer (SO_RCVBUF) to n bytes.
+func setRcvBuf(fd uintptr, n int) error {
+	return syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n)
+}
