@@ -48,6 +48,10 @@ func (res *Result) writeCases(w io.Writer) {
 
 func writeState(w io.Writer, name string, s *StateResult) {
 	d := s.Delay
+	if s.Sampled == 0 {
+		fmt.Fprintf(w, "\n  %-13s exact final state %d of %d\n", name, s.ExactFinal, s.Tracked)
+		return
+	}
 	fmt.Fprintf(w, "\n  %-13s delay to the state (%d sampled): %d changes, p50 %.1f p99 %.1f max %.1f ms; %d superseded; exact final state %d of %d",
 		name, s.Sampled, d.Count, d.P50, d.P99, d.Max, s.Superseded, s.ExactFinal, s.Tracked)
 	if s.PartialSnapshots > 0 {
@@ -132,6 +136,48 @@ func SideBySide(names []string, rs []*Result) [][]string {
 			return "", false
 		}
 		return fmt.Sprintf("%.3f / %.3f", r.Latency.P50, r.Latency.P99), true
+	})
+	add("stalled: closed / exact final", func(r *Result) (string, bool) {
+		if r.Stall == nil {
+			return "", false
+		}
+		return fmt.Sprintf("%d of %d / %d of %d", r.Stall.ClosedStalled, r.Stall.Stalled, r.Stall.ExactStalled, r.Stall.Stalled), true
+	})
+	add("healthy: closed / exact final", func(r *Result) (string, bool) {
+		if r.Stall == nil {
+			return "", false
+		}
+		return fmt.Sprintf("%d of %d / %d of %d", r.Stall.ClosedHealthy, r.Stall.Healthy, r.Stall.ExactHealthy, r.Stall.Healthy), true
+	})
+	stallRow := func(label string, pick func(*StallResult) Latency) {
+		add(label, func(r *Result) (string, bool) {
+			if r.Stall == nil {
+				return "", false
+			}
+			l := pick(r.Stall)
+			return fmt.Sprintf("%.3f / %.3f (%d)", l.P50, l.P99, l.Count), true
+		})
+	}
+	stallRow("healthy p50 / p99 ms, before the stall", func(s *StallResult) Latency { return s.HealthyBefore })
+	stallRow("healthy p50 / p99 ms, during", func(s *StallResult) Latency { return s.HealthyDuring })
+	stallRow("healthy p50 / p99 ms, after", func(s *StallResult) Latency { return s.HealthyAfter })
+	add("watch: rooms accepted / refused", func(r *Result) (string, bool) {
+		if r.Watch == nil {
+			return "", false
+		}
+		return fmt.Sprintf("%d / %s", r.Watch.Accepted, formatCounts(r.Watch.Refused)), true
+	})
+	add("summaries per watcher per s", func(r *Result) (string, bool) {
+		if r.Watch == nil {
+			return "", false
+		}
+		return f("%.1f", r.Watch.SummariesPerWatcherPerSec), true
+	})
+	add("server cpu s/s before / with watchers", func(r *Result) (string, bool) {
+		if r.Watch == nil {
+			return "", false
+		}
+		return fmt.Sprintf("%.3f / %.3f", r.Watch.ServerCPUBefore, r.Watch.ServerCPUAfter), true
 	})
 	add("errors", func(r *Result) (string, bool) { return formatCounts(r.Errors), true })
 	return rows
