@@ -160,7 +160,7 @@ func (r *runner) fillCases(res *Result, connected []*client) {
 		s := &StallResult{AtSeconds: o.StallAt.Seconds(), ForSeconds: o.StallFor.Seconds(), RcvBuf: o.StallRcvBuf}
 		s.ExactStalled, s.Stalled = exactCount(connected, func(c *client) bool { return c.stall })
 		s.ExactHealthy, s.Healthy = exactCount(connected, func(c *client) bool { return !c.stall })
-		s.ClosedStalled, s.ClosedHealthy = r.stall.closedStalled.Load(), r.stall.closedHealthy.Load()
+		s.ClosedStalled, s.ClosedHealthy, s.Rejoined = r.stall.closedStalled.Load(), r.stall.closedHealthy.Load(), r.stall.rejoined.Load()
 		s.HealthyBefore, s.HealthyDuring, s.HealthyAfter = r.stall.latencies()
 		res.Stall = s
 	}

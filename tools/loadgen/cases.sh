@@ -5,7 +5,8 @@
 #
 #   tools/loadgen/cases.sh bigroom  # 10,000 members in 1 room, 200 typists at 0.5 changes/s:
 #                                   # summary mode on (ELLIPSIS_ROOM_SUMMARY_MEMBERS 500), then off (20000)
-#   tools/loadgen/cases.sh stall    # 20 % of 500 connections stop reading for 15 s while their rooms churn
+#   tools/loadgen/cases.sh stall    # 100 of 500 connections stop reading for 25 s while their rooms churn
+#                                   # (no stall; stall; stall with ELLIPSIS_WRITE_STALL=5s)
 #   tools/loadgen/cases.sh watch    # 2 watchers of 500 rooms each among 5,000 members of 1,000 rooms
 #   tools/loadgen/cases.sh bigroom -duration 20s   # extra flags go to every ellipsis-loadgen run (the last wins)
 #
@@ -140,12 +141,16 @@ bigroom)
 	run events ELLIPSIS_SNAPSHOT_MAX=500 ELLIPSIS_ROOM_SUMMARY_MEMBERS=20000 -- "${big[@]}" "$@"
 	;;
 stall)
-	# 500 connections in 5 rooms of 100, 50 typists each at 0.5 changes/s
-	# (each member reads ~25 events/s); the same load without and with
-	# 20 % of them stalled for 15 s.
-	st=(-mode rate -conns 500 -rooms 5 -typing-share 0.5 -rate 125 -duration 40s -settle 3s -settle-max 20s)
+	# 500 connections in 5 rooms of 100, 50 typists each at 0.8 changes/s
+	# (each member reads ~40 events/s): the same load without stalls, with
+	# 40 % of the 250 listeners stalled for 25 s (below ELLIPSIS_WRITE_STALL,
+	# 30 s: conflated, not closed), and with the write stall at 5 s (the
+	# stalled are closed, reconnect and join again).
+	st=(-mode rate -conns 500 -rooms 5 -typing-share 0.5 -rate 200 -duration 45s -settle 3s -settle-max 20s)
+	stall=(-stall-share 0.4 -stall-at 10s -stall-for 25s)
 	run no-stall -- "${st[@]}" "$@"
-	run stall -- "${st[@]}" -stall-share 0.2 -stall-at 10s -stall-for 15s "$@"
+	run stall -- "${st[@]}" "${stall[@]}" "$@"
+	run stall-closed ELLIPSIS_WRITE_STALL=5s -- "${st[@]}" "${stall[@]}" "$@"
 	;;
 watch)
 	# 5,000 members of 1,000 rooms (2 typists each, 0.5 changes/s: 1,000

@@ -22,7 +22,7 @@ func (res *Result) writeCases(w io.Writer) {
 	if s := res.Stall; s != nil {
 		fmt.Fprintf(w, "\n  stall         %d connections stopped reading at %.0fs for %.0fs (SO_RCVBUF %d), %d healthy\n",
 			s.Stalled, s.AtSeconds, s.ForSeconds, s.RcvBuf, s.Healthy)
-		fmt.Fprintf(w, "  closed        %d stalled, %d healthy\n", s.ClosedStalled, s.ClosedHealthy)
+		fmt.Fprintf(w, "  closed        %d stalled, %d healthy; %d rejoined\n", s.ClosedStalled, s.ClosedHealthy, s.Rejoined)
 		fmt.Fprintf(w, "  exact final   %d of %d stalled, %d of %d healthy\n", s.ExactStalled, s.Stalled, s.ExactHealthy, s.Healthy)
 		fmt.Fprintf(w, "  healthy readers' state-change latency by when the change was sent (ms):\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -142,6 +142,12 @@ func SideBySide(names []string, rs []*Result) [][]string {
 			return "", false
 		}
 		return fmt.Sprintf("%d of %d / %d of %d", r.Stall.ClosedStalled, r.Stall.Stalled, r.Stall.ExactStalled, r.Stall.Stalled), true
+	})
+	add("rejoined after a close", func(r *Result) (string, bool) {
+		if r.Stall == nil {
+			return "", false
+		}
+		return fmt.Sprintf("%d", r.Stall.Rejoined), true
 	})
 	add("healthy: closed / exact final", func(r *Result) (string, bool) {
 		if r.Stall == nil {

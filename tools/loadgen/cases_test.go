@@ -312,8 +312,9 @@ func TestStallAgainstStack(t *testing.T) {
 	defer cancel()
 	res, err := Run(ctx, Options{
 		Stack: true, StackConfig: quietStack(), Mode: ModeRate, Conns: 20, Rooms: 2, TypingShare: 0.5, Rate: 5,
+		// 10 listeners, half of them stalled
 		Duration: 5 * time.Second, Settle: time.Second, SettleMax: 20 * time.Second,
-		StallShare: 0.25, StallAt: time.Second, StallFor: 2 * time.Second,
+		StallShare: 0.5, StallAt: time.Second, StallFor: 2 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

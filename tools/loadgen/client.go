@@ -72,7 +72,7 @@ func (c *client) dial(ctx context.Context) error {
 	src := c.r.sourceAddr(c)
 	var control func(network, address string, rc syscall.RawConn) error
 	if c.stall {
-		control = rcvBufControl(o.StallRcvBuf)
+		control = stallControl(o.StallRcvBuf)
 	}
 	d := websocket.Dialer{
 		HandshakeTimeout: o.DialTimeout,
@@ -188,14 +188,17 @@ func (c *client) readLoop() {
 		}
 		if err != nil {
 			st.c.open.Add(-1)
-			if !r.closing.Load() {
-				if r.opts.StallShare > 0 {
-					if c.stall {
-						r.stall.closedStalled.Add(1)
-					} else {
-						r.stall.closedHealthy.Add(1)
-					}
+			if !r.closing.Load() && r.opts.StallShare > 0 {
+				if c.stall {
+					r.stall.closedStalled.Add(1)
+				} else {
+					r.stall.closedHealthy.Add(1)
 				}
+				if c.rejoin() {
+					continue // as the SDK does: reconnect, join, take the snapshot
+				}
+			}
+			if !r.closing.Load() {
 				var ce *websocket.CloseError
 				if errors.As(err, &ce) {
 					st.fail("closed:" + strconv.Itoa(ce.Code))
@@ -220,6 +223,29 @@ func (c *client) readLoop() {
 		}
 		r.drv.handle(c, data, now)
 	}
+}
+
+// rejoin reconnects a tracked connection the gateway closed during a
+// stalled-readers run and joins its room again; the `joined` snapshot
+// replaces its view (driver join). False when that fails or the run is
+// closing.
+func (c *client) rejoin() bool {
+	r := c.r
+	if r.closing.Load() || c.view == nil {
+		return false
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.ws.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.DialTimeout)
+	defer cancel()
+	if err := c.dial(ctx); err != nil {
+		r.st.fail("rejoin")
+		return false
+	}
+	r.stall.rejoined.Add(1)
+	r.st.c.open.Add(1)
+	return true
 }
 
 // discardMessage reads one message and drops it, without keeping it.

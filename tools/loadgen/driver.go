@@ -101,6 +101,9 @@ func (ellipsisDriver) join(c *client) error {
 			continue
 		}
 		if ev.Type == "joined" && ev.ID == "j" {
+			if c.view != nil && c.r.roomTypists != nil { // a rejoin (client.rejoin)
+				c.trackRoom(c.roomIdx, ev.Typing, ev.Total, c.r.clock.mono())
+			}
 			break
 		}
 		if ev.Type == "error" && ev.ID == "j" {

@@ -169,7 +169,8 @@ type Options struct {
 	// (Result.FramesPerMemberPerSec), so that 10,000 members cost the load
 	// generator little. Event latency is not measured then.
 	StateSample int
-	// StallShare is the fraction of connections that stop reading (stop
+	// StallShare is the fraction of the listening (not typing)
+	// connections that stop reading (stop
 	// calling read on the socket) for StallFor from StallAt after the
 	// start of the run, then read again (stall.go). Zero: none.
 	StallShare float64

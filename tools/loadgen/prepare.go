@@ -148,14 +148,10 @@ func buildClients(r *runner) []*client {
 		rank := int64(c.roomIdx)*int64(perRoom) + int64(i/o.Rooms)
 		c.typing = typing > 0 && (rank*int64(typing))%int64(o.Conns) < int64(typing)
 		c.matchEvents = o.StateSample == 0
-		if o.StallShare > 0 {
-			// Every connection keeps its view (the final-state check);
-			// stalled ones are not matched (their events are conflated).
-			c.stall = pickShare(i, o.Conns, o.StallShare)
-			c.matchEvents = !c.stall
-			c.view, c.tracked, c.stateOut = newView(), []int{c.roomIdx}, r.state
-		}
 		clients[i] = c
+	}
+	if o.StallShare > 0 {
+		pickStalled(r, clients)
 	}
 	return clients
 }
@@ -204,4 +200,29 @@ func fetchClientConfig(ctx context.Context, wsURL string, timeout time.Duration)
 		return protocol.ClientConfig{}, fmt.Errorf("loadgen: GET %s: %w", u, err)
 	}
 	return cc, nil
+}
+
+// pickStalled gives every client a view (the final-state check) and
+// picks Options.StallShare of the listening ones, spread evenly, to
+// stall; stalled ones are not matched (their events are conflated).
+// Typists do not stall: one the gateway closed would have to type again
+// after it reconnects to keep the room's state, which the case does not
+// measure.
+func pickStalled(r *runner, clients []*client) {
+	listeners := 0
+	for _, c := range clients {
+		if !c.typing {
+			listeners++
+		}
+	}
+	j := 0
+	for _, c := range clients {
+		c.view, c.tracked, c.stateOut = newView(), []int{c.roomIdx}, r.state
+		if c.typing {
+			continue
+		}
+		c.stall = pickShare(j, listeners, r.opts.StallShare)
+		c.matchEvents = !c.stall
+		j++
+	}
 }

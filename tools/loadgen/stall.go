@@ -13,9 +13,11 @@ import (
 // (Options.StallShare) stop calling read on their socket for
 // Options.StallFor while their rooms churn, then read again. The gateway
 // sees their sockets fill (their receive buffer is small:
-// Options.StallRcvBuf) and conflates their room events (docs/protocol.md,
+// Options.StallRcvBuf, and their segments an Ethernet path's: stallMSS)
+// and conflates their room events (docs/protocol.md,
 // "Order and loss"); it closes a connection only when a write did not
-// finish for ELLIPSIS_WRITE_STALL. Measured: how many connections were
+// finish for ELLIPSIS_WRITE_STALL; such a connection reconnects and joins
+// again, as the SDK does (client.rejoin). Measured: how many connections were
 // closed (stalled and healthy), whether each ends with the exact final
 // state of its room (every connection keeps a view, state.go), and the
 // healthy readers' state-change latency for events sent before, during and
@@ -37,7 +39,7 @@ type stallWindow struct {
 	mu   sync.Mutex
 	hist [stallPeriods]*hdrhistogram.Histogram // healthy readers' state-change latency by the send's period, µs
 
-	closedStalled, closedHealthy atomic.Int64
+	closedStalled, closedHealthy, rejoined atomic.Int64
 }
 
 // set fixes the window [from, to) (mono ns).
@@ -102,15 +104,29 @@ func pickShare(i, n int, share float64) bool {
 	return k > 0 && (int64(i)*k)%int64(n) < k
 }
 
-// rcvBufControl returns a dialer Control that sets SO_RCVBUF to n bytes
-// before the connect (so the TCP window is sized by it); nil for n <= 0.
-func rcvBufControl(n int) func(network, address string, c syscall.RawConn) error {
-	if n <= 0 {
-		return nil
-	}
+// stallMSS is the TCP maximum segment size the stalled connections
+// announce (TCP_MAXSEG before the connect): an Ethernet path's. On
+// loopback the MSS is about 64 KiB, and Linux sizes a socket's send
+// buffer from it (about 2 × 10 segments at the start), so the gateway's
+// kernel would take over a megabyte for a reader that stopped reading
+// before its writes block, which no real network path gives it.
+const stallMSS = 1448
+
+// stallControl returns a dialer Control that sets SO_RCVBUF to rcvBuf
+// bytes (when above 0; the TCP window is sized by it) and TCP_MAXSEG to
+// stallMSS before the connect.
+func stallControl(rcvBuf int) func(network, address string, c syscall.RawConn) error {
 	return func(_, _ string, rc syscall.RawConn) error {
 		var serr error
-		if err := rc.Control(func(fd uintptr) { serr = setRcvBuf(fd, n) }); err != nil {
+		err := rc.Control(func(fd uintptr) {
+			if rcvBuf > 0 {
+				serr = setRcvBuf(fd, rcvBuf)
+			}
+			if serr == nil {
+				serr = setMSS(fd, stallMSS)
+			}
+		})
+		if err != nil {
 			return err
 		}
 		return serr
@@ -128,6 +144,9 @@ type StallResult struct {
 	// settle.
 	ClosedStalled int64 `json:"closed_stalled"`
 	ClosedHealthy int64 `json:"closed_healthy"`
+	// Rejoined: closed connections that reconnected and joined again (as
+	// the SDK does), their view replaced by the `joined` snapshot.
+	Rejoined int64 `json:"rejoined"`
 	// Connections whose view at the end of the settle was the exact final
 	// state of their room.
 	ExactStalled int `json:"exact_stalled"`

@@ -16,3 +16,5 @@ func processCPU() time.Duration { return 0 }
 func readCPU(int) (time.Duration, error) { return 0, errors.New("reading CPU time needs Linux /proc") }
 
 func setRcvBuf(uintptr, int) error { return nil }
+
+func setMSS(uintptr, int) error { return nil }

@@ -95,7 +95,7 @@ func defineFlags(fs *flag.FlagSet) *flags {
 		memProfile:  fs.String("memprofile", "", "write a heap profile of this process (with -stack: the stack too) to this file at the end of the run, connections still open"),
 
 		stateSample: fs.Int("state-sample", 0, "big-room case: this many listeners, spread evenly, measure the delay to the state (by event or `typing` frame); the other connections only count frames"),
-		stallShare:  fs.Float64("stall-share", 0, "stalled-readers case: this fraction of connections stop reading for -stall-for from -stall-at, then read again"),
+		stallShare:  fs.Float64("stall-share", 0, "stalled-readers case: this fraction of the listening connections stop reading for -stall-for from -stall-at, then read again"),
 		stallAt:     fs.Duration("stall-at", 0, "stalled-readers case: when the stall starts after the start of the run (default a third of -duration)"),
 		stallFor:    fs.Duration("stall-for", loadgen.DefaultStallFor, "stalled-readers case: how long the stalled connections do not read"),
 		stallRcvBuf: fs.Int("stall-rcvbuf", loadgen.DefaultStallRcvBuf, "stalled-readers case: SO_RCVBUF of the stalled connections, bytes (-1: the kernel's)"),
