@@ -93,11 +93,14 @@ start_stack() {
 	env "${common[@]}" ELLIPSIS_HTTP_ADDR="$HTTP_ADDR" ELLIPSIS_ADMIN_ADDR="$GW_ADMIN" "$@" $STACK_ENV "$BIN/gateway" &
 	gw=$!
 	stack+=("$gw")
-	for _ in $(seq 100); do
-		curl -fsS "http://$GW_ADMIN/readyz" >/dev/null 2>&1 && return 0
-		sleep 0.1
+	local a
+	for a in "$WK_ADMIN" "$GW_ADMIN"; do # the worker too: a join's snapshot needs it
+		for _ in $(seq 100); do
+			curl -fsS "http://$a/readyz" >/dev/null 2>&1 && break
+			sleep 0.1
+		done
+		curl -fsS "http://$a/readyz" >/dev/null
 	done
-	curl -fsS "http://$GW_ADMIN/readyz" >/dev/null
 }
 stop_stack() {
 	stop_pids "${stack[@]}"
