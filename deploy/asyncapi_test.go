@@ -141,6 +141,11 @@ var goDecoders = map[string]func(t *testing.T, example []byte) error{
 	"typingStopCommand":  clientFrame(protocol.TypeTypingStop),
 	"sync":               clientFrame(protocol.TypeSync),
 	"ping":               clientFrame(protocol.TypePing),
+	"watch":              clientFrame(protocol.TypeWatch),
+	"unwatch":            clientFrame(protocol.TypeUnwatch),
+	"watching":           serverFrame[protocol.Watching](protocol.TypeWatching),
+	"unwatched":          serverFrame[protocol.Unwatched](protocol.TypeUnwatched),
+	"summary":            serverFrame[protocol.Summary](protocol.TypeSummary),
 	"typingStart":        roomEvent(protocol.TypeTypingStart),
 	"typingStop":         roomEvent(protocol.TypeTypingStop),
 	"natsTypingStart":    roomEvent(protocol.TypeTypingStart),
@@ -357,6 +362,20 @@ func (m *goMessages) addWebSocketFrames(room, id string, snaps []protocol.Snapsh
 		m.add(msgID, m.enc(protocol.ClientFrame{Type: typ, Room: room, ID: id}))
 	}
 	m.add("ping", m.enc(protocol.ClientFrame{Type: protocol.TypePing, ID: id}))
+	m.add("watch", m.enc(protocol.ClientFrame{Type: protocol.TypeWatch, Rooms: []string{room, "lobby"}, ID: id}))
+	m.add("unwatch", m.enc(protocol.ClientFrame{Type: protocol.TypeUnwatch, Rooms: []string{room}, ID: id}))
+	m.add("unwatch", m.enc(protocol.ClientFrame{Type: protocol.TypeUnwatch, ID: id}))
+	m.add("watching", m.enc(protocol.NewWatching(id, []string{room}, nil, 1)))
+	for _, code := range []string{protocol.CodeBadRequest, protocol.CodeForbidden, protocol.CodeWatchLimit, protocol.CodeRateLimited, protocol.CodeUnavailable} {
+		m.add("watching", m.enc(protocol.NewWatching(id, nil, []protocol.Refusal{{Room: room, Code: code, Message: "no"}, {Room: "", Code: protocol.CodeBadRequest, Message: "room: is required"}}, 0)))
+	}
+	m.add("unwatched", m.enc(protocol.NewUnwatched(id, []string{room, ""}, 0)))
+	m.add("unwatched", m.enc(protocol.NewUnwatched(id, nil, 3)))
+	for _, s := range snaps {
+		m.add("summary", m.enc(protocol.NewSummary(room, s)))
+		m.add("summary", m.enc(protocol.NewSummary(room, s.WithoutUser("alice"))))
+	}
+	m.add("summary", m.enc(protocol.NewSummary(room, protocol.Snapshot{Users: []protocol.Typist{{User: "a"}, {User: "b"}, {User: "c"}, {User: "d"}}, Total: 4})))
 }
 
 // addRoomEvents adds room's events: the worker's prefix, then Redis TIME
@@ -410,6 +429,10 @@ func TestAsyncAPISchemasRefuse(t *testing.T) {
 	}{
 		{"join", `{"type":"join"}`, func(b []byte) error { _, err := protocol.DecodeClientFrame(b); return err }},
 		{"join", `{"type":"join","room":"a\u0007b"}`, func(b []byte) error { _, err := protocol.DecodeClientFrame(b); return err }},
+		{"watch", `{"type":"watch","rooms":[]}`, func(b []byte) error { _, err := protocol.DecodeClientFrame(b); return err }},
+		{"watch", `{"type":"watch"}`, func(b []byte) error { _, err := protocol.DecodeClientFrame(b); return err }},
+		{"watch", `{"type":"watch","rooms":[42]}`, func(b []byte) error { _, err := protocol.DecodeClientFrame(b); return err }},
+		{"unwatch", `{"type":"unwatch","rooms":[]}`, func(b []byte) error { _, err := protocol.DecodeClientFrame(b); return err }},
 		{"command", `{"v":1,"op":"start","room":"42","user":"alice"}`, func(b []byte) error { _, err := protocol.DecodeCommand(b); return err }},
 		{"command", `{"v":1,"op":"disconnect","room":"42","user":"alice","conn":"c"}`, func(b []byte) error { _, err := protocol.DecodeCommand(b); return err }},
 		{"command", `{"v":2,"op":"stop","room":"42","user":"alice"}`, func(b []byte) error { _, err := protocol.DecodeCommand(b); return err }},
@@ -435,7 +458,7 @@ func TestAsyncAPISchemasRefuse(t *testing.T) {
 		return out
 	}
 	codes := []string{protocol.CodeBadRequest, protocol.CodeUnknownType, protocol.CodeNotJoined, protocol.CodeForbidden,
-		protocol.CodeRoomLimit, protocol.CodeRateLimited, protocol.CodeUnavailable, protocol.CodeInternal}
+		protocol.CodeRoomLimit, protocol.CodeRateLimited, protocol.CodeUnavailable, protocol.CodeInternal, protocol.CodeWatchLimit}
 	slices.Sort(codes)
 	if got := enum("errorCode"); !slices.Equal(got, codes) {
 		t.Errorf("errorCode enum %v, want the protocol's codes %v", got, codes)

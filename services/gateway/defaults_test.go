@@ -28,6 +28,7 @@ func TestPackageDefaultsAreTheTable(t *testing.T) {
 		{"ELLIPSIS_OUTBOUND_QUEUE", hub.DefaultPendingLimit, d.OutboundQueue},
 		{"ELLIPSIS_ROOM_SUMMARY_MEMBERS", hub.DefaultSummaryMembers, d.RoomSummaryMembers},
 		{"ELLIPSIS_ROOM_SUMMARY_INTERVAL", hub.DefaultSummaryInterval, d.RoomSummaryInterval},
+		{"ELLIPSIS_WATCH_INTERVAL", hub.DefaultWatchInterval, d.WatchInterval},
 	} {
 		if c.pkg != c.table {
 			t.Errorf("%s: the package's default is %v, the table's %v", c.env, c.pkg, c.table)

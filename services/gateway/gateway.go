@@ -384,6 +384,7 @@ func (s *Server) startHub(pres *backend.NATS) {
 		PendingLimit:    s.cfg.OutboundQueue,
 		SummaryMembers:  s.cfg.RoomSummaryMembers,
 		SummaryInterval: s.cfg.RoomSummaryInterval,
+		WatchInterval:   s.cfg.WatchInterval,
 		Metrics:         s.met,
 		Logger:          s.log.Named("hub"),
 	})

@@ -184,6 +184,7 @@ func (s *Server) sessionConfig() session.Config {
 	return session.Config{
 		MaxFrameBytes:     s.cfg.MaxFrameBytes,
 		MaxRooms:          s.cfg.MaxRoomsPerConn,
+		MaxWatched:        s.cfg.MaxWatchedRooms,
 		InboundRate:       s.cfg.InboundRate,
 		InboundBurst:      s.cfg.InboundBurst,
 		OutboundQueue:     s.cfg.OutboundQueue,
@@ -290,6 +291,10 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 		RefreshMs:  s.cfg.TypingRefresh.Milliseconds(),
 		IdleStopMs: s.cfg.TypingIdleStop.Milliseconds(),
 		Auth:       s.cfg.Auth,
+
+		MaxFrameBytes:   s.cfg.MaxFrameBytes,
+		MaxWatchedRooms: s.cfg.MaxWatchedRooms,
+		WatchIntervalMs: s.cfg.WatchInterval.Milliseconds(),
 	})
 }
 

@@ -50,6 +50,7 @@ func newSecurity(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) 
 	}
 	if s.budgets, err = session.NewBudgets(session.BudgetConfig{
 		FreeJoins: cfg.MaxRoomsPerConn, SnapshotRate: cfg.SnapshotRate, SnapshotBurst: cfg.SnapshotBurst, Users: cfg.SnapshotUsers,
+		Watches: cfg.MaxWatchedRooms,
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -202,6 +202,8 @@ type Config struct {
 	InboundMaxRejected  int           // ELLIPSIS_INBOUND_MAX_REJECTED
 	RoomSummaryMembers  int           // ELLIPSIS_ROOM_SUMMARY_MEMBERS, local members
 	RoomSummaryInterval time.Duration // ELLIPSIS_ROOM_SUMMARY_INTERVAL
+	MaxWatchedRooms     int           // ELLIPSIS_MAX_WATCHED_ROOMS, rooms per connection (0: watching off)
+	WatchInterval       time.Duration // ELLIPSIS_WATCH_INTERVAL
 	MaxConns            int           // ELLIPSIS_MAX_CONNS
 	MaxConnsPerUser     int           // ELLIPSIS_MAX_CONNS_PER_USER
 	SnapshotRate        float64       // ELLIPSIS_SNAPSHOT_RATE, snapshots/s per user (its connections on a gateway)

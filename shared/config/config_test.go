@@ -546,3 +546,20 @@ func TestRoomSummarySettings(t *testing.T) {
 		t.Logf("%s=%s: %v", env, val, err)
 	}
 }
+
+func TestWatchSettings(t *testing.T) {
+	c, err := load(t, nil)
+	if err != nil || c.MaxWatchedRooms != 500 || c.WatchInterval != 2*time.Second {
+		t.Fatalf("defaults: got %v, %v, %v", c.MaxWatchedRooms, c.WatchInterval, err)
+	}
+	c, err = load(t, map[string]string{"ELLIPSIS_MAX_WATCHED_ROOMS": "0", "ELLIPSIS_WATCH_INTERVAL": "100ms"})
+	if err != nil || c.MaxWatchedRooms != 0 || c.WatchInterval != 100*time.Millisecond {
+		t.Fatalf("got %v, %v, %v", c.MaxWatchedRooms, c.WatchInterval, err)
+	}
+	for env, val := range map[string]string{"ELLIPSIS_MAX_WATCHED_ROOMS": "10001", "ELLIPSIS_WATCH_INTERVAL": "99ms"} {
+		_, err := load(t, map[string]string{env: val})
+		if err == nil || !strings.Contains(err.Error(), env+": must be") {
+			t.Fatalf("%s=%s: got %v", env, val, err)
+		}
+	}
+}

@@ -21,6 +21,8 @@ const (
 	TypeTypingStop  = "typing_stop"
 	TypeSync        = "sync"
 	TypePing        = "ping"
+	TypeWatch       = "watch"
+	TypeUnwatch     = "unwatch"
 )
 
 // Server event types (gateway to client). typing_start and typing_stop are
@@ -31,7 +33,15 @@ const (
 	TypeTyping = "typing"
 	TypePong   = "pong"
 	TypeError  = "error"
+	// Watching rooms (docs/protocol.md, "Watching rooms").
+	TypeWatching  = "watching"
+	TypeUnwatched = "unwatched"
+	TypeSummary   = "summary"
 )
+
+// SummaryTypists is the most typists a summary frame lists ("typing"; its
+// "total" counts them all): docs/protocol.md, "Watching rooms".
+const SummaryTypists = 3
 
 // Error codes of error frames (docs/protocol.md, "Error codes").
 const (
@@ -41,6 +51,7 @@ const (
 	CodeForbidden   = "forbidden"
 	CodeRoomLimit   = "room_limit"
 	CodeRateLimited = "rate_limited"
+	CodeWatchLimit  = "watch_limit"
 	CodeUnavailable = "unavailable"
 	CodeInternal    = "internal"
 )
@@ -54,13 +65,17 @@ const (
 )
 
 // ClientFrame is one decoded, validated client frame. Room is set for every
-// type but ping; ID is the optional request id echoed on the reply. Unknown
-// JSON fields (a "user" field included) are ignored: the user id only ever
-// comes from authentication.
+// type but ping, watch and unwatch; ID is the optional request id echoed on
+// the reply. Rooms is the rooms of a watch (1 or more) or unwatch (nil: every
+// watched room), each a valid room id; the decoder keeps them as sent
+// (duplicates included: the gateway takes each once). Unknown JSON fields (a
+// "user" field included) are ignored: the user id only ever comes from
+// authentication.
 type ClientFrame struct {
-	Type string `json:"type"`
-	Room string `json:"room,omitempty"`
-	ID   string `json:"id,omitempty"`
+	Type  string   `json:"type"`
+	Room  string   `json:"room,omitempty"`
+	Rooms []string `json:"rooms,omitempty"`
+	ID    string   `json:"id,omitempty"`
 }
 
 // FrameError is a client frame that cannot be served. Code is one of the
@@ -109,10 +124,26 @@ func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 		f.Room = ""
 		return f, nil
 	case TypeJoin, TypeLeave, TypeTypingStart, TypeTypingStop, TypeSync:
+		f.Rooms = nil
 		if err := ValidateID("room", f.Room); err != nil {
 			e := &FrameError{Code: CodeBadRequest, Message: err.Error(), ID: f.ID}
 			return ClientFrame{}, e
 		}
+		return f, nil
+	case TypeWatch, TypeUnwatch:
+		f.Room = ""
+		switch {
+		case f.Rooms != nil && len(f.Rooms) == 0 && f.Type == TypeUnwatch:
+			return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "rooms: must hold 1 or more room ids, got []; leave it out to unwatch every room", ID: f.ID}
+		case len(f.Rooms) == 0 && f.Type == TypeWatch:
+			msg := "rooms: is required (an array of 1 or more room ids)"
+			if f.Rooms != nil {
+				msg = "rooms: must hold 1 or more room ids, got []"
+			}
+			return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: msg, ID: f.ID}
+		}
+		// The room ids themselves are checked one by one by the gateway,
+		// which refuses an invalid one (bad_request) and serves the others.
 		return f, nil
 	case "":
 		return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "type: is required", ID: f.ID}
@@ -145,6 +176,9 @@ func decodeErr(err error) error {
 			default:
 				want = "a " + te.Type.String()
 			}
+		}
+		if te.Field == "rooms" && te.Struct == "ClientFrame" {
+			want = "an array of room id strings" // the element's type otherwise
 		}
 		return &FieldError{te.Field, fmt.Sprintf("must be %s, got %s", want, te.Value)}
 	}
@@ -213,25 +247,30 @@ type ErrorFrame struct {
 
 // ServerFrame is any server frame as a client reads it: the union of the
 // fields of [Joined] (Typing, Total), [Left], [TypingSnapshot] (Users,
-// Total), [Pong], [ErrorFrame] (Code, Message) and the room events
+// Total), [Pong], [ErrorFrame] (Code, Message), [Watching] and
+// [Unwatched] (Rooms, Refused, Watched), [Summary] (Typing, Total) and the
+// room events
 // typing_start and typing_stop, which the gateway forwards exactly as the
 // worker published them ([RoomEvent]: V, User, Name, TTLMs, Reason, TsMs).
 // Type tells which fields are set; a field a frame does not carry is zero.
 type ServerFrame struct {
-	V       int      `json:"v,omitempty"`
-	Type    string   `json:"type"`
-	Room    string   `json:"room,omitempty"`
-	User    string   `json:"user,omitempty"`
-	Name    string   `json:"name,omitempty"`
-	TTLMs   int64    `json:"ttl_ms,omitempty"`
-	Reason  string   `json:"reason,omitempty"`
-	TsMs    int64    `json:"ts_ms,omitempty"`
-	Typing  []Typist `json:"typing,omitempty"`
-	Users   []Typist `json:"users,omitempty"`
-	Total   int      `json:"total,omitempty"`
-	Code    string   `json:"code,omitempty"`
-	Message string   `json:"message,omitempty"`
-	ID      string   `json:"id,omitempty"`
+	V       int       `json:"v,omitempty"`
+	Type    string    `json:"type"`
+	Room    string    `json:"room,omitempty"`
+	User    string    `json:"user,omitempty"`
+	Name    string    `json:"name,omitempty"`
+	TTLMs   int64     `json:"ttl_ms,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	TsMs    int64     `json:"ts_ms,omitempty"`
+	Typing  []Typist  `json:"typing,omitempty"`
+	Users   []Typist  `json:"users,omitempty"`
+	Total   int       `json:"total,omitempty"`
+	Code    string    `json:"code,omitempty"`
+	Message string    `json:"message,omitempty"`
+	Rooms   []string  `json:"rooms,omitempty"`
+	Refused []Refusal `json:"refused,omitempty"`
+	Watched int       `json:"watched,omitempty"`
+	ID      string    `json:"id,omitempty"`
 }
 
 // NewJoined, NewLeft, NewTypingSnapshot, NewPong and NewError fill Type.
@@ -263,3 +302,78 @@ func NewError(code, message, room, id string) ErrorFrame {
 // Encode marshals a server frame. The frame types above cannot fail to
 // marshal; a failure is a programming error and is returned as is.
 func Encode(v any) ([]byte, error) { return json.Marshal(v) }
+
+// Refusal is one room of a watch frame that is not watched, with the error
+// code saying why ([CodeBadRequest] for an invalid room id,
+// [CodeForbidden], [CodeWatchLimit], [CodeRateLimited], [CodeUnavailable])
+// and a message for people.
+type Refusal struct {
+	Room    string `json:"room"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Watching answers watch (docs/protocol.md, "Watching rooms"): Rooms are
+// the frame's rooms now watched (those watched already included), Refused
+// the others (always present, [] when none), Watched the number of rooms
+// the connection watches after the frame.
+type Watching struct {
+	Type    string    `json:"type"` // "watching"
+	ID      string    `json:"id,omitempty"`
+	Rooms   []string  `json:"rooms"`
+	Refused []Refusal `json:"refused"`
+	Watched int       `json:"watched"`
+}
+
+// Unwatched answers unwatch: Rooms are the rooms no longer watched (rooms
+// that were not watched are listed too), Watched the count after.
+type Unwatched struct {
+	Type    string   `json:"type"` // "unwatched"
+	ID      string   `json:"id,omitempty"`
+	Rooms   []string `json:"rooms"`
+	Watched int      `json:"watched"`
+}
+
+// Summary is who is typing in a watched room: Typing the first
+// [SummaryTypists] typists of the room's snapshot (self filtered; always
+// present, [] when nobody types), Total all the room's visible typists.
+type Summary struct {
+	Type   string   `json:"type"` // "summary"
+	Room   string   `json:"room"`
+	Typing []Typist `json:"typing"`
+	Total  int      `json:"total"`
+}
+
+// NewWatching, NewUnwatched and NewSummary fill Type and turn nil lists
+// into [].
+
+func NewWatching(id string, rooms []string, refused []Refusal, watched int) Watching {
+	if rooms == nil {
+		rooms = []string{}
+	}
+	if refused == nil {
+		refused = []Refusal{}
+	}
+	return Watching{Type: TypeWatching, ID: id, Rooms: rooms, Refused: refused, Watched: watched}
+}
+
+func NewUnwatched(id string, rooms []string, watched int) Unwatched {
+	if rooms == nil {
+		rooms = []string{}
+	}
+	return Unwatched{Type: TypeUnwatched, ID: id, Rooms: rooms, Watched: watched}
+}
+
+// NewSummary makes room's summary from s, a snapshot already self
+// filtered (Snapshot.WithoutUser): its first [SummaryTypists] typists and
+// its total.
+func NewSummary(room string, s Snapshot) Summary {
+	typing := s.Users
+	if len(typing) > SummaryTypists {
+		typing = typing[:SummaryTypists]
+	}
+	if typing == nil {
+		typing = []Typist{}
+	}
+	return Summary{Type: TypeSummary, Room: room, Typing: typing, Total: max(s.Total, len(s.Users))}
+}

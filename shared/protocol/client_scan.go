@@ -93,7 +93,7 @@ func scanPlainString(data []byte, i int) (s []byte, next int, ok bool) {
 // internType returns the constant for a known frame type (no allocation),
 // else a copy of b.
 func internType(b []byte) string {
-	for _, t := range [...]string{TypeTypingStart, TypeTypingStop, TypeJoin, TypeLeave, TypeSync, TypePing} {
+	for _, t := range [...]string{TypeTypingStart, TypeTypingStop, TypeJoin, TypeLeave, TypeSync, TypePing, TypeUnwatch} {
 		if string(b) == t {
 			return t
 		}

@@ -14,6 +14,9 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		`{"type":"join","room":"42","id":"c1"}`, `{"type":"typing_start","room":"café ☕"}`,
 		`{"type":"ping"}`, `{"type":"x"}`, `{`, `[]`, `null`, `{"type":"join","room":"\u0000"}`,
 		`{"type":"sync","room":"a*b?c[d]","id":"\ud800"}`,
+		`{"type":"watch","rooms":["42","43"],"id":"w1"}`, `{"type":"watch","rooms":[]}`,
+		`{"type":"watch","rooms":"42"}`, `{"type":"watch","rooms":[42]}`, `{"type":"unwatch"}`,
+		`{"type":"unwatch","rooms":["42",""],"room":"x"}`, `{"type":"join","room":"1","rooms":["2"]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -34,6 +37,16 @@ func FuzzDecodeClientFrame(f *testing.F) {
 			if err := ValidateID("room", fr.Room); err != nil {
 				t.Fatalf("accepted invalid room %q", fr.Room)
 			}
+			if fr.Rooms != nil {
+				t.Fatalf("%s kept rooms: %+v", fr.Type, fr)
+			}
+		case TypeWatch, TypeUnwatch:
+			if fr.Room != "" {
+				t.Fatalf("%s kept a room: %+v", fr.Type, fr)
+			}
+			if fr.Rooms != nil && len(fr.Rooms) == 0 || fr.Type == TypeWatch && len(fr.Rooms) == 0 {
+				t.Fatalf("%s accepted with no rooms: %+v", fr.Type, fr)
+			}
 		default:
 			t.Fatalf("accepted unknown type %q", fr.Type)
 		}
@@ -42,7 +55,7 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		}
 		b, _ := json.Marshal(fr)
 		again, err := DecodeClientFrame(b)
-		if err != nil || again != fr {
+		if err != nil || !reflect.DeepEqual(again, fr) {
 			t.Fatalf("round trip: %+v -> %s -> %+v, %v", fr, b, again, err)
 		}
 	})
@@ -115,7 +128,7 @@ func FuzzClientFrameScan(f *testing.F) {
 		if err := json.Unmarshal(data, &want); err != nil {
 			t.Fatalf("scan accepted %q, encoding/json refuses it: %v", data, err)
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("scan of %q = %+v, encoding/json = %+v", data, got, want)
 		}
 	})
@@ -185,7 +198,7 @@ func FuzzRoomEventScan(f *testing.F) {
 		if err := json.Unmarshal(data, &want); err != nil {
 			t.Fatalf("scan accepted %q, encoding/json refuses it: %v", data, err)
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("scan of %q = %+v, encoding/json = %+v", data, got, want)
 		}
 	})

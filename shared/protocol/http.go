@@ -6,14 +6,21 @@ import "time"
 // client must use (docs/protocol.md, "Timing"), in milliseconds, and the
 // auth mode: "none" (the client passes ?user=&name=) or "jwt"
 // (?access_token= or an Authorization: Bearer header), the gateway's
-// ELLIPSIS_AUTH.
+// ELLIPSIS_AUTH; and the limits a client splits its frames by: the largest
+// client frame in bytes (ELLIPSIS_MAX_FRAME_BYTES), the most rooms watched
+// per connection (ELLIPSIS_MAX_WATCHED_ROOMS; 0: watching is off) and the
+// least time between two summaries of a watched room in ms
+// (ELLIPSIS_WATCH_INTERVAL; docs/protocol.md, "Watching rooms").
 //
-//	{"ttl_ms":5000,"refresh_ms":4000,"idle_stop_ms":3000,"auth":"none"}
+//	{"ttl_ms":5000,"refresh_ms":4000,"idle_stop_ms":3000,"auth":"none","max_frame_bytes":4096,"max_watched_rooms":500,"watch_interval_ms":2000}
 type ClientConfig struct {
-	TTLMs      int64  `json:"ttl_ms"`
-	RefreshMs  int64  `json:"refresh_ms"`
-	IdleStopMs int64  `json:"idle_stop_ms"`
-	Auth       string `json:"auth"`
+	TTLMs           int64  `json:"ttl_ms"`
+	RefreshMs       int64  `json:"refresh_ms"`
+	IdleStopMs      int64  `json:"idle_stop_ms"`
+	Auth            string `json:"auth"`
+	MaxFrameBytes   int    `json:"max_frame_bytes"`
+	MaxWatchedRooms int    `json:"max_watched_rooms"`
+	WatchIntervalMs int64  `json:"watch_interval_ms"`
 }
 
 // TTL, Refresh and IdleStop return the timings as durations; 0 when the

@@ -38,6 +38,15 @@ func TestServerFrameHoldsEveryServerFrame(t *testing.T) {
 			return f.Type == TypeTyping && len(f.Users) == 1 && f.Users[0].User == "alice" && f.Total == 2 && f.ID == "c3"
 		}},
 		{NewPong("c4"), func(f ServerFrame) bool { return f.Type == TypePong && f.ID == "c4" }},
+		{NewWatching("w1", []string{"42"}, []Refusal{{Room: "43", Code: CodeWatchLimit, Message: "full"}}, 1), func(f ServerFrame) bool {
+			return f.Type == TypeWatching && f.ID == "w1" && len(f.Rooms) == 1 && len(f.Refused) == 1 && f.Refused[0].Code == CodeWatchLimit && f.Watched == 1
+		}},
+		{NewUnwatched("u1", []string{"42"}, 3), func(f ServerFrame) bool {
+			return f.Type == TypeUnwatched && f.Rooms[0] == "42" && f.Watched == 3
+		}},
+		{NewSummary("42", snap), func(f ServerFrame) bool {
+			return f.Type == TypeSummary && f.Room == "42" && len(f.Typing) == 1 && f.Total == 2
+		}},
 		{NewError(CodeRateLimited, "slow down", "42", "c5"), func(f ServerFrame) bool {
 			return f.Type == TypeError && f.Code == CodeRateLimited && f.Message == "slow down" && f.Room == "42" && f.ID == "c5"
 		}},

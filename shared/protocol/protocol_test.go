@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -46,10 +47,17 @@ func TestDecodeClientFrame(t *testing.T) {
 		`{"type":"typing_stop","room":"{x}","user":"mallory"}`: {Type: TypeTypingStop, Room: "{x}"},
 		`{"type":"ping","id":"c4","room":"ignored"}`:           {Type: TypePing, ID: "c4"},
 		`{"type":"sync","room":"42","extra":{"a":[1]}}`:        {Type: TypeSync, Room: "42"},
+		`{"type":"join","room":"42","rooms":["43"]}`:           {Type: TypeJoin, Room: "42"},
+		`{"type":"watch","rooms":["42","43","42"],"id":"w1"}`:  {Type: TypeWatch, Rooms: []string{"42", "43", "42"}, ID: "w1"},
+		// Invalid ids are refused one by one in "watching", not here.
+		`{"type":"watch","rooms":[""],"room":"x"}`:    {Type: TypeWatch, Rooms: []string{""}},
+		`{"type":"unwatch","rooms":["42"],"id":"u1"}`: {Type: TypeUnwatch, Rooms: []string{"42"}, ID: "u1"},
+		`{"type":"unwatch","id":"u2"}`:                {Type: TypeUnwatch, ID: "u2"},
+		`{"type":"unwatch","rooms":null}`:             {Type: TypeUnwatch},
 	}
 	for in, want := range good {
 		got, err := DecodeClientFrame([]byte(in))
-		if err != nil || got != want {
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("DecodeClientFrame(%s) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
@@ -61,12 +69,27 @@ func TestDecodeClientFrame(t *testing.T) {
 		`{"type":"join","room":42}`:             CodeBadRequest,
 		`{"type":"dance","room":"42","id":"x"}`: CodeUnknownType,
 		`{"type":"ping","id":"` + strings.Repeat("i", 200) + `"}`: CodeBadRequest,
+		`{"type":"watch"}`:                 CodeBadRequest,
+		`{"type":"watch","rooms":[]}`:      CodeBadRequest,
+		`{"type":"watch","rooms":null}`:    CodeBadRequest,
+		`{"type":"watch","rooms":"42"}`:    CodeBadRequest,
+		`{"type":"watch","rooms":[42]}`:    CodeBadRequest,
+		`{"type":"watch","rooms":[["x"]]}`: CodeBadRequest,
+		`{"type":"unwatch","rooms":[]}`:    CodeBadRequest,
+		`{"type":"unwatch","rooms":{}}`:    CodeBadRequest,
 	}
 	for in, code := range bad {
 		_, err := DecodeClientFrame([]byte(in))
 		var fe *FrameError
 		if !errors.As(err, &fe) || fe.Code != code {
 			t.Errorf("DecodeClientFrame(%s) = %v, want code %s", in, err, code)
+		}
+	}
+	for _, in := range []string{`{"type":"watch","id":"w"}`, `{"type":"watch","rooms":[1],"id":"w"}`, `{"type":"watch","rooms":"x","id":"w"}`, `{"type":"unwatch","rooms":[],"id":"w"}`} {
+		_, err := DecodeClientFrame([]byte(in))
+		var fe *FrameError
+		if !errors.As(err, &fe) || !strings.HasPrefix(fe.Message, "rooms: ") || fe.ID != "w" {
+			t.Errorf("DecodeClientFrame(%s) = %+v, want an error naming rooms with the id", in, err)
 		}
 	}
 	_, err := DecodeClientFrame([]byte(`{"type":"dance","id":"x"}`))
@@ -88,6 +111,13 @@ func TestServerFramesMatchContract(t *testing.T) {
 		{NewTypingSnapshot("42", Snapshot{}, ""), `{"type":"typing","room":"42","users":[],"total":0}`},
 		{NewPong("c4"), `{"type":"pong","id":"c4"}`},
 		{NewError(CodeNotJoined, "join room 42 first", "42", "c3"), `{"type":"error","code":"not_joined","message":"join room 42 first","room":"42","id":"c3"}`},
+		{NewWatching("w1", []string{"42"}, []Refusal{{Room: "43", Code: CodeForbidden, Message: "no"}}, 1), `{"type":"watching","id":"w1","rooms":["42"],"refused":[{"room":"43","code":"forbidden","message":"no"}],"watched":1}`},
+		{NewWatching("", nil, nil, 0), `{"type":"watching","rooms":[],"refused":[],"watched":0}`},
+		{NewUnwatched("u1", []string{"42"}, 0), `{"type":"unwatched","id":"u1","rooms":["42"],"watched":0}`},
+		{NewUnwatched("", nil, 2), `{"type":"unwatched","rooms":[],"watched":2}`},
+		{NewSummary("42", Snapshot{Users: []Typist{{User: "alice", Name: "Alice"}}, Total: 1}), `{"type":"summary","room":"42","typing":[{"user":"alice","name":"Alice"}],"total":1}`},
+		{NewSummary("42", Snapshot{}), `{"type":"summary","room":"42","typing":[],"total":0}`},
+		{NewSummary("42", Snapshot{Users: []Typist{{User: "a"}, {User: "b"}, {User: "c"}, {User: "d"}}, Total: 9}), `{"type":"summary","room":"42","typing":[{"user":"a"},{"user":"b"},{"user":"c"}],"total":9}`},
 	}
 	for _, c := range cases {
 		b, err := Encode(c.v)

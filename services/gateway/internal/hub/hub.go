@@ -1,7 +1,9 @@
-// Package hub keeps which local connections joined which rooms and fans
-// room events out to them (docs/protocol.md, "Redis" and "Gateway → client";
-// docs/ARCHITECTURE.md). Subscriptions are the [pubsub.Broker]'s business: the hub
-// counts one subscriber per membership and never touches Redis itself.
+// Package hub keeps which local connections joined or watch which rooms,
+// fans room events out to the members and summarizes them for the
+// watchers (docs/protocol.md, "Redis", "Gateway → client" and "Watching
+// rooms"; docs/ARCHITECTURE.md). Subscriptions are the [pubsub.Broker]'s
+// business: the hub counts one subscriber per membership and per watch, so
+// a room has one subscription per gateway, and never touches Redis itself.
 //
 // # Files
 //
@@ -12,6 +14,8 @@
 //     sync, the push after an overflow and resync alike.
 //   - resync.go: per-room resync with its own jittered backoff.
 //   - summary.go: summary mode for big rooms (coalesced typing frames).
+//   - watch.go: watchers of rooms (watch, unwatch) and their summaries,
+//     one watch tick per WatchInterval over the rooms that changed.
 //   - flights.go: shared snapshot requests, at most one in flight and one
 //     queued per room; every asker's snapshot was read after its hold began.
 //
@@ -35,8 +39,10 @@
 // room mutex is taken (join, leave: shard → room), never the other way
 // round, and no hub mutex is held across a network call (subscriptions and
 // snapshots are awaited with none held) or while calling the broker. The
-// resyncer's mutex is taken alone; the summarizer's is a leaf (summary.go). Member.SendEvent and SendSnapshot are called under a room's
-// mutex and must not call back into the hub.
+// resyncer's mutex is taken alone; the summarizer's and the watch ticker's
+// are leaves (summary.go, watch.go). Member.SendEvent, SendSnapshot and
+// Watcher.SendSummary are called under a room's mutex and must not call
+// back into the hub.
 package hub
 
 import (
@@ -137,6 +143,10 @@ type Options struct {
 	// (ELLIPSIS_ROOM_SUMMARY_INTERVAL). Zero means
 	// [DefaultSummaryInterval].
 	SummaryInterval time.Duration
+	// WatchInterval is the least time between two summaries of a watched
+	// room to one watcher (watch.go; ELLIPSIS_WATCH_INTERVAL). Zero means
+	// [DefaultWatchInterval].
+	WatchInterval time.Duration
 	// Metrics must not be nil.
 	Metrics *metrics.Metrics
 	// Logger may be nil (no logs).
@@ -154,6 +164,7 @@ type Hub struct {
 	resync  *resyncer
 	flights *flights // shared snapshot requests (flights.go)
 	summary *summarizer
+	watch   *watchTicker // watchers' summaries (watch.go)
 
 	closed  atomic.Bool
 	started atomic.Bool
@@ -180,6 +191,9 @@ func New(opts Options) *Hub {
 	if opts.SummaryInterval <= 0 {
 		opts.SummaryInterval = DefaultSummaryInterval
 	}
+	if opts.WatchInterval <= 0 {
+		opts.WatchInterval = DefaultWatchInterval
+	}
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -199,19 +213,21 @@ func New(opts Options) *Hub {
 	}
 	h.resync = newResyncer(h)
 	h.summary = newSummarizer(h)
+	h.watch = newWatchTicker(h)
 	h.flights = newFlights(opts.Backend, opts.ReadyTimeout, opts.Metrics)
 	return h
 }
 
-// Start starts the broker's links and the resync dispatcher; [Hub.Close]
-// stops them.
+// Start starts the broker's links, the resync dispatcher, the summary
+// and watch tickers; [Hub.Close] stops them.
 func (h *Hub) Start() {
 	if h.closed.Load() || h.started.Swap(true) {
 		return
 	}
-	h.wg.Add(2)
+	h.wg.Add(3)
 	go h.resync.run()
 	go h.summary.run()
+	go h.watch.run()
 	h.broker.Start(h)
 }
 

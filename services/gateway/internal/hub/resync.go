@@ -170,6 +170,10 @@ func (h *Hub) resyncRoom(name string) bool {
 	if rm == nil {
 		return true
 	}
+	// Its watchers get a summary re-read at the next watch tick (events
+	// may have been lost); it is sent only to those for whom it changed.
+	rm.watchDirty = false
+	h.markWatchDirty(rm)
 	holds := make([]*Hold, 0, len(rm.members))
 	for m, ms := range rm.members {
 		if !ms.joined {

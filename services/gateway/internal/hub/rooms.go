@@ -40,6 +40,10 @@ type room struct {
 	dirty       bool
 	summarizing bool
 	events      uint64
+	// Watchers (watch.go): nil when none; watchDirty, an event since the
+	// last watch summary's t0 (the room is then in the ticker's dirty set).
+	watchers   map[Watcher]*watch
+	watchDirty bool
 }
 
 type buffered struct {
@@ -229,10 +233,7 @@ func (h *Hub) LeaveAll(m Member, rooms ...string) int {
 			h.met.JoinedRooms.Dec()
 			h.exitSummary(rm)
 			left = append(left, name)
-			if len(rm.members) == 0 {
-				rm.dead = true
-				delete(sh.rooms, name)
-			}
+			h.dropIfEmpty(sh, rm)
 		}
 		rm.mu.Unlock()
 		sh.mu.Unlock()
@@ -254,8 +255,8 @@ func (h *Hub) Members(name string) int {
 }
 
 // fanOut sends one room event, as received, to every local member of its
-// room except those of the event's own user (self filter). It holds that
-// room's lock only.
+// room except those of the event's own user (self filter), and marks the
+// room dirty for its watchers (watch.go). It holds that room's lock only.
 func (h *Hub) fanOut(channel, payload string) {
 	name, ok := h.opts.Names.RoomFromChannel(channel)
 	if !ok {
@@ -275,6 +276,7 @@ func (h *Hub) fanOut(channel, payload string) {
 		return
 	}
 	defer rm.mu.Unlock()
+	h.markWatchDirty(rm) // O(1): the next watch tick summarizes it
 	if rm.mode != modeEvents {
 		// Summary mode (summary.go): the next summary carries it.
 		rm.dirty = true

@@ -30,12 +30,15 @@ const (
 
 var (
 	frameInTypes = labelSet(protocol.TypeJoin, protocol.TypeLeave, protocol.TypeTypingStart,
-		protocol.TypeTypingStop, protocol.TypeSync, protocol.TypePing, FrameInvalid, FrameBinary)
+		protocol.TypeTypingStop, protocol.TypeSync, protocol.TypePing, protocol.TypeWatch, protocol.TypeUnwatch, FrameInvalid, FrameBinary)
 	frameOutTypes = labelSet(protocol.TypeJoined, protocol.TypeLeft, protocol.TypeTypingStart,
-		protocol.TypeTypingStop, protocol.TypeTyping, protocol.TypePong, protocol.TypeError)
+		protocol.TypeTypingStop, protocol.TypeTyping, protocol.TypePong, protocol.TypeError,
+		protocol.TypeWatching, protocol.TypeUnwatched, protocol.TypeSummary)
 	errorCodes = labelSet(protocol.CodeBadRequest, protocol.CodeUnknownType, protocol.CodeNotJoined,
 		protocol.CodeForbidden, protocol.CodeRoomLimit, protocol.CodeRateLimited, protocol.CodeUnavailable,
-		protocol.CodeInternal)
+		protocol.CodeInternal, protocol.CodeWatchLimit)
+	watchRefusalCodes = labelSet(protocol.CodeBadRequest, protocol.CodeForbidden, protocol.CodeWatchLimit,
+		protocol.CodeRateLimited, protocol.CodeUnavailable)
 	commandOps = labelSet(protocol.OpStart, protocol.OpStop, protocol.OpLeave, protocol.OpDisconnect)
 )
 

@@ -18,9 +18,10 @@ func TestLabelsAreBounded(t *testing.T) {
 	recordOwnThenHostileLabels(m)
 
 	want := map[string]map[string]bool{
-		"ellipsis_gateway_frames_in_total":               set("join", "leave", "typing_start", "typing_stop", "sync", "ping", "invalid", "binary", "other"),
-		"ellipsis_gateway_frames_out_total":              set("joined", "left", "typing_start", "typing_stop", "typing", "pong", "error", "other"),
-		"ellipsis_gateway_errors_total":                  set("bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "other"),
+		"ellipsis_gateway_frames_in_total":               set("join", "leave", "typing_start", "typing_stop", "sync", "ping", "watch", "unwatch", "invalid", "binary", "other"),
+		"ellipsis_gateway_frames_out_total":              set("joined", "left", "typing_start", "typing_stop", "typing", "pong", "error", "watching", "unwatched", "summary", "other"),
+		"ellipsis_gateway_errors_total":                  set("bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "watch_limit", "other"),
+		"ellipsis_gateway_watch_refusals_total":          set("bad_request", "forbidden", "watch_limit", "rate_limited", "unavailable", "other"),
 		"ellipsis_gateway_commands_published_total":      set("start", "stop", "leave", "disconnect", "other"),
 		"ellipsis_gateway_snapshots_total":               set("requested", "shared", "rate_limited", "other"),
 		"ellipsis_gateway_redis_subscribe_refused_total": set("room", "probe"),
@@ -36,14 +37,17 @@ func TestLabelsAreBounded(t *testing.T) {
 // itself on m, then 10000 distinct values of a hostile peer for each.
 func recordOwnThenHostileLabels(m *Metrics) {
 	// Every value the gateway uses itself keeps its own label.
-	for _, v := range []string{"join", "leave", "typing_start", "typing_stop", "sync", "ping", FrameInvalid, FrameBinary} {
+	for _, v := range []string{"join", "leave", "typing_start", "typing_stop", "sync", "ping", "watch", "unwatch", FrameInvalid, FrameBinary} {
 		m.FrameIn(v)
 	}
-	for _, v := range []string{"joined", "left", "typing_start", "typing_stop", "typing", "pong", "error"} {
+	for _, v := range []string{"joined", "left", "typing_start", "typing_stop", "typing", "pong", "error", "watching", "unwatched", "summary"} {
 		m.FrameOut(v, 1)
 	}
-	for _, v := range []string{"bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal"} {
+	for _, v := range []string{"bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "watch_limit"} {
 		m.Error(v)
+	}
+	for _, v := range []string{"bad_request", "forbidden", "watch_limit", "rate_limited", "unavailable"} {
+		m.WatchRefused(v)
 	}
 	for _, v := range []string{"start", "stop", "leave", "disconnect"} {
 		m.Command(v)
@@ -62,6 +66,7 @@ func recordOwnThenHostileLabels(m *Metrics) {
 		m.Error(s)
 		m.Command(s)
 		m.Snapshot(s)
+		m.WatchRefused(s)
 		m.Close(3000 + i%2000)
 		m.Close(-i)
 		m.Close(1016 + i)

@@ -81,6 +81,16 @@ type Metrics struct {
 	// RoomSummaries counts summaries sent: one per room and interval in
 	// which it changed, each written to every joined member.
 	RoomSummaries prometheus.Counter
+	// WatchedRooms is the number of rooms watched by at least one local
+	// connection (docs/protocol.md, "Watching rooms"); each has one Redis
+	// subscription, shared with its members.
+	WatchedRooms prometheus.Gauge
+	// Watches is the number of (connection, watched room) pairs.
+	Watches prometheus.Gauge
+	// WatchSummaries counts summary frames queued to watchers: at most one
+	// per watched room, connection and ELLIPSIS_WATCH_INTERVAL, and only
+	// when it changed for that connection.
+	WatchSummaries prometheus.Counter
 	// EventsDropped counts room events not delivered to one member (queue full,
 	// or the member was already closing) and undecodable room events.
 	EventsDropped prometheus.Counter
@@ -98,6 +108,7 @@ type Metrics struct {
 	closes           *prometheus.CounterVec // label code
 	commands         *prometheus.CounterVec // label op
 	snapshots        *prometheus.CounterVec // label result (snapshots.go)
+	watchRefusals    *prometheus.CounterVec // label code (WatchRefused)
 	framesInCache    sync.Map               // type -> prometheus.Counter
 	framesOutCache   sync.Map               // type -> prometheus.Counter
 }
@@ -126,6 +137,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Resyncs:            prometheus.NewCounter(prometheus.CounterOpts(opts("resyncs_total", "Room resyncs (a snapshot pushed to the room's members) after a Redis link or NATS reconnect."))),
 		SummaryRooms:       prometheus.NewGauge(prometheus.GaugeOpts(opts("summary_rooms", "Rooms in summary mode (more than ELLIPSIS_ROOM_SUMMARY_MEMBERS local members): their members get one coalesced typing frame per ELLIPSIS_ROOM_SUMMARY_INTERVAL instead of each event."))),
 		RoomSummaries:      prometheus.NewCounter(prometheus.CounterOpts(opts("room_summaries_total", "Summaries of rooms in summary mode (one typing frame written to each member), at most one per room and ELLIPSIS_ROOM_SUMMARY_INTERVAL."))),
+		WatchedRooms:       prometheus.NewGauge(prometheus.GaugeOpts(opts("watched_rooms", "Rooms watched by at least one connection of this gateway (one Redis subscription each, shared with the room's members)."))),
+		Watches:            prometheus.NewGauge(prometheus.GaugeOpts(opts("watches", "Watched (connection, room) pairs."))),
+		WatchSummaries:     prometheus.NewCounter(prometheus.CounterOpts(opts("watch_summaries_total", "Summary frames queued to connections watching a room: at most one per room, connection and ELLIPSIS_WATCH_INTERVAL, only when it changed."))),
+		watchRefusals:      prometheus.NewCounterVec(prometheus.CounterOpts(opts("watch_refusals_total", "Rooms of watch frames refused, by code: bad_request, forbidden, watch_limit, rate_limited, unavailable.")), []string{"code"}),
 		EventsDropped:      prometheus.NewCounter(prometheus.CounterOpts(opts("events_dropped_total", "Room events not delivered to a member, or undecodable."))),
 		DeliveryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Subsystem: Subsystem, Name: "delivery_delay_seconds",
@@ -141,7 +156,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.Connections, m.JoinedRooms, m.RedisSubscriptions, m.RedisLinks, m.RedisLinksDown, m.RedisChannelMoves, m.RedisLinkTimeouts, m.subscribeRefused, m.RateLimited, m.AbuseCloses, m.WriteStallCloses, m.SlowConsumerCloses, m.Conflating, m.ConflatedEvents,
-		m.Resyncs, m.SummaryRooms, m.RoomSummaries, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands, m.snapshots,
+		m.Resyncs, m.SummaryRooms, m.RoomSummaries, m.WatchedRooms, m.Watches, m.WatchSummaries, m.watchRefusals, m.EventsDropped, m.DeliveryDelay, m.framesIn, m.framesOut, m.errors, m.closes, m.commands, m.snapshots,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -152,6 +167,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	// see the first one; the set is fixed and small.
 	for code := range errorCodes {
 		m.errors.WithLabelValues(code)
+	}
+	for code := range watchRefusalCodes {
+		m.watchRefusals.WithLabelValues(code)
 	}
 	m.RedisSubscribeRefused.Room = m.subscribeRefused.WithLabelValues("room")
 	m.RedisSubscribeRefused.Probe = m.subscribeRefused.WithLabelValues("probe")
@@ -225,6 +243,13 @@ func trailingTsMs(frame []byte) (int64, bool) {
 // Error counts one error frame of code (a protocol error code; anything
 // else counts as [LabelOther]).
 func (m *Metrics) Error(code string) { m.errors.WithLabelValues(bounded(errorCodes, code)).Inc() }
+
+// WatchRefused counts one room of a watch frame refused with code (one of
+// the codes of a "watching" frame's refused list; anything else counts as
+// [LabelOther]).
+func (m *Metrics) WatchRefused(code string) {
+	m.watchRefusals.WithLabelValues(bounded(watchRefusalCodes, code)).Inc()
+}
 
 // Close counts one closed connection with its close code, which may be the
 // client's own: see [CloseLabel].

@@ -22,7 +22,17 @@ type BudgetConfig struct {
 	SnapshotRate  float64 // snapshots/s of a user's snapshot bucket (ELLIPSIS_SNAPSHOT_RATE)
 	SnapshotBurst int     // burst of a user's snapshot bucket, snapshots (ELLIPSIS_SNAPSHOT_BURST)
 	Users         int     // users with no open connection whose budget is kept (ELLIPSIS_SNAPSHOT_USERS)
+	// Watches is the burst of a user's watch budget, refilled Watches per
+	// WatchRefill: each newly watched room takes one (ELLIPSIS_MAX_WATCHED_ROOMS;
+	// 0: watching is off, no bucket).
+	Watches int
 }
+
+// WatchRefill is the period in which a user's watch budget refills
+// completely: BudgetConfig.Watches tokens per minute (docs/protocol.md,
+// "Watching rooms"), so a client watches its rooms at once, and again
+// after a reconnect a minute later, while a watch → unwatch loop pays.
+const WatchRefill = time.Minute
 
 // Budgets holds the snapshot budget of every user of a gateway's
 // WebSocket connections (docs/protocol.md, "Snapshots: budget and
@@ -44,7 +54,8 @@ type Budgets struct {
 	idle *simplelru.LRU[string, *userBudget] // users with none, least recently closed first out
 }
 
-// NewBudgets makes an empty registry. Every field of cfg must be positive
+// NewBudgets makes an empty registry. Every field of cfg but Watches (0 or
+// more) must be positive
 // (the error names the field); the gateway's settings are validated
 // upstream.
 func NewBudgets(cfg BudgetConfig) (*Budgets, error) {
@@ -61,6 +72,9 @@ func NewBudgets(cfg BudgetConfig) (*Budgets, error) {
 		if f.bad {
 			errs = append(errs, fmt.Errorf("session: budgets: %s must be positive", f.name))
 		}
+	}
+	if cfg.Watches < 0 {
+		errs = append(errs, fmt.Errorf("session: budgets: Watches must be 0 or more, got %d", cfg.Watches))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -112,24 +126,72 @@ func (b *Budgets) users() (open, idle int) {
 	return len(b.open), b.idle.Len()
 }
 
-// userBudget is one user's state: its free joins and its snapshot bucket.
+// userBudget is one user's state: its free joins, its snapshot bucket and
+// its watch budget.
 type userBudget struct {
 	user string
 	refs int // open connections holding it; under Budgets.mu
 
 	snaps *rate.Limiter // snapshot bucket (safe for concurrent use)
+	// watches is the watch budget (safe for concurrent use); nil when
+	// watching is off.
+	watches *rate.Limiter
 
-	mu      sync.Mutex    // guards free and pending; taken after Conn.mu, never before
+	mu      sync.Mutex    // guards free, pending and watching; taken after Conn.mu, never before
 	free    *rate.Limiter // free joins: burst FreeJoins, FreeJoins per FreeJoinRefill
 	pending int           // free joins held by joins in flight, taken from free when they commit
+	// watching is the watch tokens held by rooms of watch frames in
+	// flight, taken from watches when they are watched or forbidden.
+	watching int
+}
+
+// holdWatch holds one watch token for a room of a watch frame in flight
+// if the user has one not held already (as holdFree); the room then calls
+// spendWatch (watched, or forbidden: the authoriser was asked) or
+// returnWatch (unavailable).
+func (u *userBudget) holdWatch(now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.watches == nil || u.watches.TokensAt(now)-float64(u.watching) < 1 {
+		return false
+	}
+	u.watching++
+	return true
+}
+
+// spendWatch takes the watch token a room held.
+func (u *userBudget) spendWatch(now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.watching--
+	u.watches.AllowN(now, 1)
+}
+
+// returnWatch gives back the watch token a room held.
+func (u *userBudget) returnWatch() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.watching--
+}
+
+// watchRetry is how long until the user has a watch token not held.
+func (u *userBudget) watchRetry(now time.Time) time.Duration {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	missing := 1 + float64(u.watching) - u.watches.TokensAt(now)
+	return time.Duration(missing / float64(u.watches.Limit()) * float64(time.Second))
 }
 
 func newUserBudget(user string, cfg BudgetConfig) *userBudget {
-	return &userBudget{
+	u := &userBudget{
 		user:  user,
 		snaps: rate.NewLimiter(rate.Limit(cfg.SnapshotRate), cfg.SnapshotBurst),
 		free:  rate.NewLimiter(rate.Limit(float64(cfg.FreeJoins)/FreeJoinRefill.Seconds()), cfg.FreeJoins),
 	}
+	if cfg.Watches > 0 {
+		u.watches = rate.NewLimiter(rate.Limit(float64(cfg.Watches)/WatchRefill.Seconds()), cfg.Watches)
+	}
+	return u
 }
 
 // holdFree holds one free join for a join in flight if the user has one
@@ -167,5 +229,6 @@ func (u *userBudget) returnFree() {
 func (u *userBudget) full(now time.Time) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.pending == 0 && u.free.TokensAt(now) >= float64(u.free.Burst()) && u.snaps.TokensAt(now) >= float64(u.snaps.Burst())
+	return u.pending == 0 && u.watching == 0 && u.free.TokensAt(now) >= float64(u.free.Burst()) && u.snaps.TokensAt(now) >= float64(u.snaps.Burst()) &&
+		(u.watches == nil || u.watches.TokensAt(now) >= float64(u.watches.Burst()))
 }

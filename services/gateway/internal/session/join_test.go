@@ -44,6 +44,10 @@ func (r *fakeRooms) LeaveAll(_ hub.Member, rooms ...string) int {
 	return len(rooms)
 }
 
+func (r *fakeRooms) Watch(context.Context, string, hub.Watcher) error { return r.err }
+func (r *fakeRooms) Arm(hub.Watcher, ...string)                       {}
+func (r *fakeRooms) Unwatch(_ hub.Watcher, rooms ...string) int       { return len(rooms) }
+
 type fakeBackend struct{}
 
 func (fakeBackend) Connected() bool                 { return true }

@@ -95,6 +95,10 @@ func (r *gateRooms) LeaveAll(_ hub.Member, rooms ...string) int {
 	return n
 }
 
+func (r *gateRooms) Watch(context.Context, string, hub.Watcher) error { return nil }
+func (r *gateRooms) Arm(hub.Watcher, ...string)                       {}
+func (r *gateRooms) Unwatch(_ hub.Watcher, rooms ...string) int       { return len(rooms) }
+
 func (r *gateRooms) stats() (inFlight, maxIn int, members []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

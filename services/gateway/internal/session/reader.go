@@ -97,8 +97,15 @@ func (c *Conn) handle(text bool, data []byte) {
 		return
 	}
 	c.met.FrameIn(f.Type)
-	if f.Type == protocol.TypePing {
+	switch f.Type {
+	case protocol.TypePing:
 		c.reply("", protocol.TypePong, protocol.NewPong(f.ID))
+		return
+	case protocol.TypeWatch:
+		c.watch(f) // on the reader: nothing more is read until it is answered
+		return
+	case protocol.TypeUnwatch:
+		c.unwatch(f)
 		return
 	}
 	c.dispatch(f) // at once, or in the room's lane behind its frame in flight

@@ -24,7 +24,7 @@
 // [WebSocket] adapts gorilla's). Files: session.go the lifecycle and
 // close, writer.go the outbound queue, write loop and pings, reader.go the
 // read loop and the inbound limit, handlers.go the client frames' handlers
-// and the commands, lanes.go the room lanes, inbound.go the inbound token
+// and the commands, watch.go watch and unwatch, lanes.go the room lanes, inbound.go the inbound token
 // bucket, budget.go and budgets.go the users' snapshot budgets.
 package session
 
@@ -69,6 +69,7 @@ const (
 type Config struct {
 	MaxFrameBytes int     // read limit, bytes; over it: close 1009 (ELLIPSIS_MAX_FRAME_BYTES)
 	MaxRooms      int     // joined rooms; over it: room_limit (ELLIPSIS_MAX_ROOMS_PER_CONN)
+	MaxWatched    int     // watched rooms; over it: watch_limit, 0: watching off (ELLIPSIS_MAX_WATCHED_ROOMS)
 	InboundRate   float64 // frames/s of the inbound token bucket (ELLIPSIS_INBOUND_RATE)
 	InboundBurst  int     // burst of the inbound token bucket, frames (ELLIPSIS_INBOUND_BURST)
 	// OutboundQueue is the outbound queue's size in frames: from half of
@@ -78,7 +79,7 @@ type Config struct {
 	// room while conflating; over it the room gets a snapshot instead
 	// (ELLIPSIS_SNAPSHOT_MAX).
 	ConflateRoomCap int
-	SnapshotTimeout time.Duration // authorisation and snapshot requests (ELLIPSIS_SNAPSHOT_TIMEOUT)
+	SnapshotTimeout time.Duration // authorisation and snapshot requests, and a watch frame's answer (ELLIPSIS_SNAPSHOT_TIMEOUT)
 	// PongWait is how long the reader waits for any frame or pong; the
 	// peer is pinged every 9/10 of it (ELLIPSIS_PONG_WAIT).
 	PongWait time.Duration
@@ -127,6 +128,12 @@ type Rooms interface {
 	Leave(room string, m hub.Member) bool
 	// LeaveAll removes m from rooms without waiting on the network.
 	LeaveAll(m hub.Member, rooms ...string) int
+	// Watch adds w as a watcher of room once its subscription is
+	// confirmed (bounded by ctx); Arm lets its summaries be sent; Unwatch
+	// ends watches without waiting on the network. See hub.Hub.Watch.
+	Watch(ctx context.Context, room string, w hub.Watcher) error
+	Arm(w hub.Watcher, rooms ...string)
+	Unwatch(w hub.Watcher, rooms ...string) int
 }
 
 // Deps are the gateway-wide collaborators of every connection.
@@ -165,7 +172,10 @@ type Conn struct {
 	ctx context.Context
 
 	inbound inboundGuard // inbound token bucket and abuse count; reader only
-	lanes   lanes        // per-room FIFOs of joins and syncs in flight (lanes.go)
+	// watched is the set of watched rooms (watch.go): the reader's only
+	// (watch and unwatch are served on it), and Serve's once it ended.
+	watched map[string]struct{}
+	lanes   lanes // per-room FIFOs of joins and syncs in flight (lanes.go)
 
 	mu           sync.Mutex
 	rooms        map[string]struct{} // joined rooms (joined frame queued)
@@ -175,7 +185,10 @@ type Conn struct {
 	disconnected bool                // disconnect published: publish nothing more
 }
 
-var _ hub.Member = (*Conn)(nil)
+var (
+	_ hub.Member  = (*Conn)(nil)
+	_ hub.Watcher = (*Conn)(nil)
+)
 
 // New makes the connection of tr, an upgraded WebSocket ([WebSocket]).
 // id is the connection id ("<gateway>:<n>"); ident comes from
@@ -258,6 +271,7 @@ func (c *Conn) Serve() {
 	}
 	c.logAt(zapcore.DebugLevel, "connection open")
 	c.readLoop()
+	c.unwatchAll()
 	rooms := c.leaveAll()
 	c.deps.Budgets.release(c.budget) // no join is in flight any more
 	<-c.w.done

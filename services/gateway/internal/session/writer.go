@@ -96,6 +96,10 @@ type writer struct {
 	confPush map[string]struct{}
 	inConf   bool
 	overflow bool // an answer was refused (answerCap), reported to the host once; mu
+	// sums maps a watched room to the enq number of its summary queued
+	// last (sendSummary); an entry at or below deq was written. Nil once
+	// the queue drains, and at a summaryBarrier. Under mu.
+	sums map[string]uint64
 	// enq and deq count the frames ever queued and taken from out; ans
 	// holds the enq number of each answer or snapshot still queued, oldest
 	// first (at most answerCap). All under mu.
@@ -274,6 +278,35 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 	return true
 }
 
+// sendSummary queues frame, a summary of a watched room: it replaces the
+// room's summary still queued, in its place, if there is one since the
+// last summaryBarrier, else it is queued. Never refused: at most one
+// summary per watched room waits (MaxWatched), outside answerCap.
+func (w *writer) sendSummary(room string, frame []byte) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.sums[room]; ok && e > w.deq {
+		w.out[w.head+int(e-1-w.deq)] = frame // out[head+i] is frame deq+1+i
+		return true
+	}
+	w.enqueueLocked(frame)
+	if w.sums == nil {
+		w.sums = map[string]uint64{}
+	}
+	w.sums[room] = w.enq
+	w.kickLocked()
+	return true
+}
+
+// summaryBarrier keeps every summary queued so far from being replaced
+// (a watching or unwatched answer follows: a later summary must come
+// after it).
+func (w *writer) summaryBarrier() {
+	w.mu.Lock()
+	w.sums = nil
+	w.mu.Unlock()
+}
+
 // pushEnded forgets a snapshot push of room that will not come (the room
 // was left).
 func (w *writer) pushEnded(room string) {
@@ -434,6 +467,7 @@ func (w *writer) dequeueLocked() (f []byte, ok bool) {
 			w.out = w.out[:0]
 		}
 		w.head = 0
+		w.sums = nil // every summary was written
 	}
 	w.endConflationLocked()
 	return f, true
