@@ -36,11 +36,14 @@ func near(got, v float64) bool { return got >= v*0.998 && got <= v*1.002 }
 
 func TestLastChange(t *testing.T) {
 	l := logOf(kindStart, 10, kindRefresh, 20, kindStop, 30, kindStart, 40, kindRefresh, 50)
-	idx, on, sent, skipped, ok := l.lastChange(-1)
+	idx, on, sent, skipped, ok := l.lastChange(-1, 0)
 	if !ok || idx != 3 || !on || sent != 40*ms || skipped != 2 {
 		t.Errorf("lastChange(-1) = %d %v %d %d %v, want 3 true 40ms 2 true", idx, on, sent, skipped, ok)
 	}
-	if _, _, _, _, ok := l.lastChange(3); ok {
+	if _, _, _, skipped, _ := l.lastChange(-1, 25*ms); skipped != 1 {
+		t.Errorf("lastChange(-1, 25ms) skipped %d, want 1 (the stop at 30; the start at 10 is older)", skipped)
+	}
+	if _, _, _, _, ok := l.lastChange(3, 0); ok {
 		t.Error("lastChange(3): a refresh after the last start is not a change")
 	}
 	if !l.lastState() || logOf(kindStart, 1, kindStop, 2).lastState() || (&typistLog{}).lastState() {
@@ -186,6 +189,13 @@ func TestHandleWatch(t *testing.T) {
 	}
 	if !w.exact() {
 		t.Error("watcher view should be exact")
+	}
+	// Changes sent before the watch started are not measured.
+	w2 := &client{idx: 10, user: "t-w1", roomIdx: -1, r: r, watching: true, sample: true, view: newView(), tracked: []int{0}, stateOut: newStateStats()}
+	w2.trackFrom.Store(200 * ms)
+	w2.handleWatch([]byte(`{"type":"summary","room":"t-r0","typing":[{"user":"t-u0"}],"total":1}`), 400*ms)
+	if s := w2.stateOut.result(); s.Delay.Count != 0 || s.Superseded != 0 {
+		t.Errorf("a's start at 100 ms, before the watch at 200 ms, was measured: %+v", s)
 	}
 }
 
@@ -334,5 +344,37 @@ func TestStallAgainstStack(t *testing.T) {
 	}
 	if res.Delivered.LostState != 0 || len(res.Errors) != 0 {
 		t.Errorf("lost %d, errors %v", res.Delivered.LostState, res.Errors)
+	}
+}
+
+// Watchers against an in-process stack (docs/protocol.md, "Watching
+// rooms"): every room is accepted, summaries arrive, the watcher's view
+// ends exact.
+func TestWatchAgainstStack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: this test starts an in-process stack on Redis and NATS; make test runs it (no -short)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Options{
+		Stack: true, StackConfig: quietStack(), Mode: ModeRate, Conns: 40, Rooms: 20, TypingShare: 0.5, Rate: 10,
+		Duration: 6 * time.Second, Settle: 3 * time.Second, SettleMax: 20 * time.Second,
+		Watchers: 2, WatchRooms: 15, WatchAt: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	res.WriteTable(&table)
+	t.Log(table.String())
+	w := res.Watch
+	if w == nil || w.Accepted != 30 || len(w.Refused) != 0 {
+		t.Fatalf("watch %+v, want 2 × 15 rooms accepted, none refused", w)
+	}
+	if w.Summaries < 30 || w.State.Tracked != 2 || w.State.ExactFinal != 2 || w.State.Delay.Count == 0 {
+		t.Errorf("summaries %d, state %+v: want at least one per room, both watchers exact, delays measured", w.Summaries, w.State)
+	}
+	if len(res.Errors) != 0 {
+		t.Errorf("errors %v", res.Errors)
 	}
 }

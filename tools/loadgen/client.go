@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,6 +55,7 @@ type client struct {
 	view                                            *view
 	tracked                                         []int
 	stateOut                                        *stateStats
+	trackFrom                                       atomic.Int64 // mono ns: changes sent before are not measured
 
 	// views is the reader's per-typist state; owned by the reader goroutine.
 	views      map[int32]*recvState

@@ -42,9 +42,9 @@ func newView() *view {
 
 // lastChange is the last state change (start or stop) in the log after
 // index after: its index, whether it turned typing on, its send time and
-// how many earlier state changes after index after it overtook. ok is
-// false when there is none.
-func (l *typistLog) lastChange(after int32) (idx int32, on bool, sentAt int64, skipped int, ok bool) {
+// how many earlier state changes after index after, sent at since (mono
+// ns) or later, it overtook. ok is false when there is none.
+func (l *typistLog) lastChange(after int32, since int64) (idx int32, on bool, sentAt int64, skipped int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	idx = -1
@@ -57,7 +57,9 @@ func (l *typistLog) lastChange(after int32) (idx int32, on bool, sentAt int64, s
 			idx, on, sentAt, ok = int32(i), k == kindStart, l.entries[i].mono, true
 			continue
 		}
-		skipped++
+		if l.entries[i].mono >= since {
+			skipped++
+		}
 	}
 	return idx, on, sentAt, skipped, ok
 }
@@ -65,7 +67,7 @@ func (l *typistLog) lastChange(after int32) (idx int32, on bool, sentAt int64, s
 // lastState is whether the typist's last sent state change turned typing
 // on (false before any).
 func (l *typistLog) lastState() bool {
-	_, on, _, _, ok := l.lastChange(-1)
+	_, on, _, _, ok := l.lastChange(-1, 0)
 	return ok && on
 }
 
@@ -87,21 +89,25 @@ func (s *stateStats) record(ns int64) {
 }
 
 // checkState records, for a sampled member c, the delay to typist t's
-// latest state change if c's view now shows it. Called with c.view.mu
-// held.
+// latest state change if c's view now shows it. Changes sent before c
+// started tracking (a watcher's first watch frame) are neither delays nor
+// superseded. Called with c.view.mu held.
 func (c *client) checkState(t *client, now int64) {
 	v := c.view
 	cur, seen := v.cursor[int32(t.idx)]
 	if !seen {
 		cur = -1
 	}
-	idx, on, sentAt, skipped, ok := t.log.lastChange(cur)
+	since := c.trackFrom.Load()
+	idx, on, sentAt, skipped, ok := t.log.lastChange(cur, since)
 	if !ok || v.shown[int32(t.idx)] != on {
 		return
 	}
 	v.cursor[int32(t.idx)] = idx
 	s := c.stateOut
-	s.record(now - sentAt)
+	if sentAt >= since {
+		s.record(now - sentAt)
+	}
 	if skipped > 0 {
 		s.mu.Lock()
 		s.superseded += int64(skipped)

@@ -144,7 +144,9 @@ func (w *watcher) startWatching() {
 	for i, ri := range w.rooms {
 		names[i] = w.r.roomName(ri)
 	}
-	w.from.Store(w.r.clock.mono())
+	now := w.r.clock.mono()
+	w.trackFrom.Store(now)
+	w.from.Store(now)
 	for _, f := range watchFrames(names, watchMaxFrame) {
 		w.wmu.Lock()
 		_ = w.ws.SetWriteDeadline(time.Now().Add(writeWait))
