@@ -44,7 +44,8 @@ func cpuPerSecond(a, b checkpoint) float64 {
 
 // assignCases gives the connected clients their roles once connecting is
 // over: the rooms' typists and, with StateSample, the sampled members
-// (every k-th listener, each with a view) and the count-only others.
+// (every k-th listener, each with a view, matching events too: their
+// event latency and deliveries) and the count-only others.
 func (r *runner) assignCases(connected []*client) {
 	o := &r.opts
 	r.roomTypists = make([][]*client, o.Rooms)
@@ -65,7 +66,7 @@ func (r *runner) assignCases(connected []*client) {
 	n := min(o.StateSample, len(listeners))
 	for k := 0; k < n; k++ {
 		c := listeners[k*len(listeners)/n]
-		c.countOnly, c.sample = false, true
+		c.countOnly, c.sample, c.matchEvents = false, true, true
 		c.view, c.tracked, c.stateOut = newView(), []int{c.roomIdx}, r.state
 	}
 }

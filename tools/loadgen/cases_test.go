@@ -64,6 +64,23 @@ func TestDelayToStateByEvents(t *testing.T) {
 		t.Errorf("delays %+v superseded %d, want 2 delays, 5 and 30 ms, none superseded", s.Delay, s.Superseded)
 	}
 	m.trackEvent(ev("typing_start", "t-other"), 240*ms) // not a typist of the run: ignored
+	// An event published before the latest change was sent (ts_ms below
+	// its send time) does not show it, even with the same state.
+	a.log.add(entry{mono: 300 * ms, wallMs: 300, kind: kindStart})
+	a.log.add(entry{mono: 400 * ms, wallMs: 400, kind: kindStop})
+	a.log.add(entry{mono: 500 * ms, wallMs: 500, kind: kindStart})
+	old := ev("typing_start", a.user)
+	old.TsMs = 301
+	m.trackEvent(old, 520*ms)
+	if s := r.state.result(); s.Delay.Count != 2 {
+		t.Errorf("a stale start was counted as showing the start at 500 ms: %d delays", s.Delay.Count)
+	}
+	fresh := ev("typing_start", a.user)
+	fresh.TsMs = 502
+	m.trackEvent(fresh, 510*ms)
+	if s := r.state.result(); s.Delay.Count != 3 || s.Superseded != 2 {
+		t.Errorf("after the fresh start: %d delays, %d superseded; want 3 and 2", s.Delay.Count, s.Superseded)
+	}
 	if !m.exact() {
 		t.Error("view should be the final state (a stopped)")
 	}

@@ -147,7 +147,7 @@ func buildClients(r *runner) []*client {
 		c.room = r.runID + "-r" + strconv.Itoa(c.roomIdx)
 		rank := int64(c.roomIdx)*int64(perRoom) + int64(i/o.Rooms)
 		c.typing = typing > 0 && (rank*int64(typing))%int64(o.Conns) < int64(typing)
-		c.matchEvents = o.StateSample == 0
+		c.matchEvents = o.StateSample == 0 // else the sampled ones (assignCases)
 		clients[i] = c
 	}
 	if o.StallShare > 0 {

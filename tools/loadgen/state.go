@@ -45,6 +45,12 @@ func newView() *view {
 // how many earlier state changes after index after, sent at since (mono
 // ns) or later, it overtook. ok is false when there is none.
 func (l *typistLog) lastChange(after int32, since int64) (idx int32, on bool, sentAt int64, skipped int, ok bool) {
+	idx, e, skipped, ok := l.lastChangeEntry(after, since)
+	return idx, e.kind == kindStart, e.mono, skipped, ok
+}
+
+// lastChangeEntry is lastChange with the whole entry.
+func (l *typistLog) lastChangeEntry(after int32, since int64) (idx int32, e entry, skipped int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	idx = -1
@@ -54,14 +60,14 @@ func (l *typistLog) lastChange(after int32, since int64) (idx int32, on bool, se
 			continue
 		}
 		if idx < 0 {
-			idx, on, sentAt, ok = int32(i), k == kindStart, l.entries[i].mono, true
+			idx, e, ok = int32(i), l.entries[i], true
 			continue
 		}
 		if l.entries[i].mono >= since {
 			skipped++
 		}
 	}
-	return idx, on, sentAt, skipped, ok
+	return idx, e, skipped, ok
 }
 
 // lastState is whether the typist's last sent state change turned typing
@@ -89,18 +95,23 @@ func (s *stateStats) record(ns int64) {
 }
 
 // checkState records, for a sampled member c, the delay to typist t's
-// latest state change if c's view now shows it. Changes sent before c
-// started tracking (a watcher's first watch frame) are neither delays nor
-// superseded. Called with c.view.mu held.
-func (c *client) checkState(t *client, now int64) {
+// latest state change if c's view now shows it. tsMs is the ts_ms of the
+// event that set the view (0 for a snapshot): an event published before
+// the change was sent (ts_ms, the worker's Redis TIME, below its send
+// time) is an older one that happens to show the same state, so a member
+// far behind in the stream does not count it as shown. Changes sent
+// before c started tracking (a watcher's first watch frame) are neither
+// delays nor superseded. Called with c.view.mu held.
+func (c *client) checkState(t *client, now, tsMs int64) {
 	v := c.view
 	cur, seen := v.cursor[int32(t.idx)]
 	if !seen {
 		cur = -1
 	}
 	since := c.trackFrom.Load()
-	idx, on, sentAt, skipped, ok := t.log.lastChange(cur, since)
-	if !ok || v.shown[int32(t.idx)] != on {
+	idx, e, skipped, ok := t.log.lastChangeEntry(cur, since)
+	on, sentAt := e.kind == kindStart, e.mono
+	if !ok || v.shown[int32(t.idx)] != on || (tsMs > 0 && tsMs+1 < e.wallMs) { // +1: ms floors on both sides
 		return
 	}
 	v.cursor[int32(t.idx)] = idx
@@ -124,7 +135,7 @@ func (c *client) trackEvent(ev protocol.ServerFrame, now int64) {
 	c.view.mu.Lock()
 	c.view.shown[int32(t.idx)] = ev.Type == "typing_start"
 	if c.sample {
-		c.checkState(t, now)
+		c.checkState(t, now, ev.TsMs)
 	}
 	c.view.mu.Unlock()
 }
@@ -148,7 +159,7 @@ func (c *client) trackRoom(ri int, users []protocol.Typist, total int, now int64
 		}
 		c.view.shown[int32(t.idx)] = listed[t.user]
 		if c.sample {
-			c.checkState(t, now)
+			c.checkState(t, now, 0)
 		}
 	}
 	c.view.mu.Unlock()
