@@ -152,6 +152,7 @@ func (r *runner) fillCases(res *Result, connected []*client) {
 		sr := r.state.result()
 		sr.ExactFinal, sr.Tracked = exactCount(connected, nil)
 		sr.Sampled = sr.Tracked
+		sr.setExpected(connected)
 		res.State = &sr
 	}
 	if o.StallShare > 0 {
@@ -203,6 +204,7 @@ func (r *runner) watchResult() *WatchResult {
 	wr.State = ws.state.result()
 	wr.State.ExactFinal, wr.State.Tracked = exactCount(cs, nil)
 	wr.State.Sampled = wr.State.Tracked
+	wr.State.setExpected(cs)
 	return wr
 }
 

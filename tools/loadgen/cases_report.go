@@ -52,8 +52,8 @@ func writeState(w io.Writer, name string, s *StateResult) {
 		fmt.Fprintf(w, "\n  %-13s exact final state %d of %d\n", name, s.ExactFinal, s.Tracked)
 		return
 	}
-	fmt.Fprintf(w, "\n  %-13s delay to the state (%d sampled): %d changes, p50 %.1f p99 %.1f max %.1f ms; %d superseded; exact final state %d of %d",
-		name, s.Sampled, d.Count, d.P50, d.P99, d.Max, s.Superseded, s.ExactFinal, s.Tracked)
+	fmt.Fprintf(w, "\n  %-13s delay to the state (%d sampled): %d of %d changes shown, p50 %.1f p99 %.1f max %.1f ms; %d superseded, %d never shown; exact final state %d of %d",
+		name, s.Sampled, d.Count, s.Expected, d.P50, d.P99, d.Max, s.Superseded, s.NeverShown, s.ExactFinal, s.Tracked)
 	if s.PartialSnapshots > 0 {
 		fmt.Fprintf(w, "; %d partial lists", s.PartialSnapshots)
 	}
@@ -117,12 +117,12 @@ func SideBySide(names []string, rs []*Result) [][]string {
 		}
 		return fmt.Sprintf("%.1f / %.1f / %.1f", s.Delay.P50, s.Delay.P99, s.Delay.Max), true
 	})
-	add("changes measured / superseded", func(r *Result) (string, bool) {
+	add("changes shown / superseded / never shown", func(r *Result) (string, bool) {
 		s := state(r)
-		if s == nil {
+		if s == nil || s.Expected == 0 {
 			return "", false
 		}
-		return fmt.Sprintf("%d / %d", s.Delay.Count, s.Superseded), true
+		return fmt.Sprintf("%d / %d / %d of %d", s.Delay.Count, s.Superseded, s.NeverShown, s.Expected), true
 	})
 	add("exact final state", func(r *Result) (string, bool) {
 		s := state(r)

@@ -113,6 +113,11 @@ func TestDelayToStateBySummary(t *testing.T) {
 	if exact, tracked := exactCount([]*client{a, b, m}, nil); exact != 1 || tracked != 1 {
 		t.Errorf("exactCount = %d of %d, want 1 of 1 (only m is tracked)", exact, tracked)
 	}
+	sr := r.state.result()
+	sr.setExpected([]*client{a, b, m})
+	if sr.Expected != 5 || sr.NeverShown != 0 {
+		t.Errorf("expected %d never shown %d, want 5 (a 3, b 2) and 0 (3 shown, 2 superseded)", sr.Expected, sr.NeverShown)
+	}
 }
 
 func TestStallWindowAndShare(t *testing.T) {
@@ -318,7 +323,7 @@ func TestBigRoomSummaryAgainstStack(t *testing.T) {
 	res.WriteTable(&table)
 	t.Log(table.String())
 	s := res.State
-	if s == nil || s.Tracked != 5 || s.ExactFinal != 5 || s.Delay.Count == 0 {
+	if s == nil || s.Tracked != 5 || s.ExactFinal != 5 || s.Delay.Count == 0 || s.Expected != 5*(res.Sent.Starts+res.Sent.Stops) {
 		t.Fatalf("state %+v, want 5 sampled members all exact with delays measured", s)
 	}
 	if res.FramesPerMemberPerSec <= 0 || len(res.Errors) != 0 {

@@ -180,6 +180,46 @@ func (c *client) exact() bool {
 	return true
 }
 
+// changesSince counts the state changes (start, stop) in the log sent at
+// since (mono ns) or later.
+func (l *typistLog) changesSince(since int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for _, e := range l.entries {
+		if e.kind != kindRefresh && e.mono >= since {
+			n++
+		}
+	}
+	return n
+}
+
+// expectedChanges is how many state changes the sampled clients among cs
+// were to show.
+func expectedChanges(cs []*client) int64 {
+	var n int64
+	for _, c := range cs {
+		if !c.sample {
+			continue
+		}
+		since := c.trackFrom.Load()
+		for _, ri := range c.tracked {
+			for _, t := range c.r.roomTypists[ri] {
+				if t != c {
+					n += t.log.changesSince(since)
+				}
+			}
+		}
+	}
+	return n
+}
+
+// setExpected fills Expected and NeverShown from the sampled clients.
+func (s *StateResult) setExpected(cs []*client) {
+	s.Expected = expectedChanges(cs)
+	s.NeverShown = max(0, s.Expected-s.Delay.Count-s.Superseded)
+}
+
 // exactCount counts the tracked clients among cs whose view is the exact
 // final state, and how many are tracked; pick selects the clients counted
 // (nil: all).
@@ -208,6 +248,12 @@ type StateResult struct {
 	// Superseded: changes overtaken by the typist's next change before a
 	// sampled member showed them (per member).
 	Superseded int64 `json:"superseded"`
+	// Expected: state changes the sampled members were to show (each
+	// change of each typist of their rooms, sent after they started
+	// tracking); NeverShown: those neither shown nor superseded by the end
+	// of the settle (Expected - Delay.Count - Superseded).
+	Expected   int64 `json:"expected"`
+	NeverShown int64 `json:"never_shown"`
 	// PartialSnapshots: `typing` frames read that did not list every
 	// typist (total above the list: ELLIPSIS_SNAPSHOT_MAX).
 	PartialSnapshots int64 `json:"partial_snapshots"`
