@@ -13,7 +13,7 @@ FUZZTIME ?= 50000x
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run demo build test test-quick quick-go quick-js check-tools test-all vet tidy-check readme-images config-doc unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle plots plots-sweep fmt
+.PHONY: run demo build test test-quick quick-go quick-js check-tools test-all vet tidy-check readme-images config-doc unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle loadgen-bigroom loadgen-stall loadgen-watch plots plots-sweep fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -32,6 +32,13 @@ loadgen-fanout:
 	tools/loadgen/run.sh fanout
 loadgen-idle:
 	tools/loadgen/run.sh idle
+## loadgen-bigroom, -stall, -watch: issue 25's cases, each side by side in one run (tools/loadgen/cases.sh; about 2 min each)
+loadgen-bigroom:
+	tools/loadgen/cases.sh bigroom
+loadgen-stall:
+	tools/loadgen/cases.sh stall
+loadgen-watch:
+	tools/loadgen/cases.sh watch
 
 ## plots: the README's latency-against-load SVGs (docs/img/latency-vs-*.svg) from the committed sweep (docs/data/loadgen-sweep)
 plots:

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,19 @@ type client struct {
 	cmdID uint32     // Centrifugo: the last command id used; under wmu
 	wbuf  []byte     // Centrifugo: frame buffer, reused; under wmu
 
+	// Case roles (state.go, stall.go, watch.go), fixed before the reader
+	// starts: matchEvents matches room events against the senders' logs
+	// (event latency); countOnly only counts frames (big-room members not
+	// sampled); stall stops reading in the stall window; watching is a
+	// watcher. view, when set, is the connection's view of its tracked
+	// rooms (room indexes), sample measures the delay to the state into
+	// stateOut.
+	matchEvents, countOnly, stall, watching, sample bool
+	view                                            *view
+	tracked                                         []int
+	stateOut                                        *stateStats
+	trackFrom                                       atomic.Int64 // mono ns: changes sent before are not measured
+
 	// views is the reader's per-typist state; owned by the reader goroutine.
 	views      map[int32]*recvState
 	readerDone chan struct{}
@@ -57,13 +71,17 @@ func (c *client) dial(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	src := c.r.sourceAddr(c.idx)
+	src := c.r.sourceAddr(c)
+	var control func(network, address string, rc syscall.RawConn) error
+	if c.stall {
+		control = stallControl(o.StallRcvBuf)
+	}
 	d := websocket.Dialer{
 		HandshakeTimeout: o.DialTimeout,
 		ReadBufferSize:   1024, // frames are small; 10,000 connections in one process
 		WriteBufferSize:  512,
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			nd := net.Dialer{Timeout: o.DialTimeout}
+			nd := net.Dialer{Timeout: o.DialTimeout, Control: control}
 			if src != nil {
 				nd.LocalAddr = src
 			}
@@ -83,6 +101,9 @@ func (c *client) dial(ctx context.Context) error {
 	}
 	c.ws = ws
 	ws.SetReadLimit(64 << 10)
+	if c.watching {
+		return nil // a watcher joins nothing; it watches at Options.WatchAt
+	}
 	if err := c.r.drv.join(c); err != nil {
 		ws.Close()
 		return err
@@ -157,9 +178,28 @@ func (c *client) readLoop() {
 	r := c.r
 	st := r.st
 	for {
-		_, data, err := c.ws.ReadMessage()
+		if c.stall {
+			r.stall.wait(r.clock)
+		}
+		var data []byte
+		var err error
+		if c.countOnly {
+			err = c.discardMessage()
+		} else {
+			_, data, err = c.ws.ReadMessage()
+		}
 		if err != nil {
 			st.c.open.Add(-1)
+			if !r.closing.Load() && r.opts.StallShare > 0 {
+				if c.stall {
+					r.stall.closedStalled.Add(1)
+				} else {
+					r.stall.closedHealthy.Add(1)
+				}
+				if c.rejoin() {
+					continue // as the SDK does: reconnect, join, take the snapshot
+				}
+			}
 			if !r.closing.Load() {
 				var ce *websocket.CloseError
 				if errors.As(err, &ce) {
@@ -170,12 +210,54 @@ func (c *client) readLoop() {
 			}
 			return
 		}
+		if c.countOnly {
+			st.c.framesIn.Add(1)
+			continue
+		}
 		now := r.clock.mono()
 		if r.closing.Load() {
 			continue
 		}
+		if c.watching {
+			st.c.framesIn.Add(1)
+			c.handleWatch(data, now)
+			continue
+		}
 		r.drv.handle(c, data, now)
 	}
+}
+
+// rejoin reconnects a tracked connection the gateway closed during a
+// stalled-readers run and joins its room again; the `joined` snapshot
+// replaces its view (driver join). False when that fails or the run is
+// closing.
+func (c *client) rejoin() bool {
+	r := c.r
+	if r.closing.Load() || c.view == nil {
+		return false
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.ws.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.DialTimeout)
+	defer cancel()
+	if err := c.dial(ctx); err != nil {
+		r.st.fail("rejoin")
+		return false
+	}
+	r.stall.rejoined.Add(1)
+	r.st.c.open.Add(1)
+	return true
+}
+
+// discardMessage reads one message and drops it, without keeping it.
+func (c *client) discardMessage() error {
+	_, rd, err := c.ws.NextReader()
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, rd)
+	return err
 }
 
 // onEvent matches one room event against its sender's log.
@@ -216,6 +298,9 @@ func (c *client) onEvent(ev protocol.ServerFrame, now int64) {
 		st.c.matchedState.Add(1)
 	}
 	st.record(c.idx, now-m.sentAt, m.refresh)
+	if !m.refresh && c.r.opts.StallShare > 0 {
+		c.r.stall.record(m.sentAt, now-m.sentAt)
+	}
 }
 
 // endBurst stops a burst still on after the run: unmeasured, uncounted

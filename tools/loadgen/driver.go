@@ -101,6 +101,9 @@ func (ellipsisDriver) join(c *client) error {
 			continue
 		}
 		if ev.Type == "joined" && ev.ID == "j" {
+			if c.view != nil && c.r.roomTypists != nil { // a rejoin (client.rejoin)
+				c.trackRoom(c.roomIdx, ev.Typing, ev.Total, c.r.clock.mono())
+			}
 			break
 		}
 		if ev.Type == "error" && ev.ID == "j" {
@@ -129,10 +132,18 @@ func (ellipsisDriver) handle(c *client, data []byte, now int64) {
 	}
 	switch ev.Type {
 	case "typing_start", "typing_stop":
-		c.onEvent(ev, now)
+		if c.view != nil {
+			c.trackEvent(ev, now)
+		}
+		if c.matchEvents {
+			c.onEvent(ev, now)
+		}
 	case "error":
 		st.fail("error_frame:" + ev.Code)
 	case "typing":
 		st.c.snapshots.Add(1)
+		if c.view != nil && ev.Room == c.room {
+			c.trackRoom(c.roomIdx, ev.Users, ev.Total, now)
+		}
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,12 @@ const (
 	// DefaultReplaySpread: replaying clients start within this much time,
 	// so their bursts do not line up.
 	DefaultReplaySpread = 10 * time.Second
+	// DefaultStallFor, DefaultStallRcvBuf: see Options.StallFor,
+	// Options.StallRcvBuf.
+	DefaultStallFor    = 10 * time.Second
+	DefaultStallRcvBuf = 4096
+	// DefaultWatchRooms is the gateway's default ELLIPSIS_MAX_WATCHED_ROOMS.
+	DefaultWatchRooms = 500
 )
 
 // DefaultInboundRate is the gateway's per-connection inbound limit
@@ -155,6 +162,41 @@ type Options struct {
 	// the end of connecting to the end of the settle is summed in
 	// Result.ServerCPU.
 	CPUPIDs []int
+	// StateSample, when above 0, is the big-room measure (state.go): that
+	// many listening connections, spread evenly, keep a view of their room
+	// and measure the delay to the state (by event or by `typing` frame);
+	// they alone parse frames, every other connection only counts them
+	// (Result.FramesPerMemberPerSec), so that 10,000 members cost the load
+	// generator little. Event latency is not measured then.
+	StateSample int
+	// StallShare is the fraction of the listening (not typing)
+	// connections that stop reading (stop
+	// calling read on the socket) for StallFor from StallAt after the
+	// start of the run, then read again (stall.go). Zero: none.
+	StallShare float64
+	// StallAt: when the stall starts, after the start of the run. Zero
+	// means Duration/3.
+	StallAt time.Duration
+	// StallFor: how long the stalled connections do not read. Zero means
+	// DefaultStallFor.
+	StallFor time.Duration
+	// StallRcvBuf is the receive buffer (SO_RCVBUF, bytes) of the stalled
+	// connections, so that the gateway's writes to them back up within
+	// the stall as they would to a phone on a slow link. Zero means
+	// DefaultStallRcvBuf; negative: the kernel's default.
+	StallRcvBuf int
+	// Watchers is how many extra connections (not members of any room)
+	// each watch WatchRooms rooms (watch.go; docs/protocol.md "Watching
+	// rooms"). Zero: none.
+	Watchers int
+	// WatchRooms is how many rooms each watcher watches: rooms
+	// w*WatchRooms .. (w+1)*WatchRooms-1 modulo Rooms. Zero means
+	// DefaultWatchRooms.
+	WatchRooms int
+	// WatchAt: when the watchers start watching, after the start of the
+	// run, so that the gateway's CPU before and after is measured in one
+	// run. Zero means Duration/2.
+	WatchAt time.Duration
 	// Stack starts an in-process stack (gateway, worker, embedded NATS,
 	// Redis from backends) and targets it; see StackConfig.
 	Stack bool
@@ -190,6 +232,18 @@ type runner struct {
 	loopback map[string]bool // target host -> is loopback
 	closing  atomic.Bool
 	rssPeak  atomic.Int64
+
+	// roomTypists are the connected typing clients of each room index.
+	roomTypists [][]*client
+	state       *stateStats
+	stall       stallWindow
+	watchers    []*watcher
+	watch       *watchStats
+
+	// Checkpoints of the drive (cases.go); watchMark under caseMu.
+	driveStart, driveEnd checkpoint
+	caseMu               sync.Mutex
+	watchMark            checkpoint
 }
 
 // Run executes one bounded run and returns its result. ctx ends it early
@@ -198,7 +252,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := fill(&opts); err != nil {
 		return nil, err
 	}
-	r := &runner{opts: opts, log: opts.Logger, st: newStats(), runID: opts.RunID, drv: newDriver(opts.System)}
+	r := &runner{opts: opts, log: opts.Logger, st: newStats(), runID: opts.RunID, drv: newDriver(opts.System), state: newStateStats(), watch: newWatchStats()}
 	if r.log == nil {
 		r.log = zap.NewNop()
 	}

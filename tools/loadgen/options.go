@@ -43,6 +43,11 @@ func setDefaults(o *Options) {
 	o.DialConcurrency = cmp.Or(o.DialConcurrency, DefaultDialConcurrency)
 	o.SourceIPs = cmp.Or(o.SourceIPs, DefaultSourceIPs)
 	o.MaxPerConnRate = cmp.Or(o.MaxPerConnRate, DefaultInboundRate)
+	o.StallAt = cmp.Or(o.StallAt, o.Duration/3)
+	o.StallFor = cmp.Or(o.StallFor, DefaultStallFor)
+	o.StallRcvBuf = cmp.Or(o.StallRcvBuf, DefaultStallRcvBuf)
+	o.WatchRooms = cmp.Or(o.WatchRooms, DefaultWatchRooms)
+	o.WatchAt = cmp.Or(o.WatchAt, o.Duration/2)
 	o.RunID = cmp.Or(o.RunID, "lg"+strconv.FormatUint(rand.Uint64()%(1<<40), 36))
 }
 
@@ -98,6 +103,7 @@ func checkBounds(o *Options) []error {
 	if o.SourceIPs > 250 {
 		errs = append(errs, fmt.Errorf("source IPs must be at most 250, got %d", o.SourceIPs))
 	}
+	errs = append(errs, checkCases(o)...)
 	if o.Mode == ModeRate {
 		typing := max(1, int(float64(o.Conns)*o.TypingShare))
 		// Each state change may come with a refresh; frames per
@@ -131,4 +137,35 @@ func isWord(s string) bool {
 		}
 	}
 	return true
+}
+
+// checkCases checks the options of the big-room, stalled-readers and
+// watch cases.
+func checkCases(o *Options) []error {
+	var errs []error
+	if o.StateSample < 0 || o.StateSample > o.Conns {
+		errs = append(errs, fmt.Errorf("state sample must be 0..conns (%d), got %d", o.Conns, o.StateSample))
+	}
+	if o.StallShare < 0 || o.StallShare >= 1 {
+		errs = append(errs, fmt.Errorf("stall share must be in [0, 1), got %g", o.StallShare))
+	}
+	if o.StallShare > 0 && (o.StallAt < 0 || o.StallFor < 0 || o.StallAt+o.StallFor > o.Duration) {
+		errs = append(errs, fmt.Errorf("stall from %s for %s must end within the duration (%s)", o.StallAt, o.StallFor, o.Duration))
+	}
+	if o.StallShare > 0 && o.StateSample > 0 {
+		errs = append(errs, errors.New("stall share and state sample: one case at a time"))
+	}
+	if o.Watchers < 0 || o.Watchers > 100 {
+		errs = append(errs, fmt.Errorf("watchers must be 0..100, got %d", o.Watchers))
+	}
+	if o.WatchRooms < 1 || o.WatchRooms > 10_000 {
+		errs = append(errs, fmt.Errorf("watch rooms must be 1..10000, got %d", o.WatchRooms))
+	}
+	if o.Watchers > 0 && (o.WatchAt < 0 || o.WatchAt >= o.Duration) {
+		errs = append(errs, fmt.Errorf("watch at %s must be within the duration (%s)", o.WatchAt, o.Duration))
+	}
+	if (o.StateSample > 0 || o.StallShare > 0 || o.Watchers > 0) && (o.System != SystemEllipsis || o.Mode == ModeReplay) {
+		errs = append(errs, errors.New("state sample, stall share and watchers need system ellipsis in rate or idle mode"))
+	}
+	return errs
 }

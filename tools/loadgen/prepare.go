@@ -40,6 +40,7 @@ func (r *runner) prepare(ctx context.Context) error {
 	}
 	r.sourceAddrs()
 	r.clients = buildClients(r)
+	r.watchers = buildWatchers(r)
 	r.byUser = make(map[string]*client, len(r.clients))
 	for _, c := range r.clients {
 		r.byUser[c.user] = c
@@ -146,7 +147,11 @@ func buildClients(r *runner) []*client {
 		c.room = r.runID + "-r" + strconv.Itoa(c.roomIdx)
 		rank := int64(c.roomIdx)*int64(perRoom) + int64(i/o.Rooms)
 		c.typing = typing > 0 && (rank*int64(typing))%int64(o.Conns) < int64(typing)
+		c.matchEvents = o.StateSample == 0 // else the sampled ones (assignCases)
 		clients[i] = c
+	}
+	if o.StallShare > 0 {
+		pickStalled(r, clients)
 	}
 	return clients
 }
@@ -155,13 +160,12 @@ func buildClients(r *runner) []*client {
 // run's.
 func (r *runner) typist(user string) *client { return r.byUser[user] }
 
-// sourceAddr is the local address for client i (nil: the kernel's choice).
-func (r *runner) sourceAddr(i int) *net.TCPAddr {
-	c := r.clients[i]
+// sourceAddr is the local address for client c (nil: the kernel's choice).
+func (r *runner) sourceAddr(c *client) *net.TCPAddr {
 	if len(r.sources) == 0 || !r.loopback[c.url] {
 		return nil
 	}
-	return r.sources[i%len(r.sources)]
+	return r.sources[c.idx%len(r.sources)]
 }
 
 // fetchClientConfig reads the gateway's GET /v1/config; a gateway without
@@ -196,4 +200,29 @@ func fetchClientConfig(ctx context.Context, wsURL string, timeout time.Duration)
 		return protocol.ClientConfig{}, fmt.Errorf("loadgen: GET %s: %w", u, err)
 	}
 	return cc, nil
+}
+
+// pickStalled gives every client a view (the final-state check) and
+// picks Options.StallShare of the listening ones, spread evenly, to
+// stall; stalled ones are not matched (their events are conflated).
+// Typists do not stall: one the gateway closed would have to type again
+// after it reconnects to keep the room's state, which the case does not
+// measure.
+func pickStalled(r *runner, clients []*client) {
+	listeners := 0
+	for _, c := range clients {
+		if !c.typing {
+			listeners++
+		}
+	}
+	j := 0
+	for _, c := range clients {
+		c.view, c.tracked, c.stateOut = newView(), []int{c.roomIdx}, r.state
+		if c.typing {
+			continue
+		}
+		c.stall = pickShare(j, listeners, r.opts.StallShare)
+		c.matchEvents = !c.stall
+		j++
+	}
 }

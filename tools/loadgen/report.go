@@ -158,6 +158,7 @@ func (res *Result) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "\n                %.0f µs per state change, %.1f µs per frame delivered\n", sc.CPUPerStateChangeUs, sc.CPUPerFrameUs)
 	}
+	res.writeCases(w)
 	if len(res.Errors) == 0 {
 		fmt.Fprintf(w, "\n  errors        none\n")
 		return

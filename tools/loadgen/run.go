@@ -35,6 +35,7 @@ func (r *runner) run(parent context.Context, res *Result) error {
 		return err
 	}
 	r.drive(ctx, prog.progress, connected)
+	r.driveEnd = r.checkpoint()
 	prog.setPhase("settle")
 	settled := r.settle(ctx)
 	srvAfter, srvErr := readCPUs(o.CPUPIDs)
@@ -47,6 +48,7 @@ func (r *runner) run(parent context.Context, res *Result) error {
 	prog.stop()
 
 	r.fillResult(res, settled)
+	r.fillCases(res, connected)
 	if err := r.fillServerCPU(res, mark, srvAfter, srvErr, window); err != nil {
 		return err
 	}
@@ -109,16 +111,25 @@ func (r *runner) connect(ctx context.Context, prog *progress, res *Result) ([]*c
 	if len(connected) == 0 {
 		return connected, fmt.Errorf("loadgen: no connection could be opened (errors: %v)", r.st.errors())
 	}
-	members := make([]int64, r.opts.Rooms)
+	r.assignCases(connected)
+	members := make([]int64, r.opts.Rooms) // receivers matching events
 	for _, c := range connected {
-		members[c.roomIdx]++
+		if c.matchEvents {
+			members[c.roomIdx]++
+		}
 	}
 	for _, c := range connected {
-		c.others = members[c.roomIdx] - 1
+		c.others = members[c.roomIdx]
+		if c.matchEvents {
+			c.others--
+		}
 	}
 	res.MembersPerRoom = float64(len(connected)) / float64(r.opts.Rooms)
 	for _, c := range connected {
 		go c.readLoop()
+	}
+	if err := r.connectWatchers(ctx); err != nil {
+		return connected, err
 	}
 	return connected, nil
 }
@@ -131,6 +142,7 @@ func (r *runner) drive(ctx context.Context, prog *progress, connected []*client)
 	start := time.Now()
 	end := start.Add(o.Duration)
 	prog.startRun(start)
+	r.startCases(ctx, start)
 	if o.Mode == ModeIdle {
 		var s sleeper
 		s.until(ctx, end)
@@ -189,7 +201,7 @@ func (r *runner) settle(ctx context.Context) time.Duration {
 		if now.Before(minEnd) {
 			continue
 		}
-		complete := c.matchedState.Load() >= c.expectState.Load() && c.matchedRefr.Load() >= c.expectRefresh.Load()
+		complete := c.matchedState.Load() >= c.expectState.Load() && c.matchedRefr.Load() >= c.expectRefresh.Load() && r.allExact()
 		if complete || now.Sub(lastChange) >= settleQuiet {
 			break
 		}
@@ -248,6 +260,11 @@ feed:
 // closure) and waits for the readers, bounded.
 func (r *runner) closeAll(cs []*client) {
 	r.closing.Store(true)
+	for _, w := range r.watchers {
+		if w.ws != nil {
+			cs = append(cs, w.client)
+		}
+	}
 	sem := make(chan struct{}, 256) // closes in flight; full: wait
 	var wg sync.WaitGroup
 	for _, c := range cs {

@@ -105,3 +105,13 @@ func readCPU(pid int) (time.Duration, error) {
 	}
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
+
+// setRcvBuf sets a socket's receive buffer (SO_RCVBUF) to n bytes.
+func setRcvBuf(fd uintptr, n int) error {
+	return syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n)
+}
+
+// setMSS sets a socket's TCP maximum segment size (TCP_MAXSEG), bytes.
+func setMSS(fd uintptr, n int) error {
+	return syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_MAXSEG, n)
+}

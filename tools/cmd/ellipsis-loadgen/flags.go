@@ -46,6 +46,17 @@ type flags struct {
 	cpuProfile  *string
 	scrape      *string
 	memProfile  *string
+
+	stateSample *int
+	stallShare  *float64
+	stallAt     *time.Duration
+	stallFor    *time.Duration
+	stallRcvBuf *int
+	watchers    *int
+	watchRooms  *int
+	watchAt     *time.Duration
+	side        *string
+	sideNames   *string
 }
 
 // defineFlags declares the flags on fs.
@@ -82,6 +93,17 @@ func defineFlags(fs *flag.FlagSet) *flags {
 		cpuProfile:  fs.String("cpuprofile", "", "write a CPU profile of this process (with -stack: the stack too) to this file"),
 		scrape:      fs.String("scrape", "", "at the end of the run, connections still open, print the Go runtime and process lines of this /metrics URL (the gateway's admin /metrics)"),
 		memProfile:  fs.String("memprofile", "", "write a heap profile of this process (with -stack: the stack too) to this file at the end of the run, connections still open"),
+
+		stateSample: fs.Int("state-sample", 0, "big-room case: this many listeners, spread evenly, measure the delay to the state (by event or `typing` frame); the other connections only count frames"),
+		stallShare:  fs.Float64("stall-share", 0, "stalled-readers case: this fraction of the listening connections stop reading for -stall-for from -stall-at, then read again"),
+		stallAt:     fs.Duration("stall-at", 0, "stalled-readers case: when the stall starts after the start of the run (default a third of -duration)"),
+		stallFor:    fs.Duration("stall-for", loadgen.DefaultStallFor, "stalled-readers case: how long the stalled connections do not read"),
+		stallRcvBuf: fs.Int("stall-rcvbuf", loadgen.DefaultStallRcvBuf, "stalled-readers case: SO_RCVBUF of the stalled connections, bytes (-1: the kernel's)"),
+		watchers:    fs.Int("watchers", 0, "watch case: extra connections (members of no room) that each watch -watch-rooms rooms"),
+		watchRooms:  fs.Int("watch-rooms", loadgen.DefaultWatchRooms, "watch case: rooms each watcher watches"),
+		watchAt:     fs.Duration("watch-at", 0, "watch case: when the watchers start watching after the start of the run (default half of -duration)"),
+		side:        fs.String("side", "", "A.json,B.json,...: print the side-by-side table of runs' -json outputs (no run)"),
+		sideNames:   fs.String("side-names", "", "-side: the columns' names, comma-separated (default the file names)"),
 	}
 }
 
@@ -124,6 +146,8 @@ func (f *flags) options() (loadgen.Options, error) {
 		Duration: *f.duration, Settle: *f.settle, SettleMax: *f.settleMax, Speed: *f.speed, ReplaySpread: *f.spread, Seed: *f.seed,
 		JWTSecret: *f.secret, DialTimeout: *f.dialTimeout, DialConcurrency: *f.dialConc, SourceIPs: *f.sourceIPs,
 		RSSPID: *f.rssPID, Stack: *f.stack,
+		StateSample: *f.stateSample, StallShare: *f.stallShare, StallAt: *f.stallAt, StallFor: *f.stallFor, StallRcvBuf: *f.stallRcvBuf,
+		Watchers: *f.watchers, WatchRooms: *f.watchRooms, WatchAt: *f.watchAt,
 	}
 	if !*f.quiet {
 		opts.Progress = os.Stdout

@@ -56,6 +56,9 @@ func run(args []string) int {
 	} else if err != nil {
 		return 2
 	}
+	if *f.side != "" {
+		return sideBySide(*f.side, *f.sideNames)
+	}
 	if *f.compare != "" {
 		return comparePeers(*f.compare, *f.loadName, *f.jsonOut)
 	}
@@ -192,6 +195,34 @@ func comparePeers(files, load, out string) int {
 	if out != "" && !writeJSON(out, peers) {
 		return 1
 	}
+	return 0
+}
+
+// sideBySide prints the side-by-side table of -json outputs (-side), the
+// columns named by names (default the file names).
+func sideBySide(files, names string) int {
+	paths, cols := splitList(files), splitList(names)
+	if len(cols) == 0 {
+		for _, p := range paths {
+			cols = append(cols, strings.TrimSuffix(filepath.Base(p), ".json"))
+		}
+	}
+	if len(paths) == 0 || len(cols) != len(paths) {
+		fmt.Fprintln(os.Stderr, "ellipsis-loadgen: -side wants one or more files and as many -side-names")
+		return 2
+	}
+	res := make([]*loadgen.Result, len(paths))
+	for i, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = json.Unmarshal(b, &res[i])
+		}
+		if err != nil || res[i] == nil {
+			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -side: %s: %v\n", p, err)
+			return 1
+		}
+	}
+	loadgen.WriteSideBySide(os.Stdout, cols, res)
 	return 0
 }
 
