@@ -450,8 +450,10 @@ func TestFrozenReaderEndsExactWithinBounds(t *testing.T) {
 	}
 	p50, p99 := percentile(delays, 0.50), percentile(delays, 0.99)
 	t.Logf("healthy reader: %d events, delivery delay p50 %v p99 %v max %v", len(delays), p50, p99, percentile(delays, 1))
-	if p99 > 2*time.Second {
-		t.Fatalf("healthy reader's p99 delivery delay %v while another reader was frozen, want under 2 s", p99)
+	// Waiting behind the frozen reader would cost seconds to all 20 s; a
+	// busy machine costs tens or hundreds of ms (measured: p99 5–210 ms).
+	if p99 > 5*time.Second {
+		t.Fatalf("healthy reader's p99 delivery delay %v while another reader was frozen, want under 5 s", p99)
 	}
 	want := truth.state()
 	if got := healthy.state(); !maps.Equal(got, want) {

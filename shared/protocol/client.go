@@ -131,6 +131,11 @@ func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 		}
 		return f, nil
 	case TypeWatch, TypeUnwatch:
+		if f.Room != "" && f.Rooms == nil && f.Type == TypeUnwatch {
+			// join's key by mistake: read as "no rooms", it would end
+			// every watch.
+			return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "room: not a field of unwatch; give rooms (an array of room ids), or neither to unwatch every room", ID: f.ID}
+		}
 		f.Room = ""
 		switch {
 		case f.Rooms != nil && len(f.Rooms) == 0 && f.Type == TypeUnwatch:
@@ -142,8 +147,17 @@ func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 			}
 			return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: msg, ID: f.ID}
 		}
-		// The room ids themselves are checked one by one by the gateway,
-		// which refuses an invalid one (bad_request) and serves the others.
+		if f.Type == TypeUnwatch {
+			// Nothing to refuse one by one: an invalid id is the frame's error.
+			for i, r := range f.Rooms {
+				if err := ValidateID(fmt.Sprintf("rooms[%d]", i), r); err != nil {
+					return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: err.Error(), ID: f.ID}
+				}
+			}
+			return f, nil
+		}
+		// A watch's room ids are checked one by one by the gateway, which
+		// refuses an invalid one (bad_request) and serves the others.
 		return f, nil
 	case "":
 		return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "type: is required", ID: f.ID}

@@ -88,21 +88,20 @@ type watch struct {
 	sum   uint64 // maphash of the last summary frame sent
 }
 
-// summarySeed hashes summary frames for "changed since the last one"; a
-// collision (2^-64 per comparison) would skip one summary until the next
-// change.
-var summarySeed = maphash.MakeSeed()
-
 // watchTicker serves the dirty watched rooms every WatchInterval; mu
 // guards dirty only (a leaf lock).
 type watchTicker struct {
 	h     *Hub
 	mu    sync.Mutex
 	dirty map[string]struct{} // watched rooms with watchDirty set
+	// seed hashes summary frames for "changed since the last one"; a
+	// collision (2^-64 per comparison) would skip one summary until the
+	// next change. Set once.
+	seed maphash.Seed
 }
 
 func newWatchTicker(h *Hub) *watchTicker {
-	return &watchTicker{h: h, dirty: map[string]struct{}{}}
+	return &watchTicker{h: h, dirty: map[string]struct{}{}, seed: maphash.MakeSeed()}
 }
 
 // markWatchDirty marks rm (locked) as changed for its watchers: O(1), the
@@ -157,7 +156,9 @@ func (h *Hub) Watch(ctx context.Context, name string, w Watcher) error {
 
 // Arm lets w's summaries of rooms (watched with [Hub.Watch]) be sent,
 // once the caller queued its answer: each room is marked dirty, so w gets
-// its first summary from a snapshot read after now, within one interval.
+// its first summary at the next tick (about one interval). A tick under
+// way may give it one read just before Arm; the room stays dirty, so the
+// next tick re-reads it and the last summary is still the final state.
 func (h *Hub) Arm(w Watcher, rooms ...string) {
 	for _, name := range rooms {
 		rm := h.lookup(name)
@@ -225,8 +226,8 @@ func (h *Hub) Watchers(name string) int {
 	return len(rm.watchers)
 }
 
-// run ticks until the hub closes; a tick's snapshots end before it
-// returns.
+// run ticks until the hub closes, an interval after the end of the tick
+// before; a tick's snapshots end before it returns.
 func (t *watchTicker) run() {
 	h := t.h
 	defer h.wg.Done()
@@ -239,6 +240,10 @@ func (t *watchTicker) run() {
 		case <-tk.C:
 		}
 		t.tick()
+		// The next tick a whole interval after this one ended: a room
+		// served late in a long tick is not served again early in the
+		// next (at most one summary per room and interval).
+		tk.Reset(h.opts.WatchInterval)
 	}
 }
 
@@ -325,7 +330,7 @@ func (h *Hub) summarizeWatched(name string) {
 				h.log.Error("encode summary", zap.String("room", name), zap.Error(err))
 				return
 			}
-			e = encoded{b, maphash.Bytes(summarySeed, b)}
+			e = encoded{b, maphash.Bytes(h.watch.seed, b)}
 			frames[self] = e
 		}
 		if ws.sent && ws.sum == e.sum {

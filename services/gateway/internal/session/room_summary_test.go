@@ -1,6 +1,7 @@
 package session
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -101,5 +102,54 @@ func TestWriterRoomSummarySupersedesConflated(t *testing.T) {
 	}
 	if w.inConf {
 		t.Fatal("still conflating after the drain")
+	}
+}
+
+// A room whose conflated users overflow while its room summary is still
+// queued gets its deferred snapshot push asked once that summary is
+// written (a room summary is no answer, but it is a snapshot of the room),
+// and a summary replacing one in place ends an awaited push: conflation
+// never waits for a push that nobody asks.
+func TestWriterRoomSummaryAndDeferredPush(t *testing.T) {
+	h := &fakeHost{read: make(chan struct{})}
+	w := &writer{host: h, cfg: &Config{OutboundQueue: 4, ConflateRoomCap: 2}}
+	h.w = w
+	overflow := func() {
+		for i := range 3 {
+			w.sendEvent("a", "u"+strconv.Itoa(i), []byte("e"))
+		}
+	}
+	w.enqueue([]byte("x"))
+	w.enqueue([]byte("y"))
+	overflow() // conflating; 3 users > cap 2: push 1 asked
+	if len(h.pushes) != 1 {
+		t.Fatalf("pushes %v, want one", h.pushes)
+	}
+	w.sendRoomSummary("a", []byte("s1")) // queued: ends push 1
+	overflow()                           // push 2 deferred: s1 still queued
+	if len(h.pushes) != 1 {
+		t.Fatalf("pushes %v: asked while the room's summary is queued", h.pushes)
+	}
+	w.sendRoomSummary("a", []byte("s2")) // replaces s1 in place: ends push 2
+	if o := w.outbound(); o.PushesAwaited != 0 {
+		t.Fatalf("%d pushes awaited after a summary replaced in place", o.PushesAwaited)
+	}
+	overflow() // push 3 deferred again: s2 still queued
+	for {
+		if _, ok := w.dequeue(); !ok {
+			break
+		}
+	}
+	if len(h.pushes) != 2 {
+		t.Fatalf("pushes %v: the deferred push was not asked once the summary was written", h.pushes)
+	}
+	w.sendSnapshot("a", []byte("pushed")) // the push's answer
+	for {
+		if _, ok := w.dequeue(); !ok {
+			break
+		}
+	}
+	if o := w.outbound(); o.Conflating || o.PushesAwaited != 0 {
+		t.Fatalf("after the pushed snapshot: %+v", o)
 	}
 }

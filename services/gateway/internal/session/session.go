@@ -375,7 +375,10 @@ func (c *Conn) SendRoomSummary(room string, frame []byte) bool {
 // Outbound is a connection's outbound state at one moment, in frames
 // (writer.go; docs/protocol.md, "Order and loss"). Its bounds: Queued −
 // Answers ≤ HighWater + the events an answer about a room moved ahead of
-// it (at most RoomCap each); Answers ≤ ELLIPSIS_OUTBOUND_QUEUE;
+// it (at most RoomCap each) + one summary per watched room (sendSummary)
+// + the summaries of rooms in summary mode (sendRoomSummary: one per room,
+// plus one per other frame of that room queued after one); Answers ≤
+// ELLIPSIS_OUTBOUND_QUEUE;
 // ConflatedRooms ≤ the joined rooms; Conflated ≤ ConflatedRooms × RoomCap.
 type Outbound struct {
 	Queued    int // frames in the queue, answers and snapshots included

@@ -26,7 +26,8 @@ import (
 // writer keeps at most one unwritten summary per room (writer.go).
 //
 // Per new room, in this order: an invalid id is refused bad_request; the
-// connection's limit (MaxWatched) watch_limit; the user's watch budget
+// connection's limit (MaxWatched) watch_limit; the gateway shutting down
+// or NATS down unavailable; the user's watch budget
 // (budgets.go: MaxWatched tokens refilled that many a minute)
 // rate_limited; the authoriser forbidden (the token stays spent: it asked
 // the authoriser) or unavailable; the room's subscription unavailable. A
@@ -128,7 +129,6 @@ func (c *Conn) watch(f protocol.ClientFrame) {
 		c.met.WatchRefused(res.code)
 		refused = append(refused, protocol.Refusal{Room: res.room, Code: res.code, Message: res.msg})
 	}
-	c.w.summaryBarrier() // no summary queued before may be replaced after it
 	c.reply("", protocol.TypeWatching, protocol.NewWatching(f.ID, rooms, refused, len(c.watched)))
 	c.deps.Hub.Arm(c, armed...)
 }
@@ -231,7 +231,7 @@ func (c *Conn) unwatch(f protocol.ClientFrame) {
 		}
 	}
 	c.deps.Hub.Unwatch(c, gone...)
-	c.w.summaryBarrier()
+	c.w.forgetSummaries(gone)
 	c.reply("", protocol.TypeUnwatched, protocol.NewUnwatched(f.ID, listed, len(c.watched)))
 }
 

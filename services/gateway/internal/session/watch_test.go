@@ -67,6 +67,13 @@ func (r *watchRooms) Unwatch(_ hub.Watcher, rooms ...string) int {
 	return n
 }
 
+// armedList is the rooms armed so far, joined by commas.
+func (r *watchRooms) armedList() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.armed, ",")
+}
+
 func (r *watchRooms) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -151,8 +158,10 @@ func TestWatchAnswersEveryRefusal(t *testing.T) {
 			t.Fatalf("refusal without message: %+v", sf.Refused)
 		}
 	}
-	if rooms.count() != 2 || strings.Join(rooms.armed, ",") != "a,b" {
-		t.Fatalf("hub: %d watched, armed %v", rooms.count(), rooms.armed)
+	// Arm follows the queued answer: wait for it.
+	testkit.WaitFor(t, 5*time.Second, "the watched rooms to be armed", func() bool { return rooms.armedList() == "a,b" })
+	if rooms.count() != 2 {
+		t.Fatalf("hub: %d watched, armed %v", rooms.count(), rooms.armedList())
 	}
 	// Already watched rooms are accepted again at no cost.
 	tr.send(fText, `{"type":"watch","rooms":["a","b"],"id":"w2"}`)

@@ -1,12 +1,13 @@
 package session
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
 
 // A room's latest summary replaces its unwritten one in place; a written
-// one, or one queued before a summaryBarrier, is not replaced; other
+// one, or one of a room unwatched since, is not replaced; other
 // frames keep their order around them.
 func TestWriterConflatesSummariesPerRoom(t *testing.T) {
 	w := &writer{cfg: &Config{OutboundQueue: 1000}}
@@ -37,13 +38,25 @@ func TestWriterConflatesSummariesPerRoom(t *testing.T) {
 	}
 	w.sendSummary("a", []byte("a5"))
 	w.sendSummary("b", []byte("b2"))
-	w.summaryBarrier() // e.g. a "watching" answer follows
-	w.enqueue([]byte("watching"))
-	w.sendSummary("b", []byte("b3"))
-	w.sendSummary("a", []byte("a6"))
+	w.forgetSummaries([]string{"a"}) // a unwatched: its "unwatched" follows
+	w.enqueue([]byte("unwatched"))
+	w.sendSummary("b", []byte("b3")) // b still watched: replaces b2
+	w.sendSummary("a", []byte("a6")) // a watched again: after the answer
 	w.sendSummary("b", []byte("b4"))
-	if got := drain(); got != "e3 a5 b2 watching b4 a6" {
-		t.Fatalf("queue %q, want e3 a5 b2 watching b4 a6", got)
+	if got := drain(); got != "e3 a5 b4 unwatched a6" {
+		t.Fatalf("queue %q, want e3 a5 b4 unwatched a6", got)
+	}
+	// Unwatch answers about other rooms, many of them, do not let a
+	// watched room queue more than one summary.
+	for round := range 200 {
+		for r := range 50 {
+			w.sendSummary("r"+strconv.Itoa(r), []byte("s"+strconv.Itoa(round)))
+		}
+		w.forgetSummaries([]string{"never-watched"})
+		w.enqueue([]byte("unwatched"))
+	}
+	if got := strings.Fields(drain()); len(got) != 50+200 {
+		t.Fatalf("%d frames queued for 50 rooms and 200 answers, want 250", len(got))
 	}
 	if w.sums != nil {
 		t.Fatalf("drained queue keeps %d summary entries", len(w.sums))

@@ -73,8 +73,11 @@ type writerHost interface {
 // not read has at most one pushed snapshot per room queued, not one per
 // overflow. So the state is bounded: conf holds at most MaxRooms ×
 // ConflateRoomCap entries, and the queue the high-water mark of events
-// plus the answers (bounded by the inbound limit) and the rooms'
-// snapshots (at most one pushed per room). The queue grows on demand and is
+// plus the answers (bounded by the inbound limit), the rooms'
+// snapshots (at most one pushed per room), at most one unwritten summary
+// per watched room (sendSummary) and per room in summary mode
+// (sendRoomSummary) besides the ones other frames of that room were
+// queued after. The queue grows on demand and is
 // released when it drains with a large backing array, so an idle
 // connection holds (almost) nothing. Queuing a frame starts the write loop's goroutine
 // unless one runs (writing); it ends once the queue is empty, or runs
@@ -107,7 +110,8 @@ type writer struct {
 	overflow bool // an answer was refused (answerCap), reported to the host once; mu
 	// sums maps a watched room to the enq number of its summary queued
 	// last (sendSummary); an entry at or below deq was written. Nil once
-	// the queue drains, and at a summaryBarrier. Under mu.
+	// the queue drains; a room's entry goes when it is unwatched
+	// (forgetSummaries). Under mu.
 	sums map[string]uint64
 	// rsums maps a room in summary mode to the enq number of its summary
 	// snapshot queued last (sendRoomSummary) while no other frame of that
@@ -262,7 +266,7 @@ func (w *writer) sendRoomSummary(room string, frame []byte) bool {
 			w.dropRoomLocked(room)
 			w.host.conflated(n)
 		}
-		w.host.conflated(1) // the summary replaced, unwritten
+		delete(w.confPush, room)
 		w.endConflationLocked()
 		return true
 	}
@@ -358,9 +362,10 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 }
 
 // sendSummary queues frame, a summary of a watched room: it replaces the
-// room's summary still queued, in its place, if there is one since the
-// last summaryBarrier, else it is queued. Never refused: at most one
-// summary per watched room waits (MaxWatched), outside answerCap.
+// room's summary still queued, in its place, if there is one (and the
+// room was not unwatched since: forgetSummaries), else it is queued. Never
+// refused: at most one summary per watched room waits (MaxWatched),
+// outside answerCap.
 func (w *writer) sendSummary(room string, frame []byte) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -377,12 +382,15 @@ func (w *writer) sendSummary(room string, frame []byte) bool {
 	return true
 }
 
-// summaryBarrier keeps every summary queued so far from being replaced
-// (a watching or unwatched answer follows: a later summary must come
-// after it).
-func (w *writer) summaryBarrier() {
+// forgetSummaries keeps the summaries of rooms queued so far from being
+// replaced: rooms are no longer watched (their "unwatched" answer
+// follows), so a summary after a later watch of one of them comes after
+// that watch's "watching".
+func (w *writer) forgetSummaries(rooms []string) {
 	w.mu.Lock()
-	w.sums = nil
+	for _, r := range rooms {
+		delete(w.sums, r)
+	}
 	w.mu.Unlock()
 }
 
@@ -565,9 +573,9 @@ func (w *writer) dequeueLocked() (f []byte, ok bool) {
 		if len(w.ans) == 0 {
 			w.ans = nil
 		}
-		if len(w.confSnap) > 0 {
-			w.snapWrittenLocked()
-		}
+	}
+	if len(w.confSnap) > 0 {
+		w.snapWrittenLocked() // an answer or a room summary written
 	}
 	if w.head == len(w.out) {
 		if cap(w.out) > keepQueueCap {
