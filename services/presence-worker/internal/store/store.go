@@ -150,6 +150,9 @@ const (
 	// second or more after the stop shows.
 	StopGuard = 500 * time.Millisecond
 
+	// DefaultMaxThreads is ELLIPSIS_MAX_THREADS_PER_USER's default.
+	DefaultMaxThreads = 5
+
 	// MaxSnapshotLimit bounds the users one snapshot lists: the snapshot
 	// script reads one name per listed user, and 500 keep it far below a
 	// millisecond of Redis.
@@ -256,6 +259,9 @@ type Options struct {
 	// TTL and Throttle are the typing settings (ELLIPSIS_TYPING_TTL,
 	// ELLIPSIS_TYPING_THROTTLE).
 	TTL, Throttle time.Duration
+	// MaxThreads is ELLIPSIS_MAX_THREADS_PER_USER: the threads of a room
+	// one user may type in at once; 0 is [DefaultMaxThreads].
+	MaxThreads int
 	// Metrics are the store's collectors; nil: unregistered ones.
 	Metrics *Metrics
 	// Log is the store's logger and RateLog its rate-limited one; nil:
@@ -290,7 +296,11 @@ func New(o Options) (Store, error) {
 		throttleMs: throttle.Milliseconds(),
 		keyPxMs:    (ttl + DefaultKeyGrace + throttle).Milliseconds(),
 		guardMs:    StopGuard.Milliseconds(),
+		maxThreads: o.MaxThreads,
 	}}
+	if st.maxThreads <= 0 {
+		st.maxThreads = DefaultMaxThreads
+	}
 	switch kind {
 	case KindZSet:
 		st.lay = zsetLayout{n}
