@@ -311,7 +311,10 @@ func (r *SnapshotReply) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*r = SnapshotReply{V: w.V, Room: w.Room, Total: w.Total, Threads: w.Threads, Error: w.Error}
+	*r = SnapshotReply{V: w.V, Room: w.Room, Total: w.Total, Error: w.Error}
+	if len(w.Threads) > 0 {
+		r.Threads = w.Threads
+	}
 	if w.Users != nil {
 		r.Users, r.Activities = fromEntries(w.Users)
 	}
