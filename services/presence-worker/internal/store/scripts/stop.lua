@@ -132,7 +132,7 @@ local function stop_scope(user, typist, users, member, ev, check_gone)
 end
 
 local outcome, due, typed = stop_scope(KEYS[1], KEYS[2], KEYS[3], euser, ARGV[11], ethread ~= '')
-if outcome == 'stale' then return {'stale', now, 0, evs} end
+if outcome == 'stale' and not leaves then return {'stale', now, 0, evs} end
 -- A thread the user no longer types in leaves the user's list.
 if ethread ~= '' and live_until(KEYS[1]) <= now then threads_leave(KEYS[10], ethread, now) end
 
@@ -152,7 +152,12 @@ if leaves then
     if live_until(key) > now then keep[#keep + 1] = e end
   end
   if #keep < #list then threads_write(KEYS[10], keep, now) end
-  if ordered then
+  -- A leave stale in the room itself (a later command of the connection
+  -- applied there first) still ends the threads it is not stale in, each
+  -- by its own seq record, and leaves its tombstone unless one at least as
+  -- recent is there: a thread's delayed start older than it stays stale
+  -- (start.lua reads the tombstones on every ordered thread start).
+  if ordered and (outcome ~= 'stale' or not gone(KEYS[9], KEYS[7], conn, seq)) then
     if typed then
       bury(KEYS[9], KEYS[8], conn, seq, now, tonumber(keypx))
     else
