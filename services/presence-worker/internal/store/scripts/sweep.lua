@@ -86,7 +86,8 @@ local function settle(u, visible, expired_stop)
   if visible then
     -- The trailing edge's typing_start opens a refresh window like
     -- start.lua's: refreshes within the throttle after it fan out nothing.
-    redis.call('HSET', key, 'p', '1', 'g', itoa(tat), 'w', itoa(now + throttle), 'a', f[6] or told)
+    redis.call('HSET', key, 'p', '1', 'g', itoa(tat), 'w', itoa(now + throttle))
+    if f[6] and f[6] ~= told then redis.call('HSET', key, 'a', f[6]) end
   else
     redis.call('HSET', key, 'p', '0', 'g', itoa(tat))
   end
