@@ -308,3 +308,23 @@ func TestContractServiceTTLExpires(t *testing.T) {
 		expectIn(t, s, protocol.TypeTypingStop, "r", "", "agent", protocol.ReasonExpired)
 	})
 }
+
+// A leave that arrives after a later command of its connection in the
+// room itself (stale there) still ends the connection in the threads it
+// is not stale in, and a start there delayed behind it stays stale.
+func TestContractStaleLeaveStillEndsThreads(t *testing.T) {
+	forEachKind(t, func(t *testing.T, se *storeEnv) {
+		s := se.subscribe("r")
+		se.want(tstart("r", "a", "u", "c", 1), OutcomeStarted)
+		se.want(tstart("r", "", "u", "c", 4), OutcomeStarted) // after a rejoin, applied before the leave
+		expectIn(t, s, protocol.TypeTypingStart, "r", "a", "u", "")
+		expectIn(t, s, protocol.TypeTypingStart, "r", "", "u", "")
+		se.want(protocol.Command{V: 1, Op: protocol.OpLeave, Room: "r", User: "u", Conn: "c", Seq: 3}, OutcomeStale)
+		expectIn(t, s, protocol.TypeTypingStop, "r", "a", "u", protocol.ReasonLeft)
+		se.want(tstart("r", "a", "u", "c", 2), OutcomeStale)
+		s.ExpectNone(100 * time.Millisecond)
+		if got, want := se.scopes("r"), map[string][]string{"": {"u"}}; !sameScopes(got, want) {
+			t.Fatalf("snapshot %v, want %v", got, want)
+		}
+	})
+}
