@@ -218,16 +218,16 @@ type Config struct {
 	SnapshotMax  int    // ELLIPSIS_SNAPSHOT_MAX
 	Store        string // ELLIPSIS_STORE
 	NATSEvents   bool   // ELLIPSIS_NATS_EVENTS
+	GatewayID    string // ELLIPSIS_GATEWAY_ID
+	DemoPage     bool   // ELLIPSIS_DEMO_PAGE
+	Pprof        bool   // ELLIPSIS_PPROF
+	LogLevel     string // ELLIPSIS_LOG_LEVEL
+	LogFormat    string // ELLIPSIS_LOG_FORMAT
 
+	// Threads and activities (docs/protocol.md, "Threads and activities").
 	MaxThreadsPerUser int           // ELLIPSIS_MAX_THREADS_PER_USER
 	ServiceMaxTTL     time.Duration // ELLIPSIS_SERVICE_MAX_TTL
 	Activities        []string      // ELLIPSIS_ACTIVITIES, besides the standard set
-
-	GatewayID string // ELLIPSIS_GATEWAY_ID
-	DemoPage  bool   // ELLIPSIS_DEMO_PAGE
-	Pprof     bool   // ELLIPSIS_PPROF
-	LogLevel  string // ELLIPSIS_LOG_LEVEL
-	LogFormat string // ELLIPSIS_LOG_FORMAT
 
 	// Service selects which settings Validate checks: [ServiceAll] (zero
 	// value), [ServiceGateway] or [ServiceWorker]. Not read from the
