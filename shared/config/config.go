@@ -226,6 +226,11 @@ type Config struct {
 	LogLevel     string // ELLIPSIS_LOG_LEVEL
 	LogFormat    string // ELLIPSIS_LOG_FORMAT
 
+	// Threads and activities (docs/protocol.md, "Threads and activities").
+	MaxThreadsPerUser int           // ELLIPSIS_MAX_THREADS_PER_USER
+	ServiceMaxTTL     time.Duration // ELLIPSIS_SERVICE_MAX_TTL
+	Activities        []string      // ELLIPSIS_ACTIVITIES, besides the standard set
+
 	// Service selects which settings Validate checks: [ServiceAll] (zero
 	// value), [ServiceGateway] or [ServiceWorker]. Not read from the
 	// environment: each main sets it.

@@ -145,6 +145,12 @@ func (c *Config) table() []Setting {
 			Doc: "also publish every `typing_start` / `typing_stop` (same bytes as the Redis event) on NATS `<prefix>.typing.v1.room.<token>`, at most once (docs/protocol.md, \"Room events on NATS\")"},
 		{Env: "ELLIPSIS_SNAPSHOT_MAX", For: ForWorker, V: integer(&c.SnapshotMax, 100, between(1, 500)),
 			Doc: "typists listed in one snapshot (`joined`, `typing`, HTTP, NATS reply); `total` still counts all, and a reply is also cut to fit the NATS `max_payload` (a listed typist costs about 3 µs of Redis in store `zset`, so 500 cost about 1.5 ms a snapshot: docs/BENCHMARKS.md, \"Who is typing\")"},
+		{Env: "ELLIPSIS_MAX_THREADS_PER_USER", For: ForWorker, V: integer(&c.MaxThreadsPerUser, 5, between(1, 100)),
+			Doc: "threads of one room a user may type in at once, besides the room itself (never refused); a start in one more is refused, outcome `too_many_threads` (docs/protocol.md, \"Threads and activities\")"},
+		{Env: "ELLIPSIS_SERVICE_MAX_TTL", For: ForWorker, V: dur(&c.ServiceMaxTTL, time.Minute, between(time.Millisecond, maxTypingTimer), rule("whole ms", checkWholeMs)),
+			Doc: "the longest `ttl_ms` a platform service may give its own start on NATS (a start above it is refused as invalid, field `ttl_ms`); clients' starts keep `ELLIPSIS_TYPING_TTL`. The worker's keys live this + 10 s + throttle (docs/protocol.md, \"Threads and activities\")"},
+		{Env: "ELLIPSIS_ACTIVITIES", For: ForBoth, V: list(&c.Activities, rule("at most 32 names of 1..32 bytes of a-z and _", checkActivities)), DefaultDoc: "empty (the standard set only)",
+			Doc: "activities a start may name besides the standard `typing`, `thinking`, `recording_audio`, `recording_video`, `uploading` (docs/protocol.md, \"Threads and activities\")"},
 		{Env: "ELLIPSIS_GATEWAY_ID", For: ForGateway, V: str(&c.GatewayID, "", rule("≤ 64 bytes of UTF-8, no `:`, spaces or control characters", checkGatewayID)), DefaultDoc: "random",
 			Doc: "gateway id in connection ids (`<id>-<per-boot suffix>:<n>`, so a restart never reuses a connection id)"},
 		{Env: "ELLIPSIS_DEMO_PAGE", For: ForGateway, V: boolean(&c.DemoPage, true),
@@ -330,4 +336,23 @@ func checkGatewayID(v string) error {
 		return fmt.Errorf("%q must be at most 64 bytes of UTF-8 without ':', spaces or control characters", v)
 	}
 	return nil
+}
+
+// checkActivities checks ELLIPSIS_ACTIVITIES: at most 32 names, each
+// 1..32 bytes of a-z and '_' (protocol.ValidateActivity's shape).
+func checkActivities(v []string) error {
+	if len(v) > 32 {
+		return fmt.Errorf("at most 32 activities, got %d", len(v))
+	}
+	var errs []error
+	for _, a := range v {
+		ok := len(a) >= 1 && len(a) <= 32
+		for i := 0; ok && i < len(a); i++ {
+			ok = (a[i] >= 'a' && a[i] <= 'z') || a[i] == '_'
+		}
+		if !ok {
+			errs = append(errs, fmt.Errorf("%q is not 1..32 bytes of a-z and _", a))
+		}
+	}
+	return errors.Join(errs...)
 }

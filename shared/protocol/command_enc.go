@@ -13,7 +13,7 @@ import (
 // one command per typing frame with it (BenchmarkEncodeCommand);
 // FuzzAppendCommand checks it against json.Marshal.
 func AppendCommand(dst []byte, c *Command) ([]byte, error) {
-	plain := isPlain(c.Op) && isPlain(c.Room) && isPlain(c.User) && isPlain(c.Name) && isPlain(c.Conn)
+	plain := isPlain(c.Op) && isPlain(c.Room) && isPlain(c.Thread) && isPlain(c.User) && isPlain(c.Name) && isPlain(c.Activity) && isPlain(c.Conn)
 	for _, r := range c.Rooms {
 		plain = plain && isPlain(r)
 	}
@@ -29,6 +29,11 @@ func AppendCommand(dst []byte, c *Command) ([]byte, error) {
 	if c.Room != "" {
 		dst = append(dst, `,"room":"`...)
 		dst = append(dst, c.Room...)
+		dst = append(dst, '"')
+	}
+	if c.Thread != "" {
+		dst = append(dst, `,"thread":"`...)
+		dst = append(dst, c.Thread...)
 		dst = append(dst, '"')
 	}
 	if len(c.Rooms) > 0 {
@@ -51,6 +56,11 @@ func AppendCommand(dst []byte, c *Command) ([]byte, error) {
 		dst = append(dst, c.Name...)
 		dst = append(dst, '"')
 	}
+	if c.Activity != "" {
+		dst = append(dst, `,"activity":"`...)
+		dst = append(dst, c.Activity...)
+		dst = append(dst, '"')
+	}
 	if c.Conn != "" {
 		dst = append(dst, `,"conn":"`...)
 		dst = append(dst, c.Conn...)
@@ -63,6 +73,10 @@ func AppendCommand(dst []byte, c *Command) ([]byte, error) {
 	if c.TsMs != 0 {
 		dst = append(dst, `,"ts_ms":`...)
 		dst = strconv.AppendInt(dst, c.TsMs, 10)
+	}
+	if c.TTLMs != 0 {
+		dst = append(dst, `,"ttl_ms":`...)
+		dst = strconv.AppendInt(dst, c.TTLMs, 10)
 	}
 	return append(dst, '}'), nil
 }

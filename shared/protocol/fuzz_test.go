@@ -69,6 +69,12 @@ func FuzzDecodeCommand(f *testing.F) {
 		`{"v":1,"op":"stop","room":"42","user":"alice"}`,
 		`{"v":1,"op":"disconnect","rooms":["42","{x}"],"user":"alice","conn":"gw:1","seq":9}`,
 		`{"v":2}`, `garbage`, `{"v":1,"op":"disconnect","rooms":[""]}`,
+		`{"v":1,"op":"start","room":"42","thread":"t:1","user":"bot","activity":"thinking","conn":"bot-7:1","ttl_ms":60000}`,
+		`{"v":1,"op":"stop","room":"42","thread":"t1","user":"alice"}`,
+		`{"v":1,"op":"leave","room":"42","thread":"t1","user":"alice","conn":"c"}`,
+		`{"v":1,"op":"start","room":"42","user":"a","conn":"c","activity":"Typing"}`,
+		`{"v":1,"op":"start","room":"42","user":"a","conn":"c","ttl_ms":-1}`,
+		`{"v":1,"op":"stop","room":"42","user":"a","ttl_ms":5}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -101,8 +107,13 @@ func FuzzDecodeCommand(f *testing.F) {
 func FuzzDecodeRoomEvent(f *testing.F) {
 	f.Add([]byte(`{"v":1,"type":"typing_start","room":"42","user":"alice","name":"Alice","ttl_ms":5000,"ts_ms":1}`))
 	f.Add([]byte(`{"v":1,"type":"typing_stop","room":"42","user":"alice","reason":"expired","ts_ms":1}`))
+	f.Add([]byte(`{"v":1,"type":"typing_start","room":"42","user":"bot","thread":"t1","activity":"thinking","ttl_ms":60000,"ts_ms":1}`))
+	f.Add([]byte(`{"v":1,"type":"typing_stop","room":"42","user":"a","thread":"","reason":"stopped","ts_ms":1}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ev, err := DecodeRoomEvent(data)
+		if err == nil && ev.Thread != "" && ValidateID("thread", ev.Thread) != nil {
+			t.Fatalf("accepted invalid thread %+v", ev)
+		}
 		if err == nil && (ValidateID("room", ev.Room) != nil || ValidateID("user", ev.User) != nil) {
 			t.Fatalf("accepted invalid event %+v", ev)
 		}
@@ -136,11 +147,12 @@ func FuzzClientFrameScan(f *testing.F) {
 
 // AppendCommand writes what json.Marshal writes.
 func FuzzAppendCommand(f *testing.F) {
-	f.Add(1, "start", "room-1", "", "u1", "Alice", "gw:1", uint64(3), int64(1764480000000))
-	f.Add(1, "disconnect", "", "a,b", "u1", "", "gw:1", uint64(0), int64(0))
-	f.Add(0, "x<y", "é", "", "\"", "&", "\x00", uint64(1), int64(-1))
-	f.Fuzz(func(t *testing.T, v int, op, room, rooms, user, name, conn string, seq uint64, ts int64) {
-		c := &Command{V: v, Op: op, Room: room, User: user, Name: name, Conn: conn, Seq: seq, TsMs: ts}
+	f.Add(1, "start", "room-1", "", "u1", "Alice", "gw:1", uint64(3), int64(1764480000000), "", "", int64(0))
+	f.Add(1, "disconnect", "", "a,b", "u1", "", "gw:1", uint64(0), int64(0), "", "", int64(0))
+	f.Add(0, "x<y", "é", "", "\"", "&", "\x00", uint64(1), int64(-1), "t<", "a&", int64(-5))
+	f.Add(1, "start", "r", "", "bot", "", "bot-7:1", uint64(0), int64(0), "t1", "thinking", int64(60000))
+	f.Fuzz(func(t *testing.T, v int, op, room, rooms, user, name, conn string, seq uint64, ts int64, thread, activity string, ttl int64) {
+		c := &Command{V: v, Op: op, Room: room, User: user, Name: name, Conn: conn, Seq: seq, TsMs: ts, Thread: thread, Activity: activity, TTLMs: ttl}
 		if rooms != "" {
 			c.Rooms = strings.Split(rooms, ",")
 		}
@@ -200,6 +212,59 @@ func FuzzRoomEventScan(f *testing.F) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("scan of %q = %+v, encoding/json = %+v", data, got, want)
+		}
+	})
+}
+
+// FuzzDecodeSnapshotReply: the snapshot reply decoder (threads, entries'
+// activities) never panics, keeps every total at least its list, and what
+// it accepts encodes and decodes to the same reply.
+func FuzzDecodeSnapshotReply(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"room":"42","users":[{"user":"alice","name":"Alice"}],"total":1}`,
+		`{"v":1,"room":"42","users":[{"user":"bot","activity":"thinking"}],"total":3,"threads":[{"thread":"t1","users":[{"user":"a","activity":"typing"}],"total":2}]}`,
+		`{"v":1,"room":"42","users":[],"threads":[{"thread":"t1","users":[{"user":"a"}]}]}`,
+		`{"v":1,"room":"42","users":[],"total":0,"threads":[{"thread":"t","users":[],"total":-1}]}`,
+		`{"v":1,"error":{"code":"unavailable","message":"retry"}}`, `{"v":1,"threads":{}}`, `[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := DecodeSnapshotReply(data)
+		if err != nil || r.Error != nil {
+			return
+		}
+		if r.Total < len(r.Users) {
+			t.Fatalf("total %d below %d users", r.Total, len(r.Users))
+		}
+		for _, th := range r.Threads {
+			if th.Total < len(th.Users) {
+				t.Fatalf("thread %q: total %d below %d users", th.Thread, th.Total, len(th.Users))
+			}
+			for u, a := range th.Activities {
+				if a == "" || a == ActivityTyping {
+					t.Fatalf("thread %q: activity %q of %q kept", th.Thread, a, u)
+				}
+			}
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := DecodeSnapshotReply(b)
+		if err != nil {
+			t.Fatalf("round trip failed: %s: %v", b, err)
+		}
+		if r.Users == nil {
+			r.Users = []Typist{} // "users" is always written
+		}
+		for i := range r.Threads {
+			if r.Threads[i].Users == nil {
+				r.Threads[i].Users = []Typist{}
+			}
+		}
+		if !reflect.DeepEqual(again, r) {
+			t.Fatalf("round trip changed the reply: %+v -> %s -> %+v", r, b, again)
 		}
 	})
 }

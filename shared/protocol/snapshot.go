@@ -4,9 +4,16 @@ package protocol
 // cap of typists (ELLIPSIS_SNAPSHOT_MAX), sorted by user, and Total is the
 // number of visible typists in the room, so Total >= len(Users); a client
 // shows "N people are typing" from Total when the list was cut.
+//
+// Activities maps a listed user to their activity when it is not typing
+// (nil: every listed user types). Threads lists the room's threads with a
+// typist, sorted by thread, each a scope of its own (docs/protocol.md,
+// "Threads and activities"); Users and Total are the room itself.
 type Snapshot struct {
-	Users []Typist
-	Total int
+	Users      []Typist
+	Total      int
+	Activities map[string]string
+	Threads    []ThreadSnapshot
 }
 
 // Cut reports whether the list holds fewer typists than the room has.
@@ -28,5 +35,12 @@ func (s Snapshot) WithoutUser(user string) Snapshot {
 	if total < len(out) {
 		total = len(out)
 	}
-	return Snapshot{Users: out, Total: total}
+	var threads []ThreadSnapshot
+	for _, t := range s.Threads {
+		ts := Snapshot{Users: t.Users, Total: t.Total}.WithoutUser(user)
+		if ts.Total > 0 {
+			threads = append(threads, ThreadSnapshot{Thread: t.Thread, Users: ts.Users, Activities: t.Activities, Total: ts.Total})
+		}
+	}
+	return Snapshot{Users: out, Total: total, Activities: s.Activities, Threads: threads}
 }

@@ -147,7 +147,8 @@ var (
 	opLabels = map[string]bool{protocol.OpStart: true, protocol.OpStop: true, protocol.OpLeave: true,
 		protocol.OpDisconnect: true, "unknown": true}
 	fieldLabels = map[string]bool{"json": true, "v": true, "op": true, "room": true, "rooms": true,
-		"user": true, "name": true, "conn": true, "seq": true, "ts_ms": true}
+		"user": true, "name": true, "conn": true, "seq": true, "ts_ms": true,
+		"thread": true, "activity": true, "ttl_ms": true}
 	snapshotLabels = map[string]bool{"ok": true, protocol.CodeBadRequest: true,
 		protocol.CodeUnavailable: true, protocol.CodeInternal: true}
 )

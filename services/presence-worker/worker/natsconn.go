@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -108,11 +109,31 @@ func (s *Server) connectNATS(ctx context.Context) error {
 // slow shard never holds up the others' commands.
 func (s *Server) onCommand(msg *nats.Msg) {
 	cmd, err := protocol.DecodeCommand(msg.Data)
+	if err == nil {
+		err = s.checkCommand(cmd)
+	}
 	if err != nil {
 		s.dropInvalid(msg, err)
 		return
 	}
 	s.dispatch(cmd)
+}
+
+// checkCommand checks what DecodeCommand cannot, the worker's settings
+// (docs/protocol.md, "Threads and activities"): an activity of the
+// standard set or ELLIPSIS_ACTIVITIES, and a ttl_ms of at most
+// ELLIPSIS_SERVICE_MAX_TTL. A gateway never sends ttl_ms: its commands are
+// built from its own WebSocket frames, which carry none, so a client's
+// start keeps the standard ttl; only a platform service (a publisher the
+// NATS account lets onto the command subject) gives one.
+func (s *Server) checkCommand(cmd protocol.Command) error {
+	if cmd.Activity != "" && !s.activities[cmd.Activity] {
+		return &protocol.FieldError{Field: "activity", Reason: fmt.Sprintf("unknown activity %q (want one of %s)", cmd.Activity, strings.Join(s.activityList, ", "))}
+	}
+	if maxMs := s.cfg.ServiceMaxTTL.Milliseconds(); cmd.TTLMs > maxMs {
+		return &protocol.FieldError{Field: "ttl_ms", Reason: fmt.Sprintf("must be 1..%d ms (ELLIPSIS_SERVICE_MAX_TTL), got %d", maxMs, cmd.TTLMs)}
+	}
+	return nil
 }
 
 // dropInvalid counts and (rate-limited) logs a payload that failed

@@ -35,13 +35,28 @@ func maxReplyBytes(nc *nats.Conn) int {
 // not guessed from its length. The error says the reply does not fit even
 // without typists (a max_payload below a hundred bytes or so).
 func encodeSnapshotReply(room string, snap protocol.Snapshot, maxPayload int) ([]byte, int, error) {
-	reply := protocol.SnapshotReply{V: protocol.Version, Room: room, Users: snap.Users, Total: snap.Total}
+	reply := protocol.SnapshotReply{V: protocol.Version, Room: room, Users: snap.Users, Activities: snap.Activities, Total: snap.Total, Threads: snap.Threads}
 	data, err := json.Marshal(reply)
 	if err != nil {
 		return nil, 0, fmt.Errorf("encoding snapshot reply: %w", err)
 	}
 	if len(data) <= maxPayload {
 		return data, len(snap.Users), nil
+	}
+	// Too big: the threads' lists go first (each keeps its thread and
+	// total), then the room's list is cut as below.
+	if len(reply.Threads) > 0 {
+		bare := make([]protocol.ThreadSnapshot, len(reply.Threads))
+		for i, t := range reply.Threads {
+			bare[i] = protocol.ThreadSnapshot{Thread: t.Thread, Users: []protocol.Typist{}, Total: t.Total}
+		}
+		reply.Threads = bare
+		if data, err = json.Marshal(reply); err != nil {
+			return nil, 0, fmt.Errorf("encoding snapshot reply: %w", err)
+		}
+		if len(data) <= maxPayload {
+			return data, len(snap.Users), nil
+		}
 	}
 	// Size of the reply with an empty list, plus each typist's encoding and
 	// a comma between two: exact, since encoding/json writes a slice's
@@ -58,6 +73,9 @@ func encodeSnapshotReply(room string, snap protocol.Snapshot, maxPayload int) ([
 			return nil, 0, fmt.Errorf("encoding snapshot reply: %w", err)
 		}
 		add := len(b)
+		if a := snap.Activities[t.User]; a != "" {
+			add += len(`,"activity":""`) + len(a) // a-z and _ only
+		}
 		if n > 0 {
 			add++ // the comma
 		}

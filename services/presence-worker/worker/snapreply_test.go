@@ -256,3 +256,33 @@ func sortedSubset(listed, all []protocol.Typist) bool {
 	}
 	return true
 }
+
+// A reply with threads that does not fit first loses the threads' lists
+// (each keeps its thread and total), then cuts the room's list; every
+// activity counts in the size.
+func TestEncodeSnapshotReplyThreads(t *testing.T) {
+	room := bigTypists(20)
+	acts := map[string]string{room[0].User: protocol.ActivityRecordingVideo}
+	snap := protocol.Snapshot{Users: room, Total: 20, Activities: acts,
+		Threads: []protocol.ThreadSnapshot{{Thread: "t1", Users: bigTypists(30), Total: 31}}}
+	full, n, err := encodeSnapshotReply("r", snap, 1<<20)
+	if err != nil || n != 20 {
+		t.Fatalf("full reply: %d listed, %v", n, err)
+	}
+	for _, max := range []int{len(full) - 1, len(full) / 2, len(full) / 5} {
+		data, listed, err := encodeSnapshotReply("r", snap, max)
+		if err != nil || len(data) > max {
+			t.Fatalf("max %d: %d bytes, %v", max, len(data), err)
+		}
+		r, err := protocol.DecodeSnapshotReply(data)
+		if err != nil || len(r.Threads) != 1 || r.Threads[0].Total != 31 || len(r.Threads[0].Users) != 0 || r.Total != 20 || len(r.Users) != listed {
+			t.Fatalf("max %d: %s, %v", max, data, err)
+		}
+		if listed > 0 && r.Activities[room[0].User] != protocol.ActivityRecordingVideo {
+			t.Fatalf("max %d: activity lost: %+v", max, r.Activities)
+		}
+		if max == len(full)-1 && listed != 20 {
+			t.Fatalf("max %d: %d listed; dropping the threads' lists should have been enough", max, listed)
+		}
+	}
+}

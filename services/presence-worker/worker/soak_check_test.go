@@ -54,8 +54,8 @@ func (r *soakRun) pump() {
 // onEvent checks one event of the stream (Redis order, per room).
 func (r *soakRun) onEvent(ev protocol.RoomEvent) {
 	r.t.Helper()
-	k := roomUser{ev.Room, ev.User}
-	ty := r.m.typist(ev.Room, ev.User)
+	k := roomUser{scopeKey(ev.Room, ev.Thread), ev.User}
+	ty := r.m.typist(k.room, ev.User)
 	ty.note("step %d event %s %s ts=%d", r.step, ev.Type, ev.Reason, ev.TsMs)
 	// docs/protocol.md, "Throttle": every event "takes a token of a
 	// bucket of 2 per throttle with a burst of 4, so receivers get at
@@ -192,15 +192,21 @@ func (r *soakRun) compare() string {
 	r.t.Helper()
 	at := time.Now().UnixMilli()
 	snaps := map[string]map[string]bool{}
+	var scopes []string
 	for _, room := range r.m.rooms {
-		snaps[room] = r.snapshotRoom(room, at)
+		for sc, listed := range r.snapshotRoom(room, at) {
+			snaps[sc] = listed
+		}
+		for _, th := range soakThreads {
+			scopes = append(scopes, scopeKey(room, th))
+		}
 	}
 	r.idle(150 * time.Millisecond)
 	// An entry live now has had no expired stop yet: its typist's last
 	// event is the start.
 	now := time.Now().UnixMilli()
 	var diffs []string
-	for _, room := range r.m.rooms {
+	for _, room := range scopes {
 		shown := map[string]bool{}
 		for k, ty := range r.m.typists {
 			if k.room != room {
@@ -215,26 +221,58 @@ func (r *soakRun) compare() string {
 				r.fail(k, "hidden typist: a live entry until at least t=%d, the last event about it was typing_stop (at t=%d; late starts: %v)", ty.liveUntil(r.ttlMin), now, r.e.metric("ellipsis_worker_commands_total", map[string]string{"outcome": "late"}))
 			}
 		}
-		if !maps.Equal(shown, snaps[room]) {
-			diffs = append(diffs, fmt.Sprintf("room %s: snapshot %v, events %v", room, slices.Sorted(maps.Keys(snaps[room])), slices.Sorted(maps.Keys(shown))))
+		if !maps.Equal(shown, snaps[room]) && (len(shown) > 0 || len(snaps[room]) > 0) {
+			diffs = append(diffs, fmt.Sprintf("scope %s: snapshot %v, events %v", room, slices.Sorted(maps.Keys(snaps[room])), slices.Sorted(maps.Keys(shown))))
 		}
 	}
 	return strings.Join(diffs, "; ")
 }
 
 // snapshotRoom asks the workers for room's snapshot (at: when it was
-// asked, unix ms), checks it and returns the users it lists.
-func (r *soakRun) snapshotRoom(room string, at int64) map[string]bool {
+// asked, unix ms), checks it and returns the users it lists per scope
+// (scopeKey: the room itself and each thread it lists).
+func (r *soakRun) snapshotRoom(room string, at int64) map[string]map[string]bool {
 	r.t.Helper()
 	rep := r.e.snapshot(room)
 	if rep.Error != nil {
 		r.t.Fatalf("soak store %s: snapshot of %s: %+v", r.kind, room, rep.Error)
 	}
+	out := map[string]map[string]bool{}
+	r.checkScope(scopeKey(room, ""), rep.Users, rep.Total, at, out)
+	for _, th := range rep.Threads {
+		if !slices.Contains(soakThreads, th.Thread) || th.Thread == "" {
+			r.t.Fatalf("soak store %s: snapshot of %s lists thread %q", r.kind, room, th.Thread)
+		}
+		r.checkScope(scopeKey(room, th.Thread), th.Users, th.Total, at, out)
+	}
+	// An entry live when the reply came was live when Redis ran the
+	// snapshot: its typist is listed.
+	done := time.Now().UnixMilli()
+	for _, thr := range soakThreads {
+		sc := scopeKey(room, thr)
+		for k, ty := range r.m.typists {
+			if k.room != sc || ty.liveUntil(r.ttlMin) <= done+soakHiddenMargin.Milliseconds() {
+				continue
+			}
+			if !out[sc][k.user] {
+				r.fail(k, "hidden typist: a live entry until at least t=%d, not in the snapshot answered at t=%d", ty.liveUntil(r.ttlMin), done)
+			}
+			r.required++
+		}
+	}
+	return out
+}
+
+// checkScope checks the users and total a snapshot lists for scope sc
+// and records them in out[sc].
+func (r *soakRun) checkScope(sc string, users []protocol.Typist, total int, at int64, out map[string]map[string]bool) {
+	r.t.Helper()
 	listed := map[string]bool{}
-	for _, u := range rep.Users {
+	out[sc] = listed
+	for _, u := range users {
 		listed[u.User] = true
-		k := roomUser{room, u.User}
-		ty := r.m.typist(room, u.User)
+		k := roomUser{sc, u.User}
+		ty := r.m.typist(sc, u.User)
 		// A snapshot "lists a typist only once their typing_start was
 		// published" and lists users with a live entry ("Snapshots: cap
 		// and total"): never past the entry's end.
@@ -249,22 +287,9 @@ func (r *soakRun) snapshotRoom(room string, at int64) map[string]bool {
 		}
 	}
 	// Below the cap, total counts exactly the listed users.
-	if rep.Total != len(rep.Users) {
-		r.t.Fatalf("soak store %s seed %d step %d: snapshot of %s lists %d users, total %d", r.kind, r.seed, r.step, room, len(rep.Users), rep.Total)
+	if total != len(users) {
+		r.t.Fatalf("soak store %s seed %d step %d: snapshot of %s lists %d users, total %d", r.kind, r.seed, r.step, sc, len(users), total)
 	}
-	// An entry live when the reply came was live when Redis ran the
-	// snapshot: its typist is listed.
-	done := time.Now().UnixMilli()
-	for k, ty := range r.m.typists {
-		if k.room != room || ty.liveUntil(r.ttlMin) <= done+soakHiddenMargin.Milliseconds() {
-			continue
-		}
-		if !listed[k.user] {
-			r.fail(k, "hidden typist: a live entry until at least t=%d, not in the snapshot answered at t=%d", ty.liveUntil(r.ttlMin), done)
-		}
-		r.required++
-	}
-	return listed
 }
 
 // finish stops the traffic and checks that everyone is hidden in time
@@ -290,8 +315,10 @@ func (r *soakRun) finish() {
 	}
 	at := time.Now().UnixMilli()
 	for _, room := range r.m.rooms {
-		if got := r.snapshotRoom(room, at); len(got) > 0 {
-			r.t.Fatalf("soak store %s seed %d: room %s: snapshot %v after every typist expired", r.kind, r.seed, room, slices.Sorted(maps.Keys(got)))
+		for sc, got := range r.snapshotRoom(room, at) {
+			if len(got) > 0 {
+				r.t.Fatalf("soak store %s seed %d: scope %s: snapshot %v after every typist expired", r.kind, r.seed, sc, slices.Sorted(maps.Keys(got)))
+			}
 		}
 	}
 	keysBy := lastCmd + 2*r.ttlMax + store.DefaultKeyGrace.Milliseconds() + 2*r.thr + soakSettle.Milliseconds() + soakSlack.Milliseconds()

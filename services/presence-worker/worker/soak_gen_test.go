@@ -30,11 +30,11 @@ func (m *soakModel) next(ts int64) (cmds []protocol.Command, ordered bool) {
 	c := m.conns[m.rnd.IntN(len(m.conns))]
 	switch {
 	case w < 40:
-		return []protocol.Command{m.start(c, m.join(c), ts)}, false
+		return []protocol.Command{m.start(c, m.join(c), m.thread(), ts)}, false
 	case w < 48:
-		return m.pair(c, m.join(c), ts), false
+		return m.pair(c, m.join(c), m.thread(), ts), false
 	case w < 53:
-		return m.toggle(c, m.join(c), ts), true
+		return m.toggle(c, m.join(c), m.thread(), ts), true
 	}
 	return m.other(c, w, ts), false
 }
@@ -46,18 +46,18 @@ func (m *soakModel) other(c *soakConn, w int, ts int64) []protocol.Command {
 		if len(c.rooms) == 0 {
 			return nil
 		}
-		return []protocol.Command{m.stop(c, c.rooms[m.rnd.IntN(len(c.rooms))], protocol.OpStop, ts)}
+		return []protocol.Command{m.stop(c, c.rooms[m.rnd.IntN(len(c.rooms))], m.thread(), protocol.OpStop, ts)}
 	case w < 71:
 		if len(c.rooms) == 0 {
 			return nil
 		}
 		r := c.rooms[m.rnd.IntN(len(c.rooms))]
 		c.rooms = slices.DeleteFunc(c.rooms, func(x string) bool { return x == r })
-		return []protocol.Command{m.stop(c, r, protocol.OpLeave, ts)}
+		return []protocol.Command{m.stop(c, r, "", protocol.OpLeave, ts)}
 	case w < 77:
 		// The platform's stop (a message posted): no conn, no seq, no ts_ms.
 		u := m.users[m.rnd.IntN(len(m.users))]
-		return []protocol.Command{{V: 1, Op: protocol.OpStop, Room: m.rooms[m.rnd.IntN(len(m.rooms))], User: u}}
+		return []protocol.Command{{V: 1, Op: protocol.OpStop, Room: m.rooms[m.rnd.IntN(len(m.rooms))], Thread: m.thread(), User: u}}
 	case w < 83:
 		return m.disconnect(c, ts)
 	case w < 86:
@@ -94,25 +94,34 @@ func (m *soakModel) join(c *soakConn) string {
 	return r
 }
 
-func (m *soakModel) start(c *soakConn, room string, ts int64) protocol.Command {
-	c.seq++
-	return protocol.Command{V: 1, Op: protocol.OpStart, Room: room, User: c.user, Name: "N" + c.user, Conn: c.id, Seq: c.seq, TsMs: ts}
+// thread picks the scope of a command: the room itself half the time,
+// else one of its threads (soakThreads).
+func (m *soakModel) thread() string {
+	if m.rnd.IntN(2) == 0 {
+		return ""
+	}
+	return soakThreads[1+m.rnd.IntN(len(soakThreads)-1)]
 }
 
-func (m *soakModel) stop(c *soakConn, room, op string, ts int64) protocol.Command {
+func (m *soakModel) start(c *soakConn, room, th string, ts int64) protocol.Command {
 	c.seq++
-	return protocol.Command{V: 1, Op: op, Room: room, User: c.user, Conn: c.id, Seq: c.seq, TsMs: ts}
+	return protocol.Command{V: 1, Op: protocol.OpStart, Room: room, Thread: th, User: c.user, Name: "N" + c.user, Conn: c.id, Seq: c.seq, TsMs: ts}
+}
+
+func (m *soakModel) stop(c *soakConn, room, th, op string, ts int64) protocol.Command {
+	c.seq++
+	return protocol.Command{V: 1, Op: op, Room: room, Thread: th, User: c.user, Conn: c.id, Seq: c.seq, TsMs: ts}
 }
 
 // toggle is a user typing and stopping faster than the event rate limit:
 // 5 to 9 commands, start first, alternating.
-func (m *soakModel) toggle(c *soakConn, room string, ts int64) []protocol.Command {
+func (m *soakModel) toggle(c *soakConn, room, th string, ts int64) []protocol.Command {
 	var out []protocol.Command
 	for i := range 5 + m.rnd.IntN(5) {
 		if i%2 == 0 {
-			out = append(out, m.start(c, room, ts))
+			out = append(out, m.start(c, room, th, ts))
 		} else {
-			out = append(out, m.stop(c, room, protocol.OpStop, ts))
+			out = append(out, m.stop(c, room, th, protocol.OpStop, ts))
 		}
 	}
 	return out
@@ -120,13 +129,13 @@ func (m *soakModel) toggle(c *soakConn, room string, ts int64) []protocol.Comman
 
 // pair is a start and a stop of c in room, in either order, sent at once
 // (a keystroke and the message sent).
-func (m *soakModel) pair(c *soakConn, room string, ts int64) []protocol.Command {
+func (m *soakModel) pair(c *soakConn, room, th string, ts int64) []protocol.Command {
 	if m.rnd.IntN(2) == 0 {
-		a := m.start(c, room, ts)
-		return []protocol.Command{a, m.stop(c, room, protocol.OpStop, ts)}
+		a := m.start(c, room, th, ts)
+		return []protocol.Command{a, m.stop(c, room, th, protocol.OpStop, ts)}
 	}
-	a := m.stop(c, room, protocol.OpStop, ts)
-	return []protocol.Command{a, m.start(c, room, ts)}
+	a := m.stop(c, room, th, protocol.OpStop, ts)
+	return []protocol.Command{a, m.start(c, room, th, ts)}
 }
 
 // disconnect closes c as its gateway does: one disconnect of every room it
@@ -139,7 +148,7 @@ func (m *soakModel) disconnect(c *soakConn, ts int64) []protocol.Command {
 	}
 	var out []protocol.Command
 	if m.rnd.IntN(2) == 0 {
-		out = append(out, m.start(c, c.rooms[m.rnd.IntN(len(c.rooms))], ts))
+		out = append(out, m.start(c, c.rooms[m.rnd.IntN(len(c.rooms))], m.thread(), ts))
 	}
 	c.seq++
 	return append(out, protocol.Command{V: 1, Op: protocol.OpDisconnect, Rooms: slices.Clone(c.rooms), User: c.user, Conn: c.id, Seq: c.seq, TsMs: ts})

@@ -18,8 +18,22 @@ import (
 // once every command is applied a connection's entry is what its last
 // command made it, whatever order the workers applied them in.
 
-// roomUser names a typist: a (room, user) pair.
+// roomUser names a typist: a (scope, user) pair, where the scope is a
+// room ("r0") or one of its threads ("r0#t1", scopeKey): each is a
+// typist of its own (docs/protocol.md, "Threads and activities").
 type roomUser struct{ room, user string }
+
+// soakThreads are the scopes of every room: the room itself ("") and two
+// threads, within ELLIPSIS_MAX_THREADS_PER_USER.
+var soakThreads = []string{"", "t0", "t1"}
+
+// scopeKey is the model's name of thread th of room ("" = the room).
+func scopeKey(room, th string) string {
+	if th == "" {
+		return room
+	}
+	return room + "#" + th
+}
 
 func (k roomUser) String() string { return k.room + "/" + k.user }
 
@@ -146,11 +160,24 @@ func (m *soakModel) typist(room, user string) *soakTypist {
 
 // record enters a generated command (at = its ts_ms) into the model.
 func (m *soakModel) record(step int, c protocol.Command, at int64) {
-	rooms := c.Rooms
-	if c.Op != protocol.OpDisconnect {
-		rooms = []string{c.Room}
+	// A leave or a disconnect ends the connection in every scope of its
+	// rooms; a start or a stop names one.
+	var scopes []string
+	switch c.Op {
+	case protocol.OpDisconnect, protocol.OpLeave:
+		rooms := c.Rooms
+		if c.Op == protocol.OpLeave {
+			rooms = []string{c.Room}
+		}
+		for _, r := range rooms {
+			for _, th := range soakThreads {
+				scopes = append(scopes, scopeKey(r, th))
+			}
+		}
+	default:
+		scopes = []string{scopeKey(c.Room, c.Thread)}
 	}
-	for _, r := range rooms {
+	for _, r := range scopes {
 		ty := m.typist(r, c.User)
 		ty.lastCmd = at
 		switch {
@@ -162,6 +189,6 @@ func (m *soakModel) record(step int, c protocol.Command, at int64) {
 		default:
 			ty.entries[c.Conn] = soakEntry{seq: c.Seq, ts: at}
 		}
-		ty.note("step %d t=%d gen %s conn=%q seq=%d", step, at, c.Op, c.Conn, c.Seq)
+		ty.note("step %d t=%d gen %s thread=%q conn=%q seq=%d", step, at, c.Op, c.Thread, c.Conn, c.Seq)
 	}
 }

@@ -120,6 +120,11 @@ type Server struct {
 	// Config.NATSEvents (natsevents.go).
 	events *natsEvents
 
+	// activities are the activities a start may name: the standard set
+	// and ELLIPSIS_ACTIVITIES; activityList the same, in order, for errors.
+	activities   map[string]bool
+	activityList []string
+
 	// shards apply commands; see dispatch.go.
 	shards       []chan protocol.Command
 	commandBatch int           // script calls per pipeline, see DefaultCommandBatch
@@ -187,16 +192,23 @@ func New(opts Options) (*Server, error) {
 	if opts.sweepInterval > 0 {
 		cfg.SweepInterval = opts.sweepInterval // after checkConfig: tests only
 	}
+	acts := append(protocol.StandardActivities(), cfg.Activities...)
+	actSet := make(map[string]bool, len(acts))
+	for _, a := range acts {
+		actSet[a] = true
+	}
 	return &Server{
-		cfg:       cfg,
-		log:       log,
-		reg:       reg,
-		m:         m,
-		rl:        ratelog.New(log, ratelog.DefaultInterval),
-		names:     names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
-		redisOpts: ropts,
-		done:      make(chan struct{}),
-		quit:      make(chan struct{}),
+		activities:   actSet,
+		activityList: acts,
+		cfg:          cfg,
+		log:          log,
+		reg:          reg,
+		m:            m,
+		rl:           ratelog.New(log, ratelog.DefaultInterval),
+		names:        names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
+		redisOpts:    ropts,
+		done:         make(chan struct{}),
+		quit:         make(chan struct{}),
 
 		commandBatch: batch,
 	}, nil
@@ -248,7 +260,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 
 	s.rdb = s.redisOpts.NewClient()
-	if s.st, err = store.New(store.Options{Kind: s.cfg.Store, PubSub: s.cfg.RedisPubSubMode(), Redis: s.rdb, Names: s.names, TTL: s.cfg.TypingTTL, Throttle: s.cfg.TypingThrottle, Metrics: &s.m.Metrics, Log: s.log.Named("store"), RateLog: s.rl, Events: s.newEvents()}); err != nil {
+	if s.st, err = store.New(store.Options{Kind: s.cfg.Store, PubSub: s.cfg.RedisPubSubMode(), Redis: s.rdb, Names: s.names, TTL: s.cfg.TypingTTL, Throttle: s.cfg.TypingThrottle, MaxThreads: s.cfg.MaxThreadsPerUser, Metrics: &s.m.Metrics, Log: s.log.Named("store"), RateLog: s.rl, Events: s.newEvents()}); err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)

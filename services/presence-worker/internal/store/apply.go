@@ -224,6 +224,12 @@ func (st *redisStore) callOutcome(res any, err error) (Outcome, error) {
 	if typ := publishedBy(out); typ != "" {
 		st.m.EventsPublished.WithLabelValues(typ).Inc()
 	}
+	// A leave's or disconnect's stops in the room's threads (stop.lua).
+	if a, _ := res.([]any); len(a) > 3 {
+		if evs, _ := a[3].([]any); len(evs) > 0 {
+			st.m.EventsPublished.WithLabelValues(protocol.TypeTypingStop).Add(float64(len(evs)))
+		}
+	}
 	return out, nil
 }
 

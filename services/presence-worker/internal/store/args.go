@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -31,12 +32,34 @@ type cmdArgs struct {
 	// of its disconnect): the connection's records leave the user hash and
 	// its tombstone is left (ARGV[12], scripts/stop.lua).
 	Leaves bool
+	// Thread is the scope's thread, "" the room itself (docs/protocol.md,
+	// "Threads and activities").
+	Thread string
+	// Activity is a start's activity, never "" (protocol.ActivityTyping).
+	Activity string
+	// TTLMs is a start's ttl in ms (the standard ttl, or a platform
+	// service's own, already checked against ELLIPSIS_SERVICE_MAX_TTL).
+	TTLMs int64
 }
 
 // startArgs are the start script's inputs for cmd.
+// The event's activity is left out for typing, so a typing start's event
+// is byte for byte what it was before activities.
 func (st *redisStore) startArgs(cmd protocol.Command) cmdArgs {
+	act, ttl := cmd.Activity, cmd.TTLMs
+	if act == "" {
+		act = protocol.ActivityTyping
+	}
+	if ttl <= 0 {
+		ttl = st.ttlMs
+	}
+	evAct := act
+	if evAct == protocol.ActivityTyping {
+		evAct = ""
+	}
 	return cmdArgs{Room: cmd.Room, User: cmd.User, Conn: cmd.Conn, Name: cmd.Name, Seq: cmd.Seq, TsMs: cmd.TsMs,
-		Event: protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: cmd.Room, User: cmd.User, Name: cmd.Name, TTLMs: st.ttlMs})}
+		Thread: cmd.Thread, Activity: act, TTLMs: ttl,
+		Event: protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: cmd.Room, User: cmd.User, Thread: cmd.Thread, Name: cmd.Name, Activity: evAct, TTLMs: ttl})}
 }
 
 // stopArgs are the stop script's inputs for cmd in room with reason;
@@ -45,8 +68,8 @@ func (st *redisStore) startArgs(cmd protocol.Command) cmdArgs {
 // Without Conn the stop ends every connection of the user and its Seq is
 // ignored.
 func stopArgs(cmd protocol.Command, room, reason string) cmdArgs {
-	a := cmdArgs{Room: room, User: cmd.User, Conn: cmd.Conn, Seq: cmd.Seq, TsMs: cmd.TsMs, Event: stopEvent(room, cmd.User, reason),
-		Leaves: reason == protocol.ReasonLeft || reason == protocol.ReasonDisconnected}
+	a := cmdArgs{Room: room, User: cmd.User, Conn: cmd.Conn, Seq: cmd.Seq, TsMs: cmd.TsMs, Event: stopEventIn(room, cmd.User, cmd.Thread, reason),
+		Leaves: reason == protocol.ReasonLeft || reason == protocol.ReasonDisconnected, Thread: cmd.Thread}
 	if a.Conn == "" {
 		a.Seq = 0
 	}
@@ -57,23 +80,68 @@ func stopArgs(cmd protocol.Command, room, reason string) cmdArgs {
 // args (events.go reads it back).
 const argEvent = 10
 
+// threadUsersKey is the room's thread users zset, typing:users:{R}:threads
+// (scripts/start.lua): the users key with a suffix, in the room's slot, and
+// never another key's name (the user hashes are typing:user:..., and
+// UsersKey ends with the room's hash tag).
+func threadUsersKey(n names.Names, room string) string { return n.UsersKey(room) + ":threads" }
+
+// member is the scripts' name of user's typist in a scope: enc(user) for
+// the room, enc(user):enc(thread) for a thread (enc escapes ':').
+func member(user, thread string) string {
+	if thread == "" {
+		return names.Enc(user)
+	}
+	return names.Enc(user) + ":" + names.Enc(thread)
+}
+
 // commandCall builds the script call of a (st.lua.start or st.lua.stop).
+// A thread's scope has its own user hash and the room's thread users zset,
+// and no typist key in either store (the keys store keeps its seed pattern
+// for the room itself).
 func (st *redisStore) commandCall(script *redis.Script, a cmdArgs) scriptCall {
 	n := st.names
-	user := n.UserKey(a.Room, a.User)
-	keys := []string{user, st.lay.typistKey(n, a.Room, a.User, user), n.UsersKey(a.Room), n.PendingKey(a.Room), n.RoomChannel(a.Room),
-		n.GoneKey(a.Room), n.GoneSeqKey(a.Room), n.GoneTypedKey(a.Room), n.GoneTypedSeqKey(a.Room)}
+	roomUser := n.UserKey(a.Room, a.User)
+	user, typist, users := roomUser, st.lay.typistKey(n, a.Room, a.User, roomUser), n.UsersKey(a.Room)
+	if a.Thread != "" {
+		user = roomUser + ":" + names.Enc(a.Thread)
+		typist, users = user, threadUsersKey(n, a.Room)
+	}
+	keys := []string{user, typist, users, n.PendingKey(a.Room), n.RoomChannel(a.Room),
+		n.GoneKey(a.Room), n.GoneSeqKey(a.Room), n.GoneTypedKey(a.Room), n.GoneTypedSeqKey(a.Room), roomUser}
 	if !st.indexAfter {
 		keys = append(keys, n.SweepKey(names.SweepBucket(a.Room)))
 	}
-	args := []any{a.Conn, names.Enc(a.User), a.Name, strconv.FormatUint(a.Seq, 10), a.TsMs,
-		st.ttlMs, st.throttleMs, st.keyPxMs, st.guardMs, names.Enc(a.Room), a.Event, flag(a.Leaves)}
+	ttl := a.TTLMs
+	if ttl <= 0 {
+		ttl = st.ttlMs
+	}
+	keyPx := st.keyPxMs + max(0, ttl-st.ttlMs)
+	head, tail := splitStop(a.Event)
+	args := []any{a.Conn, member(a.User, a.Thread), a.Name, strconv.FormatUint(a.Seq, 10), a.TsMs,
+		ttl, st.throttleMs, keyPx, st.guardMs, names.Enc(a.Room), a.Event, flag(a.Leaves),
+		a.Activity, st.maxThreads, names.Enc(a.Thread), head, tail}
 	return scriptCall{script, keys, args}
 }
 
-// stopEvent is the typing_stop event of user in room, up to "ts_ms":.
-func stopEvent(room, user, reason string) []byte {
-	return protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: user, Reason: reason})
+// splitStop splits a room-level typing_stop event prefix before its
+// "reason" (the stop.lua ARGV[16] and ARGV[17] a leave builds its
+// threads' stops from); a start's event gives "" and "".
+func splitStop(ev []byte) (head, tail string) {
+	i := bytes.LastIndex(ev, []byte(`,"reason":`))
+	if i < 0 || !bytes.Contains(ev, []byte(`"type":"typing_stop"`)) {
+		return "", ""
+	}
+	return string(ev[:i]), string(ev[i:])
+}
+
+// stopEvent is the typing_stop event of user in room itself, up to "ts_ms":.
+func stopEvent(room, user, reason string) []byte { return stopEventIn(room, user, "", reason) }
+
+// stopEventIn is the typing_stop event of user in a thread of room ("" =
+// the room itself), up to "ts_ms":.
+func stopEventIn(room, user, thread, reason string) []byte {
+	return protocol.RoomEventPrefix(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: user, Thread: thread, Reason: reason})
 }
 
 // flag is a boolean script argument: "1" or "0".

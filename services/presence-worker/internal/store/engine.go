@@ -34,6 +34,8 @@ type engine struct {
 	// user hash and of the room's sorted sets after their last renewal
 	// (ttl + DefaultKeyGrace + throttle); guardMs: StopGuard.
 	ttlMs, throttleMs, keyPxMs, guardMs int64
+	// maxThreads is ELLIPSIS_MAX_THREADS_PER_USER (scripts/start.lua).
+	maxThreads int
 
 	// events, when not nil, also gets every room event the scripts
 	// published, after they return (events.go).

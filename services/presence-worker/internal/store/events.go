@@ -41,11 +41,12 @@ func (st *engine) emitCommands(calls []scriptCall, rooms []string, res []any, er
 		if errs[i] != nil {
 			continue
 		}
+		reply, _ := res[i].([]any)
+		st.emitList(rooms[i], reply, 3) // a leave's threads' stops
 		out, err := outcomeOf(res[i])
 		if err != nil || publishedBy(out) == "" {
 			continue
 		}
-		reply, _ := res[i].([]any)
 		if len(reply) < 2 {
 			continue
 		}
@@ -67,10 +68,18 @@ func (st *engine) emitCommands(calls []scriptCall, rooms []string, res []any, er
 // sixth element of its reply (scripts/sweep.lua, with eventsFlag "1"), in
 // the order the script published them.
 func (st *engine) emitSweep(room string, reply []any) {
-	if st.events == nil || len(reply) < 6 {
+	if st.events == nil {
 		return
 	}
-	evs, _ := reply[5].([]any)
+	st.emitList(room, reply, 5)
+}
+
+// emitList reports the payloads listed at reply[i], if any, in order.
+func (st *engine) emitList(room string, reply []any, i int) {
+	if len(reply) <= i {
+		return
+	}
+	evs, _ := reply[i].([]any)
 	for _, e := range evs {
 		if s, ok := e.(string); ok {
 			st.events.RoomEvent(room, []byte(s))

@@ -52,29 +52,119 @@ func (zsetLayout) typistKey(_ names.Names, _, _, userKey string) string { return
 func (zsetLayout) typistPrefix(names.Names, string) string              { return "" }
 
 func (l zsetLayout) snapshot(ctx context.Context, st *redisStore, room string, limit int) (protocol.Snapshot, error) {
-	call := scriptCall{st.lua.snapshot, []string{l.n.UsersKey(room)}, []any{l.n.UserKeyPrefix(room), limit}}
+	return st.scopesSnapshot(ctx, room, limit, true)
+}
+
+// scopesSnapshot runs scripts/snapshot.lua for room: the room itself
+// (withRoom; store keys lists it by SCAN instead) and its threads.
+func (st *redisStore) scopesSnapshot(ctx context.Context, room string, limit int, withRoom bool) (protocol.Snapshot, error) {
+	n := st.names
+	call := scriptCall{st.lua.snapshot, []string{n.UsersKey(room), threadUsersKey(n, room)}, []any{n.UserKeyPrefix(room), limit, flag(withRoom)}}
 	res, errs := st.eval(ctx, scriptSnapshot, []scriptCall{call})
 	if err := errs[0]; err != nil {
 		return protocol.Snapshot{}, snapshotFailed(err)
 	}
 	a, ok := res[0].([]any)
-	if !ok || len(a)%2 != 1 {
+	if !ok || len(a) != 4 {
 		return protocol.Snapshot{}, &SnapshotError{protocol.CodeInternal, fmt.Errorf("worker: unexpected snapshot reply %v", res[0])}
 	}
 	total, _ := a[0].(int64)
-	users := make([]protocol.Typist, 0, len(a)/2)
-	for i := 1; i < len(a); i += 2 {
-		eu, _ := a[i].(string)
-		name, _ := a[i+1].(string)
+	roomList, _ := a[1].([]any)
+	threadList, _ := a[2].([]any)
+	counts, _ := a[3].([]any)
+	var snap protocol.Snapshot
+	snap.Users, snap.Activities = st.decodeEntries(room, roomList)
+	snap.Total = max(int(total), len(snap.Users))
+	snap.Threads = st.decodeThreads(room, threadList, counts)
+	return snap, nil
+}
+
+// decodeEntries reads a snapshot script's {enc(user), name, activity, ...}
+// list: the typists sorted by user and the activities of those not typing.
+func (st *redisStore) decodeEntries(room string, list []any) ([]protocol.Typist, map[string]string) {
+	users := make([]protocol.Typist, 0, len(list)/3)
+	var acts map[string]string
+	for i := 0; i+2 < len(list); i += 3 {
+		eu, _ := list[i].(string)
+		name, _ := list[i+1].(string)
+		act, _ := list[i+2].(string)
 		u, err := names.Dec(eu)
 		if err != nil {
 			st.rl.Warn("snapshot-bad-member", "skipping a malformed room member", zap.String("room", room), zap.Error(err))
 			continue
 		}
 		users = append(users, protocol.Typist{User: u, Name: name})
+		acts = withActivity(acts, u, act)
 	}
 	sortTypists(users)
-	return protocol.Snapshot{Users: users, Total: max(int(total), len(users))}, nil
+	return users, acts
+}
+
+// withActivity records user's activity act in acts (made when needed),
+// unless it is typing.
+func withActivity(acts map[string]string, user, act string) map[string]string {
+	if act == "" || act == protocol.ActivityTyping {
+		return acts
+	}
+	if acts == nil {
+		acts = map[string]string{}
+	}
+	acts[user] = act
+	return acts
+}
+
+// decodeThreads groups a snapshot script's thread entries
+// {enc(user):enc(thread), name, activity, ...} by thread, with each
+// thread's count from counts {enc(thread), n, ...}: sorted by thread,
+// users sorted by user, nil when no thread has a typist.
+func (st *redisStore) decodeThreads(room string, list, counts []any) []protocol.ThreadSnapshot {
+	byThread := map[string]*protocol.ThreadSnapshot{}
+	var out []*protocol.ThreadSnapshot
+	get := func(et string) *protocol.ThreadSnapshot {
+		if t := byThread[et]; t != nil {
+			return t
+		}
+		th, err := names.Dec(et)
+		if err != nil {
+			return nil
+		}
+		t := &protocol.ThreadSnapshot{Thread: th, Users: []protocol.Typist{}}
+		byThread[et] = t
+		out = append(out, t)
+		return t
+	}
+	for i := 0; i+1 < len(counts); i += 2 {
+		et, _ := counts[i].(string)
+		c, _ := counts[i+1].(int64)
+		if t := get(et); t != nil {
+			t.Total = int(c)
+		}
+	}
+	for i := 0; i+2 < len(list); i += 3 {
+		m, _ := list[i].(string)
+		name, _ := list[i+1].(string)
+		act, _ := list[i+2].(string)
+		eu, et, ok := strings.Cut(m, ":")
+		u, err := names.Dec(eu)
+		t := get(et)
+		if !ok || err != nil || t == nil {
+			st.rl.Warn("snapshot-bad-member", "skipping a malformed thread member", zap.String("room", room), zap.String("member", m))
+			continue
+		}
+		t.Users = append(t.Users, protocol.Typist{User: u, Name: name})
+		t.Activities = withActivity(t.Activities, u, act)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	threads := make([]protocol.ThreadSnapshot, len(out))
+	for i, t := range out {
+		sortTypists(t.Users)
+		t.Total = max(t.Total, len(t.Users))
+		threads[i] = *t
+	}
+	slices.SortFunc(threads, func(x, y protocol.ThreadSnapshot) int { return strings.Compare(x.Thread, y.Thread) })
+	return threads
 }
 
 // keysLayout ("keys") is the seed's pattern 1: one key per typist,
@@ -110,12 +200,18 @@ func (keysLayout) typistPrefix(n names.Names, room string) string { return n.Typ
 // guarantee covers only keys present throughout).
 func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, limit int) (protocol.Snapshot, error) {
 	defer observeSince(st.m, scriptSnapshot)()
+	// The room's threads first, from their sorted set (a thread's typist
+	// has no key of its own in either store).
+	threads, err := st.scopesSnapshot(ctx, room, limit, false)
+	if err != nil {
+		return protocol.Snapshot{}, err
+	}
 	eusers, err := l.scan(ctx, st, room)
 	if err != nil {
 		return protocol.Snapshot{}, snapshotFailed(err)
 	}
 	if len(eusers) == 0 {
-		return protocol.Snapshot{Users: []protocol.Typist{}}, nil
+		return protocol.Snapshot{Users: []protocol.Typist{}, Threads: threads.Threads}, nil
 	}
 	slices.Sort(eusers)
 	nowMs, ts, unsure, err := l.scores(ctx, st, room, eusers)
@@ -129,9 +225,10 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 		return protocol.Snapshot{}, snapshotFailed(err)
 	}
 	users := make([]protocol.Typist, 0, min(limit, len(eusers)))
+	var acts map[string]string
 	total := 0
 	for _, t := range ts {
-		counted, shown, name := t.state(nowMs)
+		counted, shown, name, act := t.state(nowMs)
 		if counted {
 			total++
 		}
@@ -144,9 +241,10 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 			continue
 		}
 		users = append(users, protocol.Typist{User: u, Name: name})
+		acts = withActivity(acts, u, act)
 	}
 	sortTypists(users)
-	return protocol.Snapshot{Users: users, Total: max(total, len(users))}, nil
+	return protocol.Snapshot{Users: users, Total: max(total, len(users)), Activities: acts, Threads: threads.Threads}, nil
 }
 
 // keysTypist is one typist key a keys snapshot found: sure when its
@@ -201,7 +299,7 @@ func (l *keysLayout) read(ctx context.Context, st *redisStore, room string, ts [
 			if !ts[i].sure {
 				ts[i].hash = pipe.HGetAll(ctx, key)
 			} else if i < first {
-				ts[i].read = pipe.HMGet(ctx, key, "p", "n")
+				ts[i].read = pipe.HMGet(ctx, key, "p", "n", "a")
 			}
 		}
 		if pipe.Len() == 0 {
@@ -216,24 +314,25 @@ func (l *keysLayout) read(ctx context.Context, st *redisStore, room string, ts [
 // when an entry is live and receivers were told they type (p = '1');
 // counted in total when shown, or when sure and beyond those read (live,
 // state unknown); and the display name.
-func (t keysTypist) state(nowMs int64) (counted, shown bool, name string) {
+func (t keysTypist) state(nowMs int64) (counted, shown bool, name, activity string) {
 	var p string
 	switch {
 	case t.hash != nil:
 		h := t.hash.Val()
 		if liveUntil(h) <= nowMs {
-			return false, false, ""
+			return false, false, "", ""
 		}
-		p, name = h["p"], h["n"]
+		p, name, activity = h["p"], h["n"], h["a"]
 	case t.read != nil:
-		if v := t.read.Val(); len(v) == 2 {
+		if v := t.read.Val(); len(v) == 3 {
 			p, _ = v[0].(string)
 			name, _ = v[1].(string)
+			activity, _ = v[2].(string)
 		}
 	default: // live, beyond those read
-		return true, false, ""
+		return true, false, "", ""
 	}
-	return p == "1", p == "1", name
+	return p == "1", p == "1", name, activity
 }
 
 // scan returns enc(user) of every typist key of room, each once.

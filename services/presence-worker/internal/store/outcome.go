@@ -37,6 +37,10 @@ const (
 	// conn (within StopGuard after it); dropped, so a message the user
 	// posted is not followed by their stale "typing".
 	OutcomeSuperseded
+	// OutcomeTooManyThreads: a start in a thread of a user already typing
+	// in ELLIPSIS_MAX_THREADS_PER_USER other threads of the room; refused,
+	// nothing changed (docs/protocol.md, "Threads and activities").
+	OutcomeTooManyThreads
 	OutcomeInvalid  // the worker's: payload failed protocol.DecodeCommand; dropped
 	OutcomeError    // Redis failed after retries (or the script failed); dropped
 	OutcomeShed     // the worker's: start refused, its shard's queue past the start room
@@ -49,7 +53,7 @@ const (
 var outcomeNames = [numOutcomes]string{
 	OutcomeNone: "", OutcomeStarted: "started", OutcomeRefreshed: "refreshed", OutcomeThrottled: "throttled",
 	OutcomeCoalesced: "coalesced", OutcomeStopped: "stopped", OutcomeNoop: "noop", OutcomeStale: "stale",
-	OutcomeLate: "late", OutcomeSuperseded: "superseded", OutcomeInvalid: "invalid", OutcomeError: "error",
+	OutcomeLate: "late", OutcomeSuperseded: "superseded", OutcomeTooManyThreads: "too_many_threads", OutcomeInvalid: "invalid", OutcomeError: "error",
 	OutcomeShed: "shed", OutcomeOverflow: "overflow",
 }
 
@@ -75,7 +79,7 @@ func Outcomes() []Outcome {
 // scriptOutcome is the Outcome a start or stop script names, false for a
 // word the scripts do not return.
 func scriptOutcome(s string) (Outcome, bool) {
-	for o := OutcomeStarted; o <= OutcomeSuperseded; o++ {
+	for o := OutcomeStarted; o <= OutcomeTooManyThreads; o++ {
 		if outcomeNames[o] == s {
 			return o, true
 		}

@@ -34,6 +34,11 @@ import (
 //	op=toggle_run   start and stop of a new user, back to back
 //	op=refresh_batch  the refreshes of refresh_run as the worker sends
 //	                  them: with a seq, pipelined 64 to a round trip (Apply)
+//	threads/op=...  the same room with as many thread typists again, spread
+//	                over 50 threads (docs/protocol.md, "Threads and
+//	                activities"): refresh, first_start and stop in a thread,
+//	                and leave: a connection typing in the room and in
+//	                DefaultMaxThreads threads leaves (one script)
 //	churned=10000/op=stop  a stop of a user after 10,000
 //	                  connections of theirs each started, stopped and
 //	                  disconnected in the room (a client that reconnects
@@ -67,6 +72,11 @@ func BenchmarkRoomSize(b *testing.B) {
 			b.Run(pfx+"/op=first_start", r.firstStart)
 			b.Run(pfx+"/op=stop", r.stop)
 			b.Run(pfx+"/op=sweep", r.sweep)
+			fillThreads(b, st, "big", size)
+			b.Run(pfx+"/threads/op=refresh", r.threadRefresh)
+			b.Run(pfx+"/threads/op=first_start", r.threadFirstStart)
+			b.Run(pfx+"/threads/op=stop", r.threadStop)
+			b.Run(pfx+"/threads/op=leave", r.threadLeave)
 			p.dropPrefix(b, n.KeyPrefix())
 		}
 	}
@@ -400,4 +410,77 @@ func evalsUsec(b *testing.B, p *privateRedis) int64 {
 // scriptUsec is the time in EVALSHA and EVAL (µs) of INFO commandstats s.
 func scriptUsec(s map[string]cmdStat) int64 {
 	return s["evalsha"].usec + s["eval"].usec
+}
+
+// fillThreads adds size thread typists to room: tuser-i in thread
+// th-(i mod 50), one connection each, 256 starts per pipeline.
+func fillThreads(b *testing.B, st Store, room string, size int) {
+	b.Helper()
+	var cmds []protocol.Command
+	for i := range size {
+		cmds = append(cmds, protocol.Command{V: 1, Op: "start", Room: room, Thread: "th-" + strconv.Itoa(i%50), User: "tuser-" + strconv.Itoa(i), Name: "Some Body", Conn: "gw:t" + strconv.Itoa(i), Seq: 1})
+		if len(cmds) == 256 || i == size-1 {
+			if _, errs := st.Apply(context.Background(), cmds); errs[0] != nil {
+				b.Fatal(errs[0])
+			}
+			cmds = cmds[:0]
+		}
+	}
+}
+
+func (r *roomSizeRun) threadRefresh(b *testing.B) {
+	ok := mustOutcome(b, OutcomeThrottled)
+	cmd := protocol.Command{V: 1, Op: "start", Room: "big", Thread: "th-1", User: "tuser-1", Name: "Some Body", Conn: "gw:t1"}
+	_, _ = r.st.Start(r.ctx, cmd)
+	r.measure(b, func(int) { ok(r.st.Start(r.ctx, cmd)) })
+}
+
+func (r *roomSizeRun) threadFirstStart(b *testing.B) {
+	ok, okStop := mustOutcome(b, OutcomeStarted), mustOutcome(b, OutcomeStopped)
+	var s samples
+	for range b.N {
+		i := strconv.FormatInt(runID.Add(1), 10)
+		u, c := "tnew-"+i, "gw:tn"+i
+		before := r.evals()
+		ok(r.st.Start(r.ctx, protocol.Command{V: 1, Op: "start", Room: "big", Thread: "th-7", User: u, Name: "New", Conn: c}))
+		s.add(r.evals() - before)
+		okStop(r.st.Stop(r.ctx, protocol.Command{V: 1, Op: "stop", Room: "big", Thread: "th-7", User: u, Conn: c}, protocol.ReasonStopped))
+	}
+	s.report(b)
+}
+
+func (r *roomSizeRun) threadStop(b *testing.B) {
+	ok := mustOutcome(b, OutcomeStopped)
+	var s samples
+	for range b.N {
+		i := strconv.FormatInt(runID.Add(1), 10)
+		u := "tstop-" + i
+		_, _ = r.st.Start(r.ctx, protocol.Command{V: 1, Op: "start", Room: "big", Thread: "th-3", User: u, Conn: "gw:ts" + i})
+		before := r.evals()
+		ok(r.st.Stop(r.ctx, protocol.Command{V: 1, Op: "stop", Room: "big", Thread: "th-3", User: u, Conn: "gw:ts" + i}, protocol.ReasonStopped))
+		s.add(r.evals() - before)
+	}
+	s.report(b)
+}
+
+// threadLeave is the leave of a connection typing in the room and in
+// DefaultMaxThreads threads: one stop script ending six scopes.
+func (r *roomSizeRun) threadLeave(b *testing.B) {
+	ok := mustOutcome(b, OutcomeStopped)
+	var s samples
+	for range b.N {
+		i := strconv.FormatInt(runID.Add(1), 10)
+		u, c := "tleave-"+i, "gw:tl"+i
+		cmds := []protocol.Command{{V: 1, Op: "start", Room: "big", User: u, Conn: c, Seq: 1}}
+		for k := range DefaultMaxThreads {
+			cmds = append(cmds, protocol.Command{V: 1, Op: "start", Room: "big", Thread: "th-" + strconv.Itoa(k), User: u, Conn: c, Seq: uint64(2 + k)})
+		}
+		if _, errs := r.st.Apply(r.ctx, cmds); errs[0] != nil {
+			b.Fatal(errs[0])
+		}
+		before := r.evals()
+		ok(r.st.Stop(r.ctx, protocol.Command{V: 1, Op: "leave", Room: "big", User: u, Conn: c, Seq: 100}, protocol.ReasonLeft))
+		s.add(r.evals() - before)
+	}
+	s.report(b)
 }

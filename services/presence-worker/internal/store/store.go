@@ -43,15 +43,20 @@ type Store interface {
 	// commands use EVALSHA at once. Failure is not fatal: calls fall back
 	// to EVAL.
 	Prepare(ctx context.Context) error
-	// Start applies a start command (Room, User, Conn set) and returns
-	// OutcomeStarted, OutcomeRefreshed, OutcomeThrottled, OutcomeCoalesced,
-	// OutcomeStale, OutcomeLate or OutcomeSuperseded.
+	// Start applies a start command (Room, User, Conn set; Thread,
+	// Activity and TTLMs optional, TTLMs already checked against
+	// ELLIPSIS_SERVICE_MAX_TTL) in its scope (the room, or Thread of it)
+	// and returns OutcomeStarted, OutcomeRefreshed, OutcomeThrottled,
+	// OutcomeCoalesced, OutcomeStale, OutcomeLate, OutcomeSuperseded or
+	// OutcomeTooManyThreads.
 	Start(ctx context.Context, cmd protocol.Command) (Outcome, error)
 	// Stop applies a stop or leave command, reason protocol.ReasonStopped
 	// or protocol.ReasonLeft, and returns OutcomeStopped, OutcomeCoalesced,
-	// OutcomeNoop or OutcomeStale. Without Conn it ends every connection of
-	// the user in the room, ignores Seq, and supersedes the user's starts
-	// sent before it (see scripts/start.lua).
+	// OutcomeNoop or OutcomeStale, of the scope it names (a stop's Thread,
+	// or the room). Without Conn it ends every connection of the user in
+	// that scope, ignores Seq, and supersedes the user's starts there sent
+	// before it (see scripts/start.lua). A leave also ends the connection
+	// in every thread of the room (scripts/stop.lua).
 	Stop(ctx context.Context, cmd protocol.Command, reason string) (Outcome, error)
 	// Disconnect stops the connection in every room of cmd.Rooms with
 	// reason protocol.ReasonDisconnected and returns one outcome per room
@@ -80,7 +85,10 @@ type Store interface {
 	// recently active users in O(limit + log N) (Total is exact up to
 	// limit + 64 users, see scripts/snapshot.lua beyond); store keys SCANs
 	// the keyspace (by design) and lists the first users in enc(user)
-	// order (Total exact up to limit + 64 users shown or held).
+	// order (Total exact up to limit + 64 users shown or held). Threads
+	// lists the room's threads with a typist (at most limit entries in
+	// all, from the thread users zset in both stores), each with its
+	// total among the limit + 64 most recent thread typists read.
 	Snapshot(ctx context.Context, room string, limit int) (protocol.Snapshot, error)
 }
 
@@ -149,6 +157,9 @@ const (
 	// gateways' clocks may be this far from Redis TIME. A start sent a
 	// second or more after the stop shows.
 	StopGuard = 500 * time.Millisecond
+
+	// DefaultMaxThreads is ELLIPSIS_MAX_THREADS_PER_USER's default.
+	DefaultMaxThreads = 5
 
 	// MaxSnapshotLimit bounds the users one snapshot lists: the snapshot
 	// script reads one name per listed user, and 500 keep it far below a
@@ -256,6 +267,9 @@ type Options struct {
 	// TTL and Throttle are the typing settings (ELLIPSIS_TYPING_TTL,
 	// ELLIPSIS_TYPING_THROTTLE).
 	TTL, Throttle time.Duration
+	// MaxThreads is ELLIPSIS_MAX_THREADS_PER_USER: the threads of a room
+	// one user may type in at once; 0 is [DefaultMaxThreads].
+	MaxThreads int
 	// Metrics are the store's collectors; nil: unregistered ones.
 	Metrics *Metrics
 	// Log is the store's logger and RateLog its rate-limited one; nil:
@@ -290,7 +304,11 @@ func New(o Options) (Store, error) {
 		throttleMs: throttle.Milliseconds(),
 		keyPxMs:    (ttl + DefaultKeyGrace + throttle).Milliseconds(),
 		guardMs:    StopGuard.Milliseconds(),
+		maxThreads: o.MaxThreads,
 	}}
+	if st.maxThreads <= 0 {
+		st.maxThreads = DefaultMaxThreads
+	}
 	switch kind {
 	case KindZSet:
 		st.lay = zsetLayout{n}

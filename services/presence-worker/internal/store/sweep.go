@@ -163,7 +163,7 @@ func (st *redisStore) sweepCall(room string) (scriptCall, error) {
 		return scriptCall{}, err
 	}
 	n := st.names
-	keys := []string{n.UsersKey(room), n.PendingKey(room), n.RoomChannel(room)}
+	keys := []string{n.UsersKey(room), n.PendingKey(room), n.RoomChannel(room), threadUsersKey(n, room)}
 	args := []any{n.UserKeyPrefix(room), st.lay.typistPrefix(n, room), head, tail, st.throttleMs, st.keyPxMs, sweepRoomLimit, st.eventsFlag()}
 	return scriptCall{st.lua.sweep, keys, args}, nil
 }

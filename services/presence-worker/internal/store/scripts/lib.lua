@@ -297,3 +297,76 @@ local function tidy(user, now, keypx)
   hdel(user, fs)
   return latest_entry(all, nil)
 end
+
+-- Thread scopes of a user in a room (docs/protocol.md, "Threads and
+-- activities"): field T of the user's room-level hash lists them as
+-- "enc(thread) expiry enc(thread) expiry ..." (enc leaves no space), with
+-- the latest entry expiry (unix ms) written in each; one whose expiry
+-- passed is no longer counted and is dropped at the next write. At most
+-- the max threads per user live ones, so reading it is O(that bound).
+
+-- threads_read returns T of hash as a list of {enc(thread), expiry}.
+local function threads_read(hash)
+  local out = {}
+  local t = redis.call('HGET', hash, 'T')
+  if not t then return out end
+  local k
+  for w in string.gmatch(t, '%S+') do
+    if k then
+      out[#out + 1] = {k, tonumber(w) or 0}
+      k = nil
+    else
+      k = w
+    end
+  end
+  return out
+end
+
+-- threads_write stores list (threads_read's shape) in T of hash, leaving
+-- out those whose expiry is not above now; deletes T when none is left.
+local function threads_write(hash, list, now)
+  local parts = {}
+  for _, e in ipairs(list) do
+    if e[2] > now then
+      parts[#parts + 1] = e[1]
+      parts[#parts + 1] = itoa(e[2])
+    end
+  end
+  if #parts == 0 then
+    redis.call('HDEL', hash, 'T')
+  else
+    redis.call('HSET', hash, 'T', table.concat(parts, ' '))
+  end
+end
+
+-- threads_enter records that the user types in thread et until expiry,
+-- unless that is a thread beyond max live ones (returns false: refused).
+-- The hash lives at least keypx more (outlive).
+local function threads_enter(hash, et, expiry, now, max, keypx)
+  local list, live, found = threads_read(hash), 0, false
+  for _, e in ipairs(list) do
+    if e[1] == et then
+      found = true
+      if expiry > e[2] then e[2] = expiry end
+    elseif e[2] > now then
+      live = live + 1
+    end
+  end
+  if not found then
+    if live >= max then return false end
+    list[#list + 1] = {et, expiry}
+  end
+  threads_write(hash, list, now)
+  outlive(hash, keypx)
+  return true
+end
+
+-- threads_leave drops thread et from the user's list (its scope holds no
+-- live entry any more).
+local function threads_leave(hash, et, now)
+  local list, keep, found = threads_read(hash), {}, false
+  for _, e in ipairs(list) do
+    if e[1] == et then found = true else keep[#keep + 1] = e end
+  end
+  if found then threads_write(hash, keep, now) end
+end
