@@ -128,7 +128,7 @@ func (c *Conn) watch(f protocol.ClientFrame) {
 		c.met.WatchRefused(res.code)
 		refused = append(refused, protocol.Refusal{Room: res.room, Code: res.code, Message: res.msg})
 	}
-	c.w.summaryBarrier() // no summary queued before may be replaced after it
+	c.w.summaryBarrier(armed...) // their summaries come after the answer
 	c.reply("", protocol.TypeWatching, protocol.NewWatching(f.ID, rooms, refused, len(c.watched)))
 	c.deps.Hub.Arm(c, armed...)
 }
@@ -231,7 +231,7 @@ func (c *Conn) unwatch(f protocol.ClientFrame) {
 		}
 	}
 	c.deps.Hub.Unwatch(c, gone...)
-	c.w.summaryBarrier()
+	c.w.summaryBarrier(gone...) // a summary queued before stays before the answer
 	c.reply("", protocol.TypeUnwatched, protocol.NewUnwatched(f.ID, listed, len(c.watched)))
 }
 

@@ -6,7 +6,7 @@ import (
 )
 
 // A room's latest summary replaces its unwritten one in place; a written
-// one, or one queued before a summaryBarrier, is not replaced; other
+// one, or one queued before a summaryBarrier of its room, is not replaced; other
 // frames keep their order around them.
 func TestWriterConflatesSummariesPerRoom(t *testing.T) {
 	w := &writer{cfg: &Config{OutboundQueue: 1000}}
@@ -37,13 +37,13 @@ func TestWriterConflatesSummariesPerRoom(t *testing.T) {
 	}
 	w.sendSummary("a", []byte("a5"))
 	w.sendSummary("b", []byte("b2"))
-	w.summaryBarrier() // e.g. a "watching" answer follows
-	w.enqueue([]byte("watching"))
+	w.summaryBarrier("a") // e.g. an "unwatched" answer about a follows
+	w.enqueue([]byte("unwatched"))
 	w.sendSummary("b", []byte("b3"))
 	w.sendSummary("a", []byte("a6"))
 	w.sendSummary("b", []byte("b4"))
-	if got := drain(); got != "e3 a5 b2 watching b4 a6" {
-		t.Fatalf("queue %q, want e3 a5 b2 watching b4 a6", got)
+	if got := drain(); got != "e3 a5 b4 unwatched a6" {
+		t.Fatalf("queue %q, want e3 a5 b4 unwatched a6 (the barrier holds a only)", got)
 	}
 	if w.sums != nil {
 		t.Fatalf("drained queue keeps %d summary entries", len(w.sums))

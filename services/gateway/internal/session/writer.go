@@ -107,7 +107,7 @@ type writer struct {
 	overflow bool // an answer was refused (answerCap), reported to the host once; mu
 	// sums maps a watched room to the enq number of its summary queued
 	// last (sendSummary); an entry at or below deq was written. Nil once
-	// the queue drains, and at a summaryBarrier. Under mu.
+	// the queue drains; a summaryBarrier deletes its rooms'. Under mu.
 	sums map[string]uint64
 	// rsums maps a room in summary mode to the enq number of its summary
 	// snapshot queued last (sendRoomSummary) while no other frame of that
@@ -377,12 +377,16 @@ func (w *writer) sendSummary(room string, frame []byte) bool {
 	return true
 }
 
-// summaryBarrier keeps every summary queued so far from being replaced
-// (a watching or unwatched answer follows: a later summary must come
-// after it).
-func (w *writer) summaryBarrier() {
+// summaryBarrier keeps the summaries of rooms queued so far from being
+// replaced (a watching or unwatched answer about them follows: a later
+// summary of those rooms must come after it). Only the rooms named: a
+// watch frame re-listing rooms watched already must not let every room
+// queue one more summary (at most one per watched room waits).
+func (w *writer) summaryBarrier(rooms ...string) {
 	w.mu.Lock()
-	w.sums = nil
+	for _, r := range rooms {
+		delete(w.sums, r)
+	}
 	w.mu.Unlock()
 }
 
