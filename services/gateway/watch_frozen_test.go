@@ -93,7 +93,7 @@ func TestFrozenWatcherOf500ChurningRooms(t *testing.T) {
 		slow.send(watchAgain)
 		sent++
 		o, ok := e.outboundOf("alice")
-		if !ok {
+		if !ok || e.metric("ellipsis_gateway_slow_consumer_closes_total") != 0 {
 			t.Fatalf("the frozen watcher was closed")
 		}
 		most = max(most, o.Queued-o.Answers)
@@ -138,8 +138,8 @@ func TestFrozenWatcherOf500ChurningRooms(t *testing.T) {
 			t.Fatalf("frame %v", f)
 		}
 	}
-	if v := e.metric(`ellipsis_gateway_closes_total{code="1013"}`); v != 0 {
-		t.Fatalf("closes_total{1013} = %v", v)
+	if v := e.metric("ellipsis_gateway_slow_consumer_closes_total"); v != 0 {
+		t.Fatalf("slow_consumer_closes_total = %v", v)
 	}
 	b, _ := json.Marshal(map[string]int{"watch_frames": sent, "most_summaries_queued": most})
 	t.Logf("frozen watcher: %s", b)
@@ -149,4 +149,48 @@ func TestFrozenWatcherOf500ChurningRooms(t *testing.T) {
 func queuedOf(e *env, user string) int {
 	o, _ := e.outboundOf(user)
 	return o.Queued
+}
+
+// A frozen watcher of churning rooms is closed by the write stall (counted
+// 1013, ellipsis_gateway_write_stall_closes_total), not as a slow
+// consumer: its summaries are not answers.
+func TestFrozenWatcherIsClosedByTheWriteStall(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	e := newEnv(t, func(c *config.Config) {
+		c.WatchInterval = 100 * time.Millisecond
+		c.WriteStall = 2 * time.Second
+	})
+	e.startWorker("")
+	rooms := make([]string, n)
+	for i := range rooms {
+		rooms[i] = fmt.Sprint("ws", i)
+	}
+	px := newFreezeProxy(t, e.srv.HTTPAddr())
+	slow := e.dialURL("ws://"+px.addr()+"/v1/ws?user=alice", nil)
+	if acc, _ := slow.watchAll(rooms); len(acc) != n {
+		t.Fatalf("accepted %d", len(acc))
+	}
+	px.freeze()
+	for k := 0; len(e.srv.OutboundOf("alice")) > 0; k++ {
+		if k > 3000 {
+			t.Fatalf("churned for 60 s without the frozen watcher being closed")
+		}
+		pipe := e.rdb.Pipeline()
+		for i, r := range rooms {
+			e.setSnapshot(r, bigTypists(k+i)...)
+			pipe.Publish(context.Background(), e.names.RoomChannel(r), churnEvent(r, fmt.Sprint("u", k), true, "", ""))
+		}
+		if _, err := pipe.Exec(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the close counted as a write stall", func() bool {
+		return e.metric("ellipsis_gateway_write_stall_closes_total") == 1 && e.metric(`ellipsis_gateway_closes_total{code="1013"}`) == 1
+	})
+	if v := e.metric("ellipsis_gateway_slow_consumer_closes_total"); v != 0 {
+		t.Fatalf("slow_consumer_closes_total = %v", v)
+	}
+	testkit.WaitFor(t, 10*time.Second, "its watches to end", func() bool { return e.metric("ellipsis_gateway_watches") == 0 })
 }
