@@ -300,3 +300,95 @@ func TestWatchSlowAuthzDisconnectAndShutdown(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after Shutdown:\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// A room joined and watched on one connection: joined gives its events,
+// watched its summaries, independently, whatever the order of join,
+// watch, leave and unwatch (docs/protocol.md, "Watching rooms").
+func TestWatchAndJoinSameRoomInEveryOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.WatchInterval = 100 * time.Millisecond })
+	e.startWorker("")
+	e.setSnapshot("R")
+	e.setSnapshot("S")
+	c := e.dial("alice", "")
+	// S is watched all along: its summary, published after R's change,
+	// comes from the same or a later tick than R's would.
+	c.answerTo(`{"type":"watch","id":"s","rooms":["S"]}`, "s", protocol.TypeWatching)
+	if f := c.expect(protocol.TypeSummary); f.str("room") != "S" {
+		t.Fatalf("first summary %v", f)
+	}
+	k := 0
+	// change publishes a change of R, then of S, waits for S's summary,
+	// then changes S again and waits for that summary: a tick serves its
+	// rooms concurrently but ends before the next, so every frame of R's
+	// change comes before the second. It returns R's frames.
+	change := func() []string {
+		k++
+		u := fmt.Sprint("u", k)
+		e.setSnapshot("R", typists(u)...)
+		ev := e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "R", User: u, TTLMs: 5000})
+		var got []string
+		for round := range 2 {
+			su := fmt.Sprint(u, "-", round)
+			e.setSnapshot("S", typists(su)...)
+			e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "S", User: su, TTLMs: 5000})
+			for done := false; !done; {
+				b := c.readRaw()
+				var f frame
+				_ = json.Unmarshal(b, &f)
+				switch {
+				case f.str("type") == protocol.TypeSummary && f.str("room") == "S":
+					done = summaryOf(f) == "S "+su+"/1"
+				case string(b) == ev:
+					got = append(got, "event")
+				case f.str("type") == protocol.TypeSummary && f.str("room") == "R":
+					if s := summaryOf(f); s != "R "+u+"/1" {
+						t.Fatalf("summary %s, want R %s/1", s, u)
+					}
+					got = append(got, "summary")
+				default:
+					t.Fatalf("frame %s", b)
+				}
+			}
+		}
+		return got
+	}
+	expect := func(step string, want ...string) {
+		t.Helper()
+		if got := change(); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("%s: R gave %v, want %v", step, got, want)
+		}
+	}
+	join := func() { c.answerTo(`{"type":"join","id":"j","room":"R"}`, "j", protocol.TypeJoined) }
+	leave := func() { c.answerTo(`{"type":"leave","id":"l","room":"R"}`, "l", protocol.TypeLeft) }
+	watchR := func() {
+		c.answerTo(`{"type":"watch","id":"w","rooms":["R"]}`, "w", protocol.TypeWatching)
+		if f := c.expect(protocol.TypeSummary); f.str("room") != "R" {
+			t.Fatalf("first summary %v", f)
+		}
+	}
+	unwatch := func() { c.answerTo(`{"type":"unwatch","id":"u","rooms":["R"]}`, "u", protocol.TypeUnwatched) }
+
+	join()
+	watchR()
+	expect("joined and watched", "event", "summary")
+	unwatch()
+	expect("joined, unwatched", "event")
+	watchR()
+	leave()
+	expect("watched, left", "summary")
+	join()
+	expect("watched, joined again", "event", "summary")
+	leave()
+	unwatch()
+	expect("left and unwatched")
+	watchR()
+	join()
+	unwatch()
+	leave()
+	expect("watched, joined, unwatched, left")
+	c.answerTo(`{"type":"unwatch","id":"u"}`, "u", protocol.TypeUnwatched)
+	for _, g := range []string{"ellipsis_gateway_joined_rooms", "ellipsis_gateway_watches", "ellipsis_gateway_watched_rooms", "ellipsis_gateway_redis_subscriptions"} {
+		testkit.WaitFor(t, 10*time.Second, g+" back to 0", func() bool { return e.metric(g) == 0 })
+	}
+}
