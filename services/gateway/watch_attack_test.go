@@ -98,13 +98,16 @@ func TestWatchChurnLeaksNothing(t *testing.T) {
 				return
 			case <-time.After(2 * time.Millisecond):
 			}
-			room := fmt.Sprint("r", i%50)
+			room, user := fmt.Sprint("r", i%50), fmt.Sprint("t", i%7)
 			if i%2 == 0 {
-				e.setSnapshot(room, typists(fmt.Sprint("t", i%7))...)
-				e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: room, User: fmt.Sprint("t", i%7), TTLMs: 5000})
+				e.setSnapshot(room, typists(user)...)
 			} else {
 				e.setSnapshot(room)
-				e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: room, User: fmt.Sprint("t", i%7), Reason: protocol.ReasonStopped})
+			}
+			// Not e.publish: no t.Fatal off the test's goroutine.
+			if err := e.rdb.Publish(context.Background(), e.names.RoomChannel(room), churnEvent(room, user, i%2 == 0, "", protocol.ReasonStopped)).Err(); err != nil {
+				t.Error(err)
+				return
 			}
 		}
 	}()
