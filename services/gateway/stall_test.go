@@ -33,6 +33,7 @@ import (
 // after it again: applying it twice changes nothing).
 type churnTruth struct {
 	e      *env
+	name   string // every typist's name in the snapshots; "" for N<user>
 	mu     sync.Mutex
 	typing map[string]map[string]bool // room → user → typing
 }
@@ -49,7 +50,11 @@ func (c *churnTruth) set(room, user string, on bool) {
 	var ts []protocol.Typist
 	for u, on := range c.typing[room] {
 		if on {
-			ts = append(ts, protocol.Typist{User: u, Name: "N" + u})
+			name := c.name
+			if name == "" {
+				name = "N" + u
+			}
+			ts = append(ts, protocol.Typist{User: u, Name: name})
 		}
 	}
 	c.e.setSnapshot(room, ts...)

@@ -72,6 +72,10 @@ type Hold struct {
 	rm *room
 	m  Member
 	ms *membership
+	// summary: the frame released is the room's last summary as it
+	// leaves summary mode (leaveSummary), sent as a summary
+	// (Member.SendRoomSummary), not as an answer.
+	summary bool
 }
 
 // hold takes one more hold of ms in rm (locked).
@@ -177,7 +181,11 @@ func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
 	}
 	ms := hd.ms
 	if frame != nil {
-		if hd.m.SendSnapshot(rm.name, frame) {
+		send := hd.m.SendSnapshot
+		if hd.summary {
+			send = hd.m.SendRoomSummary
+		}
+		if send(rm.name, frame) {
 			h.met.FrameOut(typ, 1)
 		} else {
 			h.met.EventsDropped.Inc()

@@ -228,8 +228,9 @@ func (h *Hub) summarizeRoom(name string) {
 
 // leaveSummary switches rm (locked, modeLeaving) back to events: every
 // joined member is held at once, then one snapshot read after the holds
-// is released to them with the events buffered meanwhile (syncHolds).
-// It unlocks rm.
+// is released to them with the events buffered meanwhile (syncHolds), as
+// their last summary of the room (Member.SendRoomSummary: not an answer,
+// and it replaces their unwritten summary). It unlocks rm.
 func (h *Hub) leaveSummary(rm *room) {
 	rm.mode = modeEvents
 	h.summary.remove(rm.name)
@@ -248,7 +249,9 @@ func (h *Hub) leaveSummary(rm *room) {
 			continue
 		}
 		ms.hold(rm)
-		holds = append(holds, &Hold{rm: rm, m: m, ms: ms})
+		// Its last summary, not an answer: a frozen reader in rooms that
+		// switch again and again is not closed for them (1013).
+		holds = append(holds, &Hold{rm: rm, m: m, ms: ms, summary: true})
 	}
 	name := rm.name
 	rm.mu.Unlock()
