@@ -83,8 +83,7 @@ test-quick: check-tools
 check-tools:
 	@scripts/check-tools.sh node
 
-# Module by module, as unit does: packages of different modules at once share Redis's global counters
-# (test/integration's TestSyncStormIsPriced counts SCANs) and fail.
+# Module by module, as unit does: the failed modules are listed at the end.
 quick-go:
 	@failed=; for m in $(MODULES); do echo "== test -short $$m"; (cd $$m && $(GO) test -short -timeout 10m ./...) || failed="$$failed $$m"; done; \
 	  if [ -n "$$failed" ]; then echo "== FAILED in:$$failed"; exit 1; fi

@@ -138,6 +138,63 @@ func tail(s string, n int) string {
 // kill sends sig to the process group.
 func (p *proc) kill(sig syscall.Signal) { _ = syscall.Kill(-p.cmd.Process.Pid, sig) }
 
+// freeze sends SIGSTOP to the process group and waits until the process is
+// hung: kill only queues the signal, and until the kernel has stopped
+// every thread (on a loaded machine, milliseconds later) the process
+// still answers requests and applies commands.
+func (p *proc) freeze(t *testing.T) {
+	t.Helper()
+	p.kill(syscall.SIGSTOP)
+	waitStopped(t, p.cmd.Process.Pid)
+}
+
+// waitStopped waits (5 s at most) until the kernel reports every thread of
+// process pid stopped: state T (or t, traced) in /proc/<pid>/task/*/stat.
+// The leader's state alone is not enough: it stops first, and the other
+// threads stop once they next run.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		running, err := runningThreads(dir)
+		if err != nil {
+			t.Fatalf("reading %s: %v", dir, err)
+		}
+		if running == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d not stopped 5 s after SIGSTOP: threads %s", pid, running)
+		}
+	}
+}
+
+// runningThreads lists the threads under dir (/proc/<pid>/task) that are
+// not stopped, as "tid:state" (empty: all stopped). A thread that ended
+// meanwhile is skipped.
+func runningThreads(dir string) (string, error) {
+	tids, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	var running []string
+	for _, tid := range tids {
+		b, err := os.ReadFile(filepath.Join(dir, tid.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The state follows the command name in parentheses: "tid (comm) T ...".
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || len(b) < i+3 {
+			return "", fmt.Errorf("%s/stat: unexpected %q", tid.Name(), b)
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			running = append(running, tid.Name()+":"+string(st))
+		}
+	}
+	return strings.Join(running, " "), nil
+}
+
 // waitExit waits for the process to end and returns its exit code and when
 // it ended.
 func (p *proc) waitExit(t *testing.T, within time.Duration) (code int, at time.Time) {

@@ -134,12 +134,13 @@ func waitKeystrokePathBack(t *testing.T, alice, bob *view, room string) time.Tim
 	return ok
 }
 
-// checkSnapshotsWithoutWorker stops the worker w: snapshot requests (HTTP
-// and sync) time out (700 ms) with an error that says so, instead of
-// hanging; then kills it: with no worker at all, the error says that.
+// checkSnapshotsWithoutWorker freezes the worker w (SIGSTOP, until every
+// thread is stopped): snapshot requests (HTTP and sync) time out (700 ms)
+// with an error that says so, instead of hanging; then kills it: with no
+// worker at all, the error says that.
 func checkSnapshotsWithoutWorker(t *testing.T, g, w *proc, bob *view, room string) {
 	t.Helper()
-	w.kill(syscall.SIGSTOP)
+	w.freeze(t)
 	began := time.Now()
 	st, _, msg := httpTyping(t, g.httpAddr, room, "bob")
 	took := time.Since(began)

@@ -12,8 +12,8 @@ import (
 )
 
 // The snapshot cap end to end: with ELLIPSIS_SNAPSHOT_MAX 2 and five
-// typists, joined, typing (sync) and GET /v1/rooms/{room}/typing list two
-// of them, the first by user id, with total 5; the self filter takes a
+// typists, joined, typing (sync) and GET /v1/rooms/{room}/typing list the
+// two most recently active, by user id, with total 5; the self filter takes a
 // listed typist out of both the list and the total.
 func TestCutSnapshotCarriesTotal(t *testing.T) {
 	t.Parallel()
@@ -27,11 +27,22 @@ func TestCutSnapshotCarriesTotal(t *testing.T) {
 	const room = "crowd"
 	obs := dial(t, s.wsURL(0, "observer", ""), "observer")
 	obs.join(room)
+	// The list holds the most recently active typists (their scores, Redis
+	// TIME in ms plus ttl), sorted by user id: starting e..a in turn, a and
+	// b. Two starts applied in the same millisecond tie, and a tie goes to
+	// the later user id (c over b), so each start is applied a millisecond
+	// or more after the previous one's ts_ms, on the server's clock.
+	var last int64
 	for _, u := range []string{"e", "d", "c", "b", "a"} {
 		c := dial(t, s.wsURL(0, u, "N "+u), u)
 		c.join(room)
 		c.start(room)
-		obs.next(isStart(room, u), 5*time.Second, "typing_start of "+u)
+		f := obs.next(isStart(room, u), 5*time.Second, "typing_start of "+u)
+		if f.TsMs <= last {
+			t.Fatalf("%s's typing_start has ts_ms %d, not after the previous start's %d", u, f.TsMs, last)
+		}
+		last = f.TsMs
+		time.Sleep(2 * time.Millisecond) // Redis TIME is past last's millisecond
 	}
 	check := func(what string, list []protocol.Typist, total *int, wantUsers string, wantTotal int) {
 		t.Helper()

@@ -3,9 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -48,8 +45,7 @@ func TestFrozenWorkerProcessStaleStartNeverShows(t *testing.T) {
 
 	// Worker 0 is frozen with alice's refresh delivered to it (it is the
 	// only member of the queue group), not applied.
-	w0.kill(syscall.SIGSTOP)
-	waitStopped(t, w0.cmd.Process.Pid)
+	w0.freeze(t)
 	publishCommand(t, nc, cfg.SubjectPrefix, aliceStart(2))
 	time.Sleep(20 * time.Millisecond) // the stop is published after the start was sent
 
@@ -168,25 +164,4 @@ func snapshotOf(t *testing.T, nc *nats.Conn, n names.Names, room string) protoco
 		t.Fatalf("snapshot of %q: %s (%v)", room, m.Data, err)
 	}
 	return r
-}
-
-// waitStopped waits until the kernel reports process pid stopped (state T
-// in /proc/<pid>/stat): a signal is delivered asynchronously, and a
-// command published before the stop takes effect could still be applied.
-func waitStopped(t *testing.T, pid int) {
-	t.Helper()
-	path := "/proc/" + strconv.Itoa(pid) + "/stat"
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("reading %s: %v", path, err)
-		}
-		// The state follows the command name in parentheses: "pid (comm) T ...".
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && strings.HasPrefix(string(b[i+1:]), " T") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d not stopped 5 s after SIGSTOP: %s", pid, b)
-		}
-	}
 }
