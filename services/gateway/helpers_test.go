@@ -187,6 +187,10 @@ func (e *env) wsURL(q url.Values) string {
 type client struct {
 	t  *testing.T
 	ws *websocket.Conn
+	// early holds the summaries read while waiting for an answer (watchAll:
+	// the rooms of an earlier watch frame may have theirs already), for
+	// expectSummary.
+	early []frame
 }
 
 // dial opens a dev-auth WebSocket as user.

@@ -50,7 +50,7 @@ func TestFrozenWatcherOf500ChurningRooms(t *testing.T) {
 		t.Fatalf("accepted %d, refused %v", len(acc), ref)
 	}
 	for got := 0; got < n; got++ {
-		slow.expect(protocol.TypeSummary)
+		slow.expectSummary()
 	}
 
 	px.freeze()
