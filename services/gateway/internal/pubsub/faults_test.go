@@ -270,8 +270,9 @@ func TestCloseBoundedWhenRedisHangs(t *testing.T) {
 // A reconnect's first round resubscribes every channel of the link, and
 // its PONG comes after all their replies. Here 600 channels of 2 KB
 // (sharded: one SSUBSCRIBE per slot) through a path that then delays every
-// 32 KB chunk by 20 ms take about 0.8 s to answer, over three times the
-// 250 ms PING timeout, with a reply every ~20 ms: the deadline re-arms
+// 32 KB chunk by 80 ms take about 3 s to answer, three times the 1 s PING
+// timeout, with a reply every ~80 ms (far under the timeout, so a loaded
+// machine's scheduling stalls do not look like a dead link): the deadline re-arms
 // while replies keep coming, and the link comes up on that one connection
 // (Redis counts a single new connection), instead of redialing at each
 // deadline and resending everything for ever.
@@ -286,7 +287,7 @@ func TestSlowResubscribeRoundComesUp(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	direct := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
 	t.Cleanup(func() { direct.Close() })
-	b, _ := newBroker(t, rdb, true, time.Minute, 250*time.Millisecond)
+	b, _ := newBroker(t, rdb, true, time.Minute, time.Second)
 	pad, p := strings.Repeat("x", 2000), prefix()
 	errs := make(chan error, 600)
 	for i := 0; i < cap(errs); i++ {
@@ -302,13 +303,13 @@ func TestSlowResubscribeRoundComesUp(t *testing.T) {
 		}
 	}
 	before := totalConnections(t, direct)
-	px.Slow(20 * time.Millisecond)
+	px.Slow(80 * time.Millisecond)
 	b.mu.Lock()
 	l := b.links[""]
 	b.mu.Unlock()
 	l.redial("test: a fresh connection") // go-redis redials on its own after a Cut
 	testkit.WaitFor(t, 3*time.Second, "the redialed link reported down", func() bool { return !b.Health().OK })
-	testkit.WaitFor(t, 10*time.Second, "the link up again after its slow resubscribing round", func() bool { return b.Health().OK })
+	testkit.WaitFor(t, 20*time.Second, "the link up again after its slow resubscribing round", func() bool { return b.Health().OK })
 	if after := totalConnections(t, direct); after != before+1 {
 		t.Fatalf("total_connections_received %d -> %d: want one reconnect, the slow first round was redialed", before, after)
 	}
