@@ -27,6 +27,7 @@ need() { # need BINARY DEBIAN_PACKAGE HOMEBREW_FORMULA
     if [ -z "$apt_updated" ]; then apt-get update -qq || die "apt-get update failed; install $2 yourself"; apt_updated=1; fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null || die "apt-get install $2 failed; install it yourself"
     command -v "$1" >/dev/null 2>&1 && return 0
+    die "Debian's $2 is installed, but $1 is not on PATH (Debian puts nats-server and redis-server in /usr/sbin or /usr/bin): add that directory to PATH"
   fi
   die "$1 is needed by the tests: install it (Debian/Ubuntu: apt-get install $2; macOS: brew install $3) or set ELLIPSIS_TEST_REDIS_URL and ELLIPSIS_TEST_NATS_URL"
 }

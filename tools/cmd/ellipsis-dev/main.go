@@ -104,7 +104,7 @@ func adminLine(addr string) string {
 // name will do; with jwt each tab needs a token (README, "Quick start").
 func openHint(mode, url string) string {
 	if mode == config.AuthNone {
-		return fmt.Sprintf(`  Open %s in two browser tabs (or two browsers), enter a different user
+		return fmt.Sprintf(`  Open %s in two browser tabs (or two browsers), enter a different name
   in each, join the same room, and type in one: the other shows
   "… is typing". Send the message: it appears in every tab, and the
   indicator clears through the platform's stop (examples/go/chat).
