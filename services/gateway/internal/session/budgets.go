@@ -133,16 +133,44 @@ type userBudget struct {
 	refs int // open connections holding it; under Budgets.mu
 
 	snaps *rate.Limiter // snapshot bucket (safe for concurrent use)
-	// watches is the watch budget (safe for concurrent use); nil when
-	// watching is off.
-	watches *rate.Limiter
 
-	mu      sync.Mutex    // guards free, pending and watching; taken after Conn.mu, never before
-	free    *rate.Limiter // free joins: burst FreeJoins, FreeJoins per FreeJoinRefill
-	pending int           // free joins held by joins in flight, taken from free when they commit
-	// watching is the watch tokens held by rooms of watch frames in
-	// flight, taken from watches when they are watched or forbidden.
-	watching int
+	mu sync.Mutex // guards free and watch; taken after Conn.mu, never before
+	// free: the free joins (burst FreeJoins, FreeJoins per FreeJoinRefill),
+	// held by joins in flight and taken when they commit.
+	free heldBucket
+	// watch: the watch budget (burst Watches, Watches per WatchRefill; no
+	// bucket when watching is off), held by rooms of watch frames in
+	// flight and taken when they are watched or forbidden.
+	watch heldBucket
+}
+
+// heldBucket is a token bucket whose tokens are held before they are
+// taken: a hold needs a token beyond those held, and only a spend takes
+// one, so the bucket never falls below the holds and a spend always finds
+// its token. Its owner's mutex guards it.
+type heldBucket struct {
+	lim  *rate.Limiter // nil: no bucket, nothing can be held
+	held int
+}
+
+func (b *heldBucket) hold(now time.Time) bool {
+	if b.lim == nil || b.lim.TokensAt(now)-float64(b.held) < 1 {
+		return false
+	}
+	b.held++
+	return true
+}
+
+func (b *heldBucket) spend(now time.Time) {
+	b.held--
+	b.lim.AllowN(now, 1)
+}
+
+func (b *heldBucket) give() { b.held-- }
+
+// full: no token held and the bucket (if any) full at now.
+func (b *heldBucket) full(now time.Time) bool {
+	return b.held == 0 && (b.lim == nil || b.lim.TokensAt(now) >= float64(b.lim.Burst()))
 }
 
 // holdWatch holds one watch token for a room of a watch frame in flight
@@ -152,83 +180,73 @@ type userBudget struct {
 func (u *userBudget) holdWatch(now time.Time) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.watches == nil || u.watches.TokensAt(now)-float64(u.watching) < 1 {
-		return false
-	}
-	u.watching++
-	return true
+	return u.watch.hold(now)
 }
 
 // spendWatch takes the watch token a room held.
 func (u *userBudget) spendWatch(now time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.watching--
-	u.watches.AllowN(now, 1)
+	u.watch.spend(now)
 }
 
 // returnWatch gives back the watch token a room held.
 func (u *userBudget) returnWatch() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.watching--
+	u.watch.give()
 }
 
 // watchRetry is how long until the user has a watch token not held.
 func (u *userBudget) watchRetry(now time.Time) time.Duration {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	missing := 1 + float64(u.watching) - u.watches.TokensAt(now)
-	return time.Duration(missing / float64(u.watches.Limit()) * float64(time.Second))
+	missing := 1 + float64(u.watch.held) - u.watch.lim.TokensAt(now)
+	return time.Duration(missing / float64(u.watch.lim.Limit()) * float64(time.Second))
 }
+
+// watching reports whether the user has a watch budget (watching is on).
+func (u *userBudget) watching() bool { return u.watch.lim != nil }
 
 func newUserBudget(user string, cfg BudgetConfig) *userBudget {
 	u := &userBudget{
 		user:  user,
 		snaps: rate.NewLimiter(rate.Limit(cfg.SnapshotRate), cfg.SnapshotBurst),
-		free:  rate.NewLimiter(rate.Limit(float64(cfg.FreeJoins)/FreeJoinRefill.Seconds()), cfg.FreeJoins),
+		free:  heldBucket{lim: rate.NewLimiter(rate.Limit(float64(cfg.FreeJoins)/FreeJoinRefill.Seconds()), cfg.FreeJoins)},
 	}
 	if cfg.Watches > 0 {
-		u.watches = rate.NewLimiter(rate.Limit(float64(cfg.Watches)/WatchRefill.Seconds()), cfg.Watches)
+		u.watch.lim = rate.NewLimiter(rate.Limit(float64(cfg.Watches)/WatchRefill.Seconds()), cfg.Watches)
 	}
 	return u
 }
 
 // holdFree holds one free join for a join in flight if the user has one
 // not held by another; the join then calls spendFree if it commits and
-// returnFree if not. The bucket's tokens never fall below the joins held
-// (a hold needs a token beyond them, and only a spend takes one), so a
-// spend always finds its token.
+// returnFree if not (heldBucket: a spend always finds its token).
 func (u *userBudget) holdFree(now time.Time) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.free.TokensAt(now)-float64(u.pending) < 1 {
-		return false
-	}
-	u.pending++
-	return true
+	return u.free.hold(now)
 }
 
 // spendFree takes the free join a committed join held.
 func (u *userBudget) spendFree(now time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.pending--
-	u.free.AllowN(now, 1)
+	u.free.spend(now)
 }
 
 // returnFree gives back the free join held by a join that did not commit.
 func (u *userBudget) returnFree() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.pending--
+	u.free.give()
 }
 
-// full reports whether both buckets are full at now and no join holds a
-// free one: the state a new user starts from.
+// full reports whether every bucket is full at now and nothing holds a
+// token: the state a new user starts from.
 func (u *userBudget) full(now time.Time) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.pending == 0 && u.watching == 0 && u.free.TokensAt(now) >= float64(u.free.Burst()) && u.snaps.TokensAt(now) >= float64(u.snaps.Burst()) &&
-		(u.watches == nil || u.watches.TokensAt(now) >= float64(u.watches.Burst()))
+	return u.free.full(now) && u.watch.full(now) && u.snaps.TokensAt(now) >= float64(u.snaps.Burst())
 }

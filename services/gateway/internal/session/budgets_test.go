@@ -74,7 +74,7 @@ func TestFailedJoinGivesItsFreeJoinBack(t *testing.T) {
 	c.sync(protocol.ClientFrame{Type: protocol.TypeSync, Room: "b", ID: "7"})
 	wantRateLimited(t, c, "b", "7") // the sync before took the token: the joins were free
 	c.budget.mu.Lock()
-	pending := c.budget.pending
+	pending := c.budget.free.held
 	c.budget.mu.Unlock()
 	if pending != 0 {
 		t.Fatalf("%d free joins held after every join ended, want 0", pending)
@@ -176,8 +176,8 @@ func TestFreeJoinsConcurrent(t *testing.T) {
 	if n := spent.Load(); n < 1 || n > freeJoins {
 		t.Fatalf("%d free joins spent, want 1..%d", n, freeJoins)
 	}
-	if u.pending != 0 {
-		t.Fatalf("%d free joins still held", u.pending)
+	if u.free.held != 0 {
+		t.Fatalf("%d free joins still held", u.free.held)
 	}
 }
 
@@ -210,7 +210,7 @@ func TestForbiddenJoinSpendsItsFreeJoin(t *testing.T) {
 	c.join(protocol.ClientFrame{Type: protocol.TypeJoin, Room: "a", ID: "4"})
 	wantRateLimited(t, c, "a", "4")
 	c.budget.mu.Lock()
-	pending := c.budget.pending
+	pending := c.budget.free.held
 	c.budget.mu.Unlock()
 	if pending != 0 {
 		t.Fatalf("%d free joins held after every join ended, want 0", pending)

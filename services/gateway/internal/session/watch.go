@@ -89,7 +89,7 @@ func (c *Conn) watch(f protocol.ClientFrame) {
 			res.code, res.msg = protocol.CodeBadRequest, err.Error()
 		case watched:
 			res.accepted = true
-		case len(c.watched)+len(tries) >= c.cfg.MaxWatched || c.budget.watches == nil:
+		case len(c.watched)+len(tries) >= c.cfg.MaxWatched || !c.budget.watching():
 			res.code, res.msg = protocol.CodeWatchLimit, c.watchLimitMsg()
 		case gone:
 			res.code, res.msg = protocol.CodeUnavailable, "gateway shutting down; reconnect"
