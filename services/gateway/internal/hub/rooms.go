@@ -226,7 +226,24 @@ func (h *Hub) Leave(name string, m Member) bool {
 // room's channel; the broker unsubscribes in the background, so this never
 // waits on the network. It returns how many of rooms m was a member of.
 func (h *Hub) LeaveAll(m Member, rooms ...string) int {
-	var left []string
+	return h.dropSubscriber(rooms, func(rm *room) bool {
+		if _, ok := rm.members[m]; !ok {
+			return false
+		}
+		delete(rm.members, m)
+		h.met.JoinedRooms.Dec()
+		h.exitSummary(rm)
+		return true
+	})
+}
+
+// dropSubscriber runs remove on each of rooms (shard and room locked);
+// for each room it removed a member or watcher from, the room goes once
+// it has neither (dropIfEmpty) and the subscriber count of its channel is
+// dropped after the locks, so nothing waits on the network. It returns
+// how many rooms remove reported.
+func (h *Hub) dropSubscriber(rooms []string, remove func(rm *room) bool) int {
+	var gone []string
 	for _, name := range rooms {
 		sh := h.shard(name)
 		sh.mu.Lock()
@@ -236,20 +253,17 @@ func (h *Hub) LeaveAll(m Member, rooms ...string) int {
 			continue
 		}
 		rm.mu.Lock()
-		if _, ok := rm.members[m]; ok {
-			delete(rm.members, m)
-			h.met.JoinedRooms.Dec()
-			h.exitSummary(rm)
-			left = append(left, name)
+		if remove(rm) {
+			gone = append(gone, name)
 			h.dropIfEmpty(sh, rm)
 		}
 		rm.mu.Unlock()
 		sh.mu.Unlock()
 	}
-	for _, name := range left {
+	for _, name := range gone {
 		h.broker.Unsubscribe(h.opts.Names.RoomChannel(name))
 	}
-	return len(left)
+	return len(gone)
 }
 
 // Members returns how many local members room has (for tests and metrics).

@@ -178,33 +178,18 @@ func (h *Hub) Arm(w Watcher, rooms ...string) {
 // room's channel (never waiting on the network). No summary of a room is
 // sent to w once Unwatch returns. It returns how many of rooms w watched.
 func (h *Hub) Unwatch(w Watcher, rooms ...string) int {
-	var gone []string
-	for _, name := range rooms {
-		sh := h.shard(name)
-		sh.mu.Lock()
-		rm := sh.rooms[name]
-		if rm == nil {
-			sh.mu.Unlock()
-			continue
+	return h.dropSubscriber(rooms, func(rm *room) bool {
+		if rm.watchers[w] == nil {
+			return false
 		}
-		rm.mu.Lock()
-		if rm.watchers[w] != nil {
-			delete(rm.watchers, w)
-			h.met.Watches.Dec()
-			if len(rm.watchers) == 0 {
-				rm.watchers, rm.watchDirty = nil, false
-				h.met.WatchedRooms.Dec()
-			}
-			gone = append(gone, name)
-			h.dropIfEmpty(sh, rm)
+		delete(rm.watchers, w)
+		h.met.Watches.Dec()
+		if len(rm.watchers) == 0 {
+			rm.watchers, rm.watchDirty = nil, false
+			h.met.WatchedRooms.Dec()
 		}
-		rm.mu.Unlock()
-		sh.mu.Unlock()
-	}
-	for _, name := range gone {
-		h.broker.Unsubscribe(h.opts.Names.RoomChannel(name))
-	}
-	return len(gone)
+		return true
+	})
 }
 
 // dropIfEmpty takes rm out of sh (both locked) once it has neither
