@@ -120,15 +120,7 @@ func (h *Hub) Join(ctx context.Context, name string, m Member) (hd *Hold, existe
 	if h.closed.Load() {
 		return nil, false, ErrClosed
 	}
-	sh := h.shard(name)
-	sh.mu.Lock()
-	rm := sh.rooms[name]
-	if rm == nil {
-		rm = &room{name: name, members: map[Member]*membership{}}
-		sh.rooms[name] = rm
-	}
-	rm.mu.Lock()
-	sh.mu.Unlock()
+	rm := h.lockRoom(name)
 	ms := rm.members[m]
 	existed = ms != nil
 	if !existed {
@@ -274,6 +266,21 @@ func (h *Hub) Members(name string) int {
 	}
 	defer rm.mu.Unlock()
 	return len(rm.members)
+}
+
+// lockRoom returns room name, made when the shard has none, with its
+// mutex held (shard → room, the lock order above).
+func (h *Hub) lockRoom(name string) *room {
+	sh := h.shard(name)
+	sh.mu.Lock()
+	rm := sh.rooms[name]
+	if rm == nil {
+		rm = &room{name: name, members: map[Member]*membership{}}
+		sh.rooms[name] = rm
+	}
+	rm.mu.Lock()
+	sh.mu.Unlock()
+	return rm
 }
 
 // fanOut sends one room event, as received, to every local member of its

@@ -127,15 +127,7 @@ func (h *Hub) Watch(ctx context.Context, name string, w Watcher) error {
 	if h.closed.Load() {
 		return ErrClosed
 	}
-	sh := h.shard(name)
-	sh.mu.Lock()
-	rm := sh.rooms[name]
-	if rm == nil {
-		rm = &room{name: name, members: map[Member]*membership{}}
-		sh.rooms[name] = rm
-	}
-	rm.mu.Lock()
-	sh.mu.Unlock()
+	rm := h.lockRoom(name)
 	if rm.watchers[w] != nil {
 		rm.mu.Unlock()
 		return nil
