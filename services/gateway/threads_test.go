@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"encoding/json"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -271,4 +272,71 @@ func TestThreadEventsFanOut(t *testing.T) {
 	}
 	bob.send(`{"type":"ping","id":"p"}`)
 	bob.expect(protocol.TypePong) // nothing of his own came
+}
+
+// A frozen reader conflating its room's events keeps the latest event per
+// (room, thread, user): a user's room event and thread event both survive
+// (neither replaces the other), and once it reads again it shows the user
+// in the room and in the thread, each with its own latest state.
+func TestFrozenReaderKeepsRoomAndThreadEventsOfOneUser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.WriteStall = 2 * time.Minute })
+	e.startWorker("")
+	px := newFreezeProxy(t, e.srv.HTTPAddr())
+	slow := e.dialURL("ws://"+px.addr()+"/v1/ws?user=alice", nil)
+	slow.join("r")
+	px.freeze()
+	i := 0
+	e.flood(t, "the frozen reader to conflate", func() (string, string, bool) {
+		i++
+		return "r", "u" + strconv.Itoa(i%30), i%2 == 0
+	}, func() bool { return e.blocked("alice") })
+	// Carol, as kept by a conflating writer: a room start, then a thread
+	// start (the later event of the same user), then her room stop and
+	// start again, and the thread's activity change.
+	e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "r", User: "carol", TTLMs: 5000})
+	e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "r", User: "carol", Thread: "t", TTLMs: 5000})
+	e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStop, Room: "r", User: "carol", Reason: protocol.ReasonStopped})
+	e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "r", User: "carol", TTLMs: 5000})
+	e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "r", User: "carol", Thread: "t", Activity: "thinking", TTLMs: 5000})
+	testkit.WaitFor(t, 10*time.Second, "carol's events conflated", func() bool {
+		o, ok := e.outboundOf("alice")
+		return ok && o.Conflating && o.Conflated >= 2
+	})
+	if !e.blocked("alice") {
+		t.Fatal("the reader is not blocked any more: its events were not conflated")
+	}
+	px.thaw()
+	// Apply what arrives per (thread, user), as a client does, until both
+	// of carol's scopes show their final state (kept events are written
+	// in any order). Were the two kept as one (room, user), only the
+	// thread's last event would come, and the room would never show her.
+	state := map[string]string{} // thread + "/" + user → "" (not shown) or the activity
+	_ = slow.ws.SetReadDeadline(time.Now().Add(15 * time.Second))
+	for state["/carol"] != "typing" || state["t/carol"] != "thinking" {
+		_, b, err := slow.ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("read: %v; carol's scopes %q and %q", err, state["/carol"], state["t/carol"])
+		}
+		var f protocol.ServerFrame
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		k := f.Thread + "/" + f.User
+		switch f.Type {
+		case protocol.TypeTypingStart:
+			state[k] = cmpOr(f.Activity, "typing")
+		case protocol.TypeTypingStop:
+			state[k] = ""
+		case protocol.TypeTyping, protocol.TypeJoined:
+			t.Fatalf("a snapshot %s replaced the conflated events (the room's cap was not passed)", b)
+		}
+	}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
