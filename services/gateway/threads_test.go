@@ -340,3 +340,60 @@ func cmpOr(s, def string) string {
 	}
 	return s
 }
+
+// A room in summary mode gets typing frames with the threads, self
+// filtered per member in every thread (a member typing only in a thread
+// never sees itself); a thread's events make a summary due too. A watched
+// room's summary is the room itself only.
+func TestSummaryModeAndWatchWithThreads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) {
+		c.RoomSummaryMembers = 2
+		c.RoomSummaryInterval = 100 * time.Millisecond
+		c.WatchInterval = 100 * time.Millisecond
+	})
+	e.startWorker("")
+	e.setSnapshot("big")
+	ua, ub, uc := e.dial("ua", ""), e.dial("ub", ""), e.dial("uc", "")
+	for _, c := range []*client{ua, ub, uc} {
+		c.join("big")
+	}
+	w := e.dial("watcher", "")
+	w.send(`{"type":"watch","rooms":["big"],"id":"w"}`)
+	w.expect(protocol.TypeWatching)
+	if f := w.expectSummary(); f["total"] != float64(0) {
+		t.Fatalf("first summary %v", f)
+	}
+	// ua types in a thread only; the room itself has x.
+	e.setFullSnapshot("big", protocol.Snapshot{
+		Users: []protocol.Typist{{User: "x"}}, Total: 1,
+		Threads: []protocol.ThreadSnapshot{{Thread: "t", Users: []protocol.Typist{{User: "ua"}}, Total: 1, Activities: map[string]string{"ua": "thinking"}}},
+	})
+	e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "big", User: "ua", Thread: "t", Activity: "thinking", TTLMs: 5000})
+	want := map[*client]string{
+		ua: `{"type":"typing","room":"big","users":[{"user":"x"}],"total":1}`,
+		ub: `{"type":"typing","room":"big","users":[{"user":"x"}],"total":1,"threads":[{"thread":"t","users":[{"user":"ua","activity":"thinking"}],"total":1}]}`,
+	}
+	want[uc] = want[ub]
+	for c, w := range want {
+		// Summary frames until the one read after the change (the thread
+		// event made the room due).
+		for {
+			b := c.readRaw()
+			if string(b) == w {
+				break
+			}
+			var f protocol.ServerFrame
+			if err := json.Unmarshal(b, &f); err != nil || f.Type != protocol.TypeTyping || len(f.Users) != 0 {
+				t.Fatalf("summary-mode frame %s, want %s", b, w)
+			}
+		}
+	}
+	// The watcher's summary: the room's x (the thread's event alone did
+	// not make it due; x was there before it as far as the summary goes).
+	e.publish(protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "big", User: "x", TTLMs: 5000})
+	f := w.expectSummary()
+	if b, _ := json.Marshal(f); f["total"] != float64(1) || !strings.Contains(string(b), `"typing":[{"user":"x"}]`) || strings.Contains(string(b), "ua") {
+		t.Fatalf("watch summary %s, want the room's x only", b)
+	}
+}
