@@ -8,22 +8,20 @@
 //
 //   ELLIPSIS_NATS_URL=nats://127.0.0.1:4222 node src/stop-typing.js <room> <user>
 
-import { connect, JSONCodec } from "nats";
+import { connect } from "@nats-io/transport-node";
 import { checkId, envSettings, isMain, subjects } from "./ids.js";
-
-const json = JSONCodec();
 
 /**
  * Publishes the stop command for (room, user) and flushes, so the NATS
  * server has it when the promise resolves. Throws on an invalid id (naming
  * the field) or a failed flush (`timeoutMs`, default 2000).
- * @param {import("nats").NatsConnection} nc
+ * @param {import("@nats-io/transport-node").NatsConnection} nc
  * @param {{prefix?: string, room: string, user: string, timeoutMs?: number}} opts
  */
 export async function stopTyping(nc, { prefix = "ellipsis", room, user, timeoutMs = 2000 }) {
   checkId("room", room);
   checkId("user", user);
-  nc.publish(subjects(prefix).command, json.encode({ v: 1, op: "stop", room, user }));
+  nc.publish(subjects(prefix).command, JSON.stringify({ v: 1, op: "stop", room, user }));
   let timer;
   const timeout = new Promise((_, reject) => {
     timer = setTimeout(() => reject(new Error(`stop typing: no flush from the NATS server within ${timeoutMs} ms`)), timeoutMs);

@@ -6,10 +6,8 @@
 //
 //   ELLIPSIS_NATS_URL=nats://127.0.0.1:4222 node src/who-is-typing.js <room>
 
-import { connect, JSONCodec } from "nats";
+import { connect } from "@nats-io/transport-node";
 import { checkId, envSettings, isMain, subjects } from "./ids.js";
-
-const json = JSONCodec();
 
 /**
  * Returns `{room, users, total}`: users (at most the workers'
@@ -18,13 +16,13 @@ const json = JSONCodec();
  * no worker answering within `timeoutMs` (default 2000), and on a worker's
  * error reply (err.code "unavailable": retry with backoff; "bad_request";
  * "internal").
- * @param {import("nats").NatsConnection} nc
+ * @param {import("@nats-io/transport-node").NatsConnection} nc
  * @param {{prefix?: string, room: string, timeoutMs?: number}} opts
  */
 export async function whoIsTyping(nc, { prefix = "ellipsis", room, timeoutMs = 2000 }) {
   checkId("room", room);
-  const msg = await nc.request(subjects(prefix).snapshot, json.encode({ v: 1, room }), { timeout: timeoutMs });
-  const reply = json.decode(msg.data);
+  const msg = await nc.request(subjects(prefix).snapshot, JSON.stringify({ v: 1, room }), { timeout: timeoutMs });
+  const reply = msg.json();
   if (reply.error) {
     const err = new Error(`who is typing in ${JSON.stringify(room)}: ${reply.error.code}: ${reply.error.message}`);
     err.code = reply.error.code;

@@ -11,7 +11,7 @@ import { execFile, spawn } from "node:child_process";
 import { once } from "node:events";
 import { promisify } from "node:util";
 import { fileURLToPath } from "node:url";
-import { connect } from "nats";
+import { connect } from "@nats-io/transport-node";
 
 import { startStack, dial, natsURL } from "./stack.js";
 import { roomToken, subjects, checkId, parseAllow } from "../src/index.js";
