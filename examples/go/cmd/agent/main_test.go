@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
 	"github.com/ellipsis-chat/ellipsis/examples/go/internal/stacktest"
 )
 
@@ -84,4 +91,42 @@ func TestCommandSIGTERM(t *testing.T) {
 	if cmd.ProcessState.ExitCode() != 130 || strings.Contains(out.String(), "reply in") || !strings.Contains(out.String(), "interrupted: stop of its conn sent") {
 		t.Fatalf("agent: %v, exit %d\n%s", err, cmd.ProcessState.ExitCode(), out)
 	}
+}
+
+// TestCommandPostsToChat: with -chat the reply is posted to the chat
+// service, in the thread, as the agent's user and name.
+func TestCommandPostsToChat(t *testing.T) {
+	st := stacktest.Start(t, nil)
+	svc := chat.NewService(st.NC, st.Prefix)
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	defer svc.Close()
+	room := "cmd/chat"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*stacktest.Wait)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/rooms/"+url.PathEscape(room)+"/messages", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+
+	cmd, out := runMain(t, st, "-room", room, "-thread", "t", "-think", "10ms", "-chat", srv.URL+"/", "-reply", "forty-two")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var m chat.Message
+			if err := json.Unmarshal([]byte(data), &m); err != nil {
+				t.Fatal(err)
+			}
+			if m.User != "assistant" || m.Name != "Assistant" || m.Thread != "t" || m.Text != "forty-two" {
+				t.Fatalf("streamed %+v", m)
+			}
+			return
+		}
+	}
+	t.Fatalf("stream ended without the reply: %v", sc.Err())
 }
