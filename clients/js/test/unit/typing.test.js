@@ -37,7 +37,7 @@ test("refresh every 4 s while keystrokes continue", (t) => {
   assert.deepEqual(sent, [[0, "start"], [4000, "refresh"], [8000, "refresh"]]);
   at(13000); // idle stop 3 s after the last key (10 s)
   assert.deepEqual(sent.slice(3), [[12000, "refresh"], [13000, "stop", "idle"]]);
-  assert.deepEqual(timer.stats, { keystrokes: 21, starts: 1, refreshes: 3, idleStops: 1, stops: 1 });
+  assert.deepEqual(timer.stats, { keystrokes: 21, starts: 1, refreshes: 3, changes: 0, idleStops: 1, stops: 1 });
 });
 
 test("typing_stop after 3 s without a keystroke, measured from the last key", (t) => {
