@@ -1070,6 +1070,8 @@ export class Room extends Emitter {
     /** @type {Map<string, string>} request id of a thread's start → the thread (for too_many_threads) */
     this._startIds = new Map();
     this._threadSnapshots = false; // a snapshot of this room carried `threads`
+    this._inSnapshot = false; // a snapshot is being applied: "threads" waits for its end
+    this._threadsChanged = false;
     this._scope("", true);
     this._joinId = null;
     this._joinAttempt = 0;
@@ -1292,10 +1294,15 @@ export class Room extends Emitter {
       }
       const h = this._handles.get(key);
       if (h) h.emit("change", typists, total);
+      this._maybeDrop(scope);
+      // A snapshot changes many threads at once: one "threads" after it.
+      if (this._inSnapshot) {
+        this._threadsChanged = true;
+        return;
+      }
       const threads = this.threads;
       this.emit("threads", threads);
       this.client.emit("threads", this, threads);
-      this._maybeDrop(scope);
     });
     if (this.client.config) scope.configure(this.client.config);
     this._scopes.set(key, scope);
@@ -1465,6 +1472,20 @@ export class Room extends Emitter {
   _snapshot(users, total, threads) {
     if (!this.receivesTyping) return;
     this._scope("", true).store.replace(users, total);
+    this._inSnapshot = true;
+    this._threadsChanged = false;
+    try {
+      this._snapshotThreads(threads);
+    } finally {
+      this._inSnapshot = false;
+    }
+    if (!this._threadsChanged) return;
+    const list = this.threads;
+    this.emit("threads", list);
+    this.client.emit("threads", this, list);
+  }
+
+  _snapshotThreads(threads) {
     const listed = new Set();
     if (Array.isArray(threads)) {
       this._threadSnapshots = true;
