@@ -117,3 +117,34 @@ test("refresh must be below ttl; timers must be positive", () => {
   });
   validateTimers({ ttlMs: 5000, refreshMs: 4000, idleStopMs: 3000 });
 });
+
+test("hold(): on and refreshed without an idle stop until stop(); a keystroke brings the idle stop back", (t) => {
+  const { timer, sent, at } = setup(t);
+  timer.hold();
+  assert.ok(timer.typing && timer.held);
+  at(20000);
+  assert.deepEqual(sent, [[0, "start"], [4000, "refresh"], [8000, "refresh"], [12000, "refresh"], [16000, "refresh"], [20000, "refresh"]]);
+  timer.keystroke();
+  assert.ok(!timer.held);
+  at(23000);
+  assert.deepEqual(sent.at(-1), [23000, "stop", "idle"], "3 s after the keystroke");
+  timer.hold();
+  timer.stop("sent");
+  assert.deepEqual(sent.at(-1), [23000, "stop", "sent"]);
+  assert.ok(!timer.held);
+});
+
+test("change(): a typing_start now and the refresh re-armed; nothing when off", (t) => {
+  const { timer, sent, at } = setup(t);
+  timer.change();
+  assert.deepEqual(sent, []);
+  timer.keystroke();
+  at(1000);
+  timer.keystroke();
+  timer.change();
+  at(2900);
+  timer.keystroke();
+  at(5000);
+  assert.deepEqual(sent, [[0, "start"], [1000, "change"], [5000, "refresh"]], "the refresh 4 s after the change, not after the start");
+  assert.equal(timer.stats.changes, 1);
+});
