@@ -3,7 +3,8 @@
 // Bob's tab, open on the same room and thread, shows "Alice is typing in a
 // thread…" on its channel line and "Alice is typing…" in its thread pane;
 // a reply in the thread ends both; Bob's thread pane on another thread
-// shows nothing of it. With the dev stack (its chat service and assistant),
+// shows nothing of it; the same on a gateway with auth=jwt (the demo page
+// with ?token=, no chat service). With the dev stack (its chat service and assistant),
 // a message mentioning @assistant in the thread makes both lines show the
 // assistant thinking, then its reply lands in the thread.
 
@@ -11,7 +12,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import { startStack, startDevStack, repoRoot } from "./stack.js";
 import { launchChromium } from "./browser.js";
 
@@ -33,12 +34,13 @@ const roomId = () => `e2e-threads ${randomBytes(3).toString("hex")}`;
 
 // Opens the demo page as a user, joined to room with the thread pane on
 // thread, and records both typing lines (their data-text) with page times.
-async function openUser(url, user, name, room, thread) {
+async function openUser(url, user, name, room, thread, token = "") {
   const context = await browser.newContext({ viewport: { width: 1000, height: 640 } });
   const page = await context.newPage();
   const errors = [];
   page.on("pageerror", (err) => errors.push(err.message));
   const q = new URLSearchParams({ name, room, user, lang: "en", autojoin: "1", thread });
+  if (token) q.set("token", token);
   const console_ = [];
   page.on("console", (m) => console_.push(`${m.type()}: ${m.text()}`));
   await page.goto(`${url}/?${q}`);
@@ -106,6 +108,31 @@ test("Alice types in a thread: Bob's channel line says she types in a thread, hi
   await lineBecomes(bob.page, "typing", "");
   await bob.page.evaluate(() => clearInterval(window.keys));
   for (const u of [alice, bob, carol]) assert.deepEqual(u.errors, []);
+});
+
+function jwt(claims, key) {
+  const b64 = (v) => Buffer.from(JSON.stringify(v)).toString("base64url");
+  const body = `${b64({ alg: "HS256", typ: "JWT" })}.${b64(claims)}`;
+  return `${body}.${createHmac("sha256", key).update(body).digest("base64url")}`;
+}
+
+test("auth=jwt: the demo page's thread pane works with a token (messages stay in the tab)", { timeout: 240_000 }, async (t) => {
+  const secret = randomBytes(16).toString("hex");
+  const stack = await startStack({ root: repoRoot, artifacts, tag: "threads-jwt", gatewayEnv: { ELLIPSIS_AUTH: "jwt", ELLIPSIS_JWT_SECRET: secret } });
+  t.after(() => stack.stop());
+  const token = (sub, name) => jwt({ sub, name, exp: Math.floor(Date.now() / 1000) + 3600 }, secret);
+  const room = roomId();
+  const alice = await openUser(stack.url, "", "Alice", room, "t-jwt", token("alice", "Alice"));
+  const bob = await openUser(stack.url, "", "Bob", room, "t-jwt", token("bob", "Bob"));
+  t.after(() => Promise.all([alice.close(), bob.close()]));
+  await alice.page.focus("#thread-text");
+  await alice.page.keyboard.type("signed in", { delay: 40 });
+  await lineBecomes(bob.page, "typing", "Alice is typing in a thread…");
+  await lineBecomes(bob.page, "thread-typing", "Alice is typing…");
+  await alice.page.press("#thread-text", "Enter");
+  await lineBecomes(bob.page, "thread-typing", "");
+  await alice.page.waitForFunction(() => [...document.querySelectorAll("#thread-messages li")].some((li) => /signed in/.test(li.textContent)), null, { timeout: 5000 });
+  for (const u of [alice, bob]) assert.deepEqual(u.errors, []);
 });
 
 test("dev stack: @assistant in a thread: both lines show the assistant thinking, then its reply lands in the thread", { timeout: 240_000 }, async (t) => {
