@@ -30,8 +30,11 @@ type RoomTyping struct {
 	Room  string            `json:"room"`
 	Users []protocol.Typist `json:"users"`
 	// Total is the number of visible typists (self filtered); Users lists
-	// at most the snapshot cap of them.
+	// at most the snapshot cap of them. Both are the room itself.
 	Total int `json:"total"`
+	// Threads lists the room's threads with a typist, as on joined and
+	// typing frames (left out when none; protocol.ThreadTypists).
+	Threads []protocol.ThreadTypists `json:"threads,omitempty"`
 }
 
 // apiError is the JSON body of every HTTP error:
@@ -194,6 +197,9 @@ func (s *Server) sessionConfig() session.Config {
 		WriteWait:         s.cfg.WriteWait,
 		WriteStall:        s.cfg.WriteStall,
 		MaxRejectedWindow: s.cfg.InboundMaxRejected,
+		Activities:        s.cfg.AcceptedActivities(),
+		MaxThreads:        s.cfg.MaxThreadsPerUser,
+		TypingTTL:         s.cfg.TypingTTL,
 	}
 }
 
@@ -280,8 +286,8 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "typing snapshot unavailable ("+backend.Reason(err)+"); retry")
 		return
 	}
-	snap := users.WithoutUser(ident.User)
-	writeJSON(w, http.StatusOK, RoomTyping{Room: room, Users: snap.Users, Total: snap.Total})
+	snap := protocol.NewTypingSnapshot(room, users.WithoutUser(ident.User), "")
+	writeJSON(w, http.StatusOK, RoomTyping{Room: room, Users: snap.Users, Total: snap.Total, Threads: snap.Threads})
 }
 
 // handleConfig serves GET /v1/config.
@@ -295,6 +301,9 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 		MaxFrameBytes:   s.cfg.MaxFrameBytes,
 		MaxWatchedRooms: s.cfg.MaxWatchedRooms,
 		WatchIntervalMs: s.cfg.WatchInterval.Milliseconds(),
+
+		Activities:        s.cfg.AcceptedActivities(),
+		MaxThreadsPerUser: s.cfg.MaxThreadsPerUser,
 	})
 }
 
