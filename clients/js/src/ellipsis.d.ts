@@ -178,7 +178,7 @@ export interface EventTargetLike {
   removeEventListener(type: string, fn: (ev: any) => void): void;
 }
 
-/** The timing a client uses, in milliseconds. */
+/** The timing (in milliseconds) and the gateway limits a client uses. */
 export interface TimingConfig {
   ttlMs: number;
   refreshMs: number;
