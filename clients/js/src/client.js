@@ -7,9 +7,9 @@
 
 import { Emitter } from "./emitter.js";
 import { systemClock } from "./clock.js";
-import { TypistStore, DEFAULT_GRACE_MS } from "./store.js";
+import { DEFAULT_GRACE_MS } from "./store.js";
+import { Scope, Thread, threadKey, activityKey, ACTIVITIES } from "./scope.js";
 import {
-  TypingTimer,
   validateTimers,
   DEFAULT_TTL_MS,
   DEFAULT_REFRESH_MS,
@@ -170,7 +170,10 @@ export const STATES = Object.freeze(["idle", "connecting", "open", "reconnecting
  *   "connecting" → "open" → "reconnecting" (waiting delayMs) → "connecting"
  *   … and "closed" for good (close(), a fatal error).
  * - "error" (frame or Error): error frames from the gateway, and failures.
- * - "change" (room: Room, typists, total): any room's typists changed.
+ * - "change" (room: Room, typists, total): a room's typists (the room
+ *   itself, not its threads) changed.
+ * - "threads" (room: Room, threads): the typists of a thread of a room
+ *   changed (threads: room.threads).
  * - "resync" ({reason, rooms}): the page came back ("visible": the
  *   document became visible; "online": the browser is back online; "wake":
  *   a timer fired over max(2 × pingMs, WAKE_GAP_FLOOR_MS) late, the machine
@@ -205,11 +208,14 @@ export class Client extends Emitter {
     this.reconnectMinMs = opts.reconnectMinMs ?? DEFAULTS.reconnectMinMs;
     this.reconnectMaxMs = opts.reconnectMaxMs ?? DEFAULTS.reconnectMaxMs;
     /**
-     * Timing in use: the server's (GET /v1/config), overridden by options.
-     * Known once connect() has fetched it (or at once with fetchConfig: false).
-     * @type {{ttlMs: number, refreshMs: number, idleStopMs: number, auth: string} | null}
+     * Timing and limits in use: the server's (GET /v1/config), timers
+     * overridden by options. Known once connect() has fetched it (or at
+     * once with fetchConfig: false).
+     * @type {import("./ellipsis.js").TimingConfig | null}
      */
     this.config = null;
+    this._configServed = false; // config came from the gateway's GET /v1/config
+    this._activitiesServed = false; // and it listed its activities
     /** @type {import("./ellipsis.js").ConnectionState} */
     this.state = "idle";
     /** @type {Map<string, Room>} */
@@ -267,15 +273,30 @@ export class Client extends Emitter {
 
   /**
    * Joins a room (now, and again after every reconnect) and returns it; the
-   * same Room for the same id.
+   * same Room for the same id. `typing: false` joins without receiving the
+   * room's typing (the join frame says `"typing": false`: no events, no
+   * snapshots; this user's own typing there still goes out), e.g. for a
+   * user who turned typing indicators off. The option is the room's for as
+   * long as it is joined: join() again with another `typing` throws (leave
+   * it first); join(id) without options returns the room as it is.
    * @param {string} id
+   * @param {{typing?: boolean}} [opts]
    * @returns {Room}
+   * @throws {TypeError} an empty id, an option of the wrong type
+   * @throws {Error} another `typing` than the joined room's
    */
-  join(id) {
+  join(id, opts = {}) {
     if (typeof id !== "string" || id === "") throw new TypeError("ellipsis: room id must be a non-empty string");
+    if (opts === null || typeof opts !== "object") throw new TypeError(`ellipsis: join(room, opts): opts must be an object {typing?: boolean}, got ${opts === null ? "null" : typeof opts}`);
+    if (opts.typing !== undefined && typeof opts.typing !== "boolean") {
+      throw new TypeError(`ellipsis: join(room, {typing}): typing must be true or false, got ${JSON.stringify(opts.typing) ?? typeof opts.typing}`);
+    }
     let room = this.rooms.get(id);
+    if (room && opts.typing !== undefined && opts.typing !== room.receivesTyping) {
+      throw new Error(`ellipsis: room ${JSON.stringify(id)} is joined with typing: ${room.receivesTyping}; leave() it before joining with typing: ${opts.typing}`);
+    }
     if (!room) {
-      room = new Room(this, id);
+      room = new Room(this, id, opts);
       this.rooms.set(id, room);
       if (this.state === "open") room._sendJoin();
     }
@@ -290,35 +311,49 @@ export class Client extends Emitter {
     return this.rooms.get(id);
   }
 
-  /** @param {string} room call on every keystroke in that room's message box */
-  keystroke(room) {
-    this._joined(room).keystroke();
-  }
-
-  /** @param {string} room the message was sent: typing_stop at once */
-  messageSent(room) {
-    this._joined(room).messageSent();
-  }
-
-  /** @param {string} room the message box lost focus: typing_stop at once */
-  blur(room) {
-    this._joined(room).blur();
-  }
-
   /**
-   * Who is typing in a room (never this user).
+   * Call on every keystroke in that room's message box (see Room.keystroke).
    * @param {string} room
+   * @param {{thread?: string, activity?: string}} [opts]
    */
-  typists(room) {
-    return this._joined(room).typists;
+  keystroke(room, opts) {
+    this._joined(room).keystroke(opts);
   }
 
   /**
-   * Stops typing in every room (typing_stop where a burst is on).
+   * The message was sent (in the room, or in opts.thread): typing_stop there at once.
+   * @param {string} room
+   * @param {{thread?: string}} [opts]
+   */
+  messageSent(room, opts) {
+    this._joined(room).messageSent(opts);
+  }
+
+  /**
+   * The message box (of the room, or of opts.thread) lost focus: typing_stop there at once.
+   * @param {string} room
+   * @param {{thread?: string}} [opts]
+   */
+  blur(room, opts) {
+    this._joined(room).blur(opts);
+  }
+
+  /**
+   * Who is typing in a room itself, or in one thread of it (never this user).
+   * @param {string} room
+   * @param {{thread?: string}} [opts]
+   */
+  typists(room, opts = {}) {
+    const r = this._joined(room);
+    return opts && opts.thread !== undefined ? r.thread(opts.thread).typists : r.typists;
+  }
+
+  /**
+   * Stops typing in every room, in every scope (typing_stop where a burst is on).
    * @param {import("./typing.js").StopReason} [reason]
    */
   stopTyping(reason = "cancel") {
-    for (const room of this.rooms.values()) room.stop(reason);
+    for (const room of this.rooms.values()) room.stopAll(reason);
   }
 
   /**
@@ -449,18 +484,34 @@ export class Client extends Emitter {
     return room;
   }
 
-  _setConfig(server) {
+  _setConfig(server, served = false) {
     const o = this._opts;
+    const acts = Array.isArray(server.activities) ? server.activities.filter((a) => typeof a === "string" && a !== "") : null;
     const cfg = {
       ttlMs: o.ttlMs ?? server.ttl_ms ?? DEFAULTS.ttlMs,
       refreshMs: o.refreshMs ?? server.refresh_ms ?? DEFAULTS.refreshMs,
       idleStopMs: o.idleStopMs ?? server.idle_stop_ms ?? DEFAULTS.idleStopMs,
       auth: server.auth || (o.token ? "jwt" : "none"),
       maxFrameBytes: Number.isInteger(server.max_frame_bytes) && server.max_frame_bytes > 0 ? server.max_frame_bytes : DEFAULT_MAX_FRAME_BYTES,
+      // "typing" is always accepted, whatever a gateway lists.
+      activities: Object.freeze(acts ? [...new Set(["typing", ...acts])] : [...ACTIVITIES]),
+      maxThreadsPerUser: Number.isInteger(server.max_threads_per_user) && server.max_threads_per_user > 0 ? server.max_threads_per_user : null,
     };
     validateTimers(cfg); // throws RangeError
     this.config = cfg;
+    this._configServed = served;
+    this._activitiesServed = !!acts;
     for (const room of this.rooms.values()) room._configure();
+  }
+
+  // Does the gateway take `thread` on typing frames? Not one whose GET
+  // /v1/config said no max_threads_per_user (older than threads: it would
+  // show a thread's typing in the room). Without a served config
+  // (fetchConfig: false) it is taken to, unless `said` asks whether the
+  // gateway said so.
+  _takesThreads(said = false) {
+    if (this.config && this.config.maxThreadsPerUser !== null) return true;
+    return !said && !this._configServed;
   }
 
   async _loadConfig() {
@@ -469,7 +520,7 @@ export class Client extends Emitter {
     if (!res.ok) throw new Error(`ellipsis: GET /v1/config: HTTP ${res.status}`);
     const body = await res.json();
     try {
-      this._setConfig(body);
+      this._setConfig(body, true);
     } catch (err) {
       err.fatal = true;
       throw err;
@@ -515,7 +566,7 @@ export class Client extends Emitter {
       u.searchParams.set("user", user);
       if (name) u.searchParams.set("name", name);
     }
-    for (const room of this.rooms.values()) room._store.self = this.user;
+    for (const room of this.rooms.values()) for (const scope of room._scopes.values()) scope.store.self = this.user;
     return { href: u.href, protocols };
   }
 
@@ -739,7 +790,8 @@ export class Client extends Emitter {
   // ---- outbound, paced under the gateway's inbound limit ----
 
   // Sends now if the pacing allows, else queues (coalescing: one pending
-  // frame per room and kind, the latest typing frame wins).
+  // frame per room and kind, per scope for typing frames (the room itself
+  // and each thread), the latest typing frame wins).
   _send(frame) {
     if (this.state !== "open" || !this._ws) return false;
     this._refill();
@@ -749,8 +801,12 @@ export class Client extends Emitter {
     }
     const kind = frame.type.startsWith("typing_") ? "typing" : frame.type;
     // watch / unwatch frames name no room: each is queued as it is.
-    const i = frame.room === undefined ? -1 : this._queue.findIndex((q) => q.room === frame.room && (q.type.startsWith("typing_") ? "typing" : q.type) === kind);
-    if (i >= 0 && kind === "typing") this._queue[i] = frame;
+    const i =
+      frame.room === undefined
+        ? -1
+        : this._queue.findIndex((q) => q.room === frame.room && (q.type.startsWith("typing_") ? "typing" : q.type) === kind && (kind !== "typing" || q.thread === frame.thread));
+    // A start's id (a thread's, for its too_many_threads answer) stays on the start replacing it.
+    if (i >= 0 && kind === "typing") this._queue[i] = frame.type === "typing_start" && this._queue[i].id && !frame.id ? { ...frame, id: this._queue[i].id } : frame;
     else if (i < 0) this._queue.push(frame);
     this._scheduleFlush();
     return true;
@@ -978,30 +1034,45 @@ export class Client extends Emitter {
 }
 
 /**
- * A joined room: who is typing there (a TypistStore fed by the gateway), and
- * this user's own typing (a TypingTimer). Events:
- * - "change" (typists, total): the typists, or their total, changed.
+ * A joined room: who is typing there, per scope (the room itself and each
+ * thread of it, each a TypistStore fed by the gateway), and this user's own
+ * typing per scope (a TypingTimer each). Events:
+ * - "change" (typists, total): the room scope's typists, or their total,
+ *   changed (never for an event about a thread).
+ * - "threads" (threads): the typists of a thread changed; `threads` is
+ *   room.threads.
  * - "state" ({state, code?, message?}): "joining" | "joined" | "error" | "left".
- * - "error" (frame): an error frame about this room.
+ * - "error" (frame): an error frame about this room (too_many_threads
+ *   carries the `thread` the client refused, when the client refused it).
  */
 export class Room extends Emitter {
   /**
    * @param {Client} client
    * @param {string} id
+   * @param {{typing?: boolean}} [opts]
    */
-  constructor(client, id) {
+  constructor(client, id, opts = {}) {
     super();
     this.client = client;
     this.id = id;
+    /**
+     * False when joined with {typing: false}: the gateway sends no typing of
+     * this room (typists stay empty); this user's own typing still goes out.
+     */
+    this.receivesTyping = opts.typing !== false;
     /** @type {"joining" | "joined" | "error" | "left"} */
     this.state = "joining";
     this._clock = client._clock;
-    this._store = new TypistStore({ self: client.user, graceMs: client.graceMs, clock: client._clock });
-    this._store.on("change", (typists, total) => {
-      this.emit("change", typists, total);
-      client.emit("change", this, typists, total);
-    });
-    this._timer = null;
+    /** @type {Map<string, Scope>} "" = the room itself, else a thread id; threads in the order first seen */
+    this._scopes = new Map();
+    /** @type {Map<string, Thread>} the handles room.thread() gave */
+    this._handles = new Map();
+    /** @type {Map<string, string>} request id of a thread's start → the thread (for too_many_threads) */
+    this._startIds = new Map();
+    this._threadSnapshots = false; // a snapshot of this room carried `threads`
+    this._inSnapshot = false; // a snapshot is being applied: "threads" waits for its end
+    this._threadsChanged = false;
+    this._scope("", true);
     this._joinId = null;
     this._joinAttempt = 0;
     this._retry = null;
@@ -1009,57 +1080,155 @@ export class Room extends Emitter {
     this._resyncDue = 0;
     this._syncId = null; // the sync in flight (its id), until its reply
     this._syncAt = -Infinity; // when the last sync went out (clock time)
-    this._statsBase = null;
-    if (client.config) this._configure();
   }
 
-  /** Who is typing here now, in the order they started (never this user). */
+  /** Who is typing in the room itself now, in the order they started (never this user). */
   get typists() {
-    return this._store.typists;
+    return this._scopes.get("").store.typists;
   }
 
   /**
-   * How many type here now (never this user): the typists listed plus
-   * those the gateway counted in a cut snapshot (it lists at most
-   * ELLIPSIS_SNAPSHOT_MAX, default 100) and no event has listed since.
+   * How many type in the room itself now (never this user): the typists
+   * listed plus those the gateway counted in a cut snapshot (it lists at
+   * most ELLIPSIS_SNAPSHOT_MAX, default 100) and no event has listed since.
    */
   get total() {
-    return this._store.total;
-  }
-
-  /** True while this user's typing burst is on. */
-  get typing() {
-    return !!(this._timer && this._timer.typing);
-  }
-
-  /** Counters of this user's typing here: keystrokes, starts, refreshes, stops, idleStops. */
-  get stats() {
-    return this._timer ? { ...this._timer.stats } : { keystrokes: 0, starts: 0, refreshes: 0, idleStops: 0, stops: 0 };
-  }
-
-  /** Call on every keystroke that changes the draft. */
-  keystroke() {
-    if (this.state === "left") return;
-    if (!this._timer) this._configure();
-    if (this._timer) this._timer.keystroke();
-  }
-
-  /** The message was sent: typing_stop at once. */
-  messageSent() {
-    if (this._timer) this._timer.messageSent();
-  }
-
-  /** The message box lost focus: typing_stop at once. */
-  blur() {
-    if (this._timer) this._timer.blur();
+    return this._scopes.get("").store.total;
   }
 
   /**
-   * Ends this user's typing burst now (typing_stop), if one is on.
+   * Who types in the room's threads (never this user): one entry
+   * {thread, typists, total} per thread with someone typing, in the order
+   * the threads were first seen. For a channel view's "Alice is typing in
+   * a thread…" (formatTypists' `threads`).
+   * @returns {{thread: string, typists: import("./store.js").Typist[], total: number}[]}
+   */
+  get threads() {
+    const out = [];
+    for (const s of this._scopes.values()) {
+      if (s.thread && s.store.total > 0) out.push({ thread: s.thread, typists: s.store.typists, total: s.store.total });
+    }
+    return out;
+  }
+
+  /**
+   * The handle of one thread of this room (who types there, and this
+   * user's typing there); the same object for the same id while the room
+   * is joined. Throws a TypeError for an id that is not a non-empty string.
+   * @param {string} id
+   * @returns {Thread}
+   */
+  thread(id) {
+    const key = threadKey(id, "thread(id)");
+    if (!key) throw new TypeError("ellipsis: thread(id): id must be a non-empty string (a thread id, with the rules of a room id)");
+    let h = this._handles.get(key);
+    if (!h) {
+      h = new Thread(this, key);
+      this._handles.set(key, h);
+    }
+    return h;
+  }
+
+  /** True while this user's typing burst is on in the room itself. */
+  get typing() {
+    return this._scopes.get("").typing;
+  }
+
+  /** Counters of this user's typing in the room itself: keystrokes, starts, refreshes, changes, stops, idleStops. */
+  get stats() {
+    return this._scopes.get("").stats;
+  }
+
+  /**
+   * Call on every keystroke that changes the draft: in the room itself, or
+   * with `thread` in that thread of it (each scope has its own typing_start,
+   * refresh and idle stop). `activity` (default "typing") is what receivers
+   * see ("thinking", "recording_audio", "recording_video", "uploading", or
+   * one the gateway's ELLIPSIS_ACTIVITIES adds); another activity than the
+   * one shown sends a typing_start at once (a state change).
+   * A thread start past the gateway's max_threads_per_user (5) threads this
+   * connection types in, in this room, is not sent: the room emits an
+   * "error" {code: "too_many_threads", room, thread, message} once, until
+   * one of the other threads' bursts ends.
+   * @param {{thread?: string, activity?: string}} [opts]
+   * @throws {TypeError | RangeError} a bad thread or activity, naming it
+   */
+  keystroke(opts = {}) {
+    const scope = this._own(opts, "keystroke");
+    if (!scope) return;
+    const activity = activityKey(opts.activity, this._activities(), "keystroke");
+    if (!scope.typing && !this._admit(scope)) return;
+    const changed = scope.typing && activity !== scope.activity;
+    scope.activity = activity;
+    scope.timer.keystroke();
+    if (changed) scope.timer.change();
+  }
+
+  /**
+   * Shows this user doing `activity` (in the room itself, or in `thread`)
+   * from now until stop(), messageSent(), blur() or the page is hidden:
+   * a typing_start now (or at once, when another activity was shown), then
+   * one every refresh_ms, with no idle stop. For an activity without
+   * keystrokes: recording a voice message or a video, uploading. A
+   * keystroke afterwards turns it back into typing, with the idle stop.
+   * @param {string} activity
+   * @param {{thread?: string}} [opts]
+   * @throws {TypeError | RangeError} a bad thread or activity, naming it
+   */
+  startActivity(activity, opts = {}) {
+    if (activity === undefined || activity === null) throw new TypeError("ellipsis: startActivity(activity): activity is required (such as \"recording_audio\")");
+    const scope = this._own(opts, "startActivity");
+    if (!scope) return;
+    const act = activityKey(activity, this._activities(), "startActivity");
+    if (!scope.typing && !this._admit(scope)) return;
+    const changed = scope.typing && act !== scope.activity;
+    scope.activity = act;
+    scope.timer.hold();
+    if (changed) scope.timer.change();
+  }
+
+  /**
+   * The message was posted (in the room itself, or in `thread`): typing_stop
+   * there at once.
+   * @param {{thread?: string}} [opts]
+   */
+  messageSent(opts = {}) {
+    const scope = this._find(opts, "messageSent");
+    if (!scope) return;
+    scope.refused = false;
+    if (scope.timer) scope.timer.messageSent();
+    this._maybeDrop(scope);
+  }
+
+  /**
+   * The message box (of the room itself, or of `thread`) lost focus:
+   * typing_stop there at once.
+   * @param {{thread?: string}} [opts]
+   */
+  blur(opts = {}) {
+    const scope = this._find(opts, "blur");
+    if (scope && scope.timer) scope.timer.blur();
+  }
+
+  /**
+   * Ends this user's typing burst now, if one is on: in the room itself
+   * (`stop(reason)`), or in a thread (`stop({thread, reason})`). Bursts in
+   * the other scopes go on; client.stopTyping() and leave() end them all.
+   * @param {import("./typing.js").StopReason | {thread?: string, reason?: import("./typing.js").StopReason}} [arg]
+   */
+  stop(arg = "cancel") {
+    const opts = typeof arg === "string" ? { reason: arg } : arg || {};
+    const scope = this._find(opts, "stop");
+    if (scope && scope.timer) scope.timer.stop(opts.reason ?? "cancel");
+  }
+
+  /**
+   * Ends this user's bursts in every scope of the room (the room itself
+   * and every thread).
    * @param {import("./typing.js").StopReason} [reason]
    */
-  stop(reason = "cancel") {
-    if (this._timer) this._timer.stop(reason);
+  stopAll(reason = "cancel") {
+    for (const scope of [...this._scopes.values()]) if (scope.timer) scope.timer.stop(reason);
   }
 
   /**
@@ -1067,11 +1236,12 @@ export class Room extends Emitter {
    * the typists). At most one sync per room is in flight: while one waits
    * for its reply (at most pongTimeoutMs; past that it counts as lost),
    * this sends nothing. Returns true when a sync went out (or was queued
-   * under the outbound pacing).
+   * under the outbound pacing); false too for a room joined with
+   * {typing: false}, which has no typists to refresh.
    * @returns {boolean}
    */
   sync() {
-    if (this.state !== "joined") return false;
+    if (this.state !== "joined" || !this.receivesTyping) return false;
     const now = this._clock.now();
     if (this._syncId !== null && now - this._syncAt < this.client.pongTimeoutMs) return false;
     const id = this.client._id();
@@ -1092,39 +1262,152 @@ export class Room extends Emitter {
     return true;
   }
 
-  /** Leaves the room for good: stops typing, sends leave, forgets the typists. */
+  /** Leaves the room for good: stops typing in every scope, sends leave, forgets the typists. */
   leave() {
     if (this.state === "left") return;
-    this.stop("leave");
+    this.stopAll("leave");
     if (this.state === "joined" || this._joinId) this.client._send({ type: "leave", room: this.id, id: this.client._id() });
     this._dispose();
-    this._store.clear();
+    for (const scope of this._scopes.values()) scope.store.clear();
     this.client.rooms.delete(this.id);
     this._setState("left");
   }
 
-  // The timing is known (or changed): build the typing timer.
+  // ---- scopes ----
+
+  // The scope of a thread key ("" the room itself); made when `create`.
+  _scope(key, create) {
+    let scope = this._scopes.get(key);
+    if (scope || !create) return scope;
+    scope = new Scope({
+      thread: key,
+      self: this.client.user,
+      graceMs: this.client.graceMs,
+      clock: this._clock,
+      send: (s, action) => this._sendTyping(s, action),
+    });
+    scope.store.on("change", (typists, total) => {
+      if (!key) {
+        this.emit("change", typists, total);
+        this.client.emit("change", this, typists, total);
+        return;
+      }
+      const h = this._handles.get(key);
+      if (h) h.emit("change", typists, total);
+      this._maybeDrop(scope);
+      // A snapshot changes many threads at once: one "threads" after it.
+      if (this._inSnapshot) {
+        this._threadsChanged = true;
+        return;
+      }
+      const threads = this.threads;
+      this.emit("threads", threads);
+      this.client.emit("threads", this, threads);
+    });
+    if (this.client.config) scope.configure(this.client.config);
+    this._scopes.set(key, scope);
+    return scope;
+  }
+
+  // The scope for this user's own typing per opts.thread, made when
+  // missing; null when the room was left or the timing is not known.
+  _own(opts, where) {
+    if (opts === null || typeof opts !== "object") throw new TypeError(`ellipsis: ${where}: options must be an object {thread?, activity?}, got ${opts === null ? "null" : typeof opts}`);
+    const key = threadKey(opts.thread, where);
+    if (this.state === "left") return null;
+    const scope = this._scope(key, true);
+    if (!scope.timer && this.client.config) scope.configure(this.client.config);
+    return scope.timer ? scope : null;
+  }
+
+  // An existing scope per opts.thread (calls that only end typing).
+  _find(opts, where) {
+    if (opts === null || typeof opts !== "object") throw new TypeError(`ellipsis: ${where}: options must be an object {thread?}, got ${opts === null ? "null" : typeof opts}`);
+    return this._scopes.get(threadKey(opts.thread, where));
+  }
+
+  // The activities the gateway accepts, when it said (GET /v1/config).
+  _activities() {
+    const cfg = this.client.config;
+    return cfg && this.client._activitiesServed ? cfg.activities : null;
+  }
+
+  // May a burst begin in this scope? The room itself always; a thread
+  // while this connection types in fewer than max_threads_per_user other
+  // threads of the room, and unless the gateway refused it (until another
+  // thread's burst ends, or a message is posted there).
+  _admit(scope) {
+    if (!scope.thread) return true;
+    if (scope.refused) return false;
+    const max = this.client.config ? this.client.config.maxThreadsPerUser : null;
+    if (!(max > 0)) return true;
+    let on = 0;
+    for (const s of this._scopes.values()) if (s.thread && s.typing) on++;
+    if (on < max) return true;
+    scope.refused = true;
+    const err = {
+      type: "error",
+      code: "too_many_threads",
+      room: this.id,
+      thread: scope.thread,
+      message: `ellipsis: not typing in thread ${JSON.stringify(scope.thread)}: this connection types in ${on} threads of room ${JSON.stringify(this.id)} already (max_threads_per_user ${max})`,
+    };
+    this.client.emit("error", err);
+    this.emit("error", err);
+    return false;
+  }
+
+  // A thread scope with nobody typing, no burst of this user and no
+  // handle is forgotten (a busy room's threads come and go).
+  _maybeDrop(scope) {
+    if (!scope.thread || scope.typing || scope.refused || scope.store.total > 0 || this._handles.has(scope.thread)) return;
+    if (this._scopes.get(scope.thread) !== scope) return;
+    this._scopes.delete(scope.thread);
+    scope.dispose();
+  }
+
+  // A thread burst ended: a thread refused at the limit may start again.
+  _threadFreed() {
+    for (const s of this._scopes.values()) {
+      if (!s.refused) continue;
+      s.refused = false;
+      this._maybeDrop(s);
+    }
+  }
+
+  // The timing is known (or changed): build the typing timers.
   _configure() {
     const cfg = this.client.config;
     if (!cfg) return;
-    this._store.ttlMs = cfg.ttlMs;
-    const prev = this._timer;
-    if (prev && prev.refreshMs === cfg.refreshMs && prev.idleStopMs === cfg.idleStopMs) return;
-    if (prev) prev.dispose();
-    this._timer = new TypingTimer({
-      refreshMs: cfg.refreshMs,
-      idleStopMs: cfg.idleStopMs,
-      ttlMs: cfg.ttlMs,
-      clock: this._clock,
-      send: (action) => this._sendTyping(action === "stop" ? "typing_stop" : "typing_start"),
-    });
+    for (const scope of this._scopes.values()) scope.configure(cfg);
   }
 
   // Typing frames only go out once the join is acknowledged on this
-  // connection; a burst begun before that is announced on "joined".
-  _sendTyping(type) {
+  // connection; a burst begun before that is announced on "joined". A
+  // thread's frames go out only to a gateway that takes threads: one whose
+  // GET /v1/config did not say max_threads_per_user takes none, and would
+  // show the thread's typing in the room itself.
+  _sendTyping(scope, action) {
+    const type = action === "stop" ? "typing_stop" : "typing_start";
+    if (scope.thread && action === "stop") {
+      this._threadFreed();
+      queueMicrotask(() => this._maybeDrop(scope));
+    }
     if (this.state !== "joined") return;
-    this.client._send({ type, room: this.id });
+    if (scope.thread && !this.client._takesThreads()) return;
+    const f = scope.frame(type, this.id);
+    // A thread's start that may be refused (too_many_threads) carries an
+    // id, so the refusal names its thread.
+    if (scope.thread && (action === "start" || action === "change")) f.id = this._startId(scope.thread);
+    this.client._send(f);
+  }
+
+  _startId(thread) {
+    const id = this.client._id();
+    this._startIds.set(id, thread);
+    // Only the latest starts can still be answered: keep 32.
+    if (this._startIds.size > 32) this._startIds.delete(this._startIds.keys().next().value);
+    return id;
   }
 
   _sendJoin() {
@@ -1133,12 +1416,15 @@ export class Room extends Emitter {
     this._retry = null;
     this._joinId = this.client._id();
     if (this.state !== "joining") this._setState("joining");
-    this.client._send({ type: "join", room: this.id, id: this._joinId });
+    const f = { type: "join", room: this.id, id: this._joinId };
+    if (!this.receivesTyping) f.typing = false;
+    this.client._send(f);
   }
 
   _disconnected() {
     this._joinId = null;
     this._syncId = null; // the rejoin's snapshot replaces its answer
+    this._startIds.clear();
     this._clock.clearTimeout(this._retry);
     this._clock.clearTimeout(this._resync);
     this._retry = this._resync = null;
@@ -1152,15 +1438,15 @@ export class Room extends Emitter {
     this._clock.clearTimeout(this._retry);
     this._clock.clearTimeout(this._resync);
     this._retry = this._resync = null;
-    if (this._timer) this._timer.dispose();
-    this._store.dispose();
+    for (const scope of this._scopes.values()) scope.dispose();
   }
 
   // Periodic resync, the first at a random point of the period so the
-  // rooms of a connection spread their syncs.
+  // rooms of a connection spread their syncs. None for a room joined with
+  // {typing: false}.
   _armResync(first) {
     const every = this.client.resyncMs;
-    if (!(every > 0)) return;
+    if (!(every > 0) || !this.receivesTyping) return;
     this._clock.clearTimeout(this._resync);
     const wait = first ? every / 2 + Math.random() * (every / 2) : every;
     this._resyncDue = this._clock.now() + wait;
@@ -1177,28 +1463,70 @@ export class Room extends Emitter {
     }, wait);
   }
 
+  // A snapshot (joined, typing): the room scope becomes `users`, each
+  // thread listed in `threads` its own list. A thread not listed has
+  // nobody typing, when the gateway lists threads in snapshots (its
+  // /v1/config says max_threads_per_user, or a snapshot of this room
+  // carried `threads`); an older gateway lists the room only, and a
+  // thread's typists there are left to their events and local expiry.
+  _snapshot(users, total, threads) {
+    if (!this.receivesTyping) return;
+    this._scope("", true).store.replace(users, total);
+    this._inSnapshot = true;
+    this._threadsChanged = false;
+    try {
+      this._snapshotThreads(threads);
+    } finally {
+      this._inSnapshot = false;
+    }
+    if (!this._threadsChanged) return;
+    const list = this.threads;
+    this.emit("threads", list);
+    this.client.emit("threads", this, list);
+  }
+
+  _snapshotThreads(threads) {
+    const listed = new Set();
+    if (Array.isArray(threads)) {
+      this._threadSnapshots = true;
+      for (const t of threads) {
+        if (!t || typeof t.thread !== "string" || t.thread === "" || listed.has(t.thread)) continue;
+        listed.add(t.thread);
+        this._scope(t.thread, true).store.replace(Array.isArray(t.users) ? t.users : [], t.total);
+      }
+    } else if (!this._threadSnapshots && !this.client._takesThreads(true)) {
+      return;
+    }
+    for (const scope of [...this._scopes.values()]) {
+      if (scope.thread && !listed.has(scope.thread)) scope.store.replace([], 0);
+    }
+  }
+
   _receive(f) {
     switch (f.type) {
-      case "joined":
+      case "joined": {
         // Not the reply to the join in flight (a room left and joined again).
         if (this.state === "left" || (f.id && this._joinId && f.id !== this._joinId)) return;
         this._joinId = null;
         this._joinAttempt = 0;
         this._setState("joined");
-        this._store.replace(f.typing, f.total);
+        this._snapshot(f.typing, f.total, f.threads);
         this._armResync(true);
-        if (this.typing) this.client._send({ type: "typing_start", room: this.id });
+        for (const scope of this._scopes.values()) if (scope.typing) this._sendTyping(scope, "start");
         return;
+      }
       case "typing":
         if (f.id && f.id === this._syncId) this._syncId = null;
-        this._store.replace(f.users, f.total);
+        this._snapshot(f.users, f.total, f.threads);
         return;
       case "typing_start":
-        if (typeof f.user === "string") this._store.start(f.user, f.name, f.ttl_ms);
+      case "typing_stop": {
+        if (!this.receivesTyping || typeof f.user !== "string") return;
+        const key = typeof f.thread === "string" ? f.thread : "";
+        if (f.type === "typing_start") this._scope(key, true).store.start(f.user, f.name, f.ttl_ms, f.activity);
+        else this._scope(key, false)?.store.stop(f.user);
         return;
-      case "typing_stop":
-        if (typeof f.user === "string") this._store.stop(f.user);
-        return;
+      }
       case "error":
         this._error(f);
         return;
@@ -1223,6 +1551,19 @@ export class Room extends Emitter {
   }
 
   _error(f) {
+    if (f.code === "too_many_threads" && f.id && this._startIds.has(f.id)) {
+      // The gateway refused a thread's start: end that burst here without
+      // a stop (nothing started there), and keep it off until a slot frees.
+      const thread = this._startIds.get(f.id);
+      this._startIds.delete(f.id);
+      const scope = this._scopes.get(thread);
+      if (scope) {
+        if (scope.timer) scope.timer.dispose();
+        scope.refused = true;
+      }
+      this.emit("error", { ...f, thread });
+      return;
+    }
     this.emit("error", f);
     if (f.id && f.id === this._syncId) this._syncId = null; // refused (rate_limited) or failed
     const isJoinReply = f.id && f.id === this._joinId;

@@ -2,12 +2,68 @@
 // unit tests check that every runtime export is declared here and
 // types/usage.ts is compiled with `tsc --strict` against it.
 
-/** A user typing in a room, as the gateway reports it. */
+/** A user typing in a room (or a thread of it), as the gateway reports it. */
 export interface Typist {
   /** The user id (from authentication). */
   user: string;
   /** The display name, when the user has one. */
   name?: string;
+  /**
+   * What the user is doing, absent for "typing": one of ACTIVITIES, or an
+   * operator's (ELLIPSIS_ACTIVITIES), so any string the gateway sends.
+   */
+  activity?: string;
+}
+
+/** The activities every gateway of protocol v1 accepts (docs/protocol.md, "Threads and activities"). */
+export type BuiltinActivity = "typing" | "thinking" | "recording_audio" | "recording_video" | "uploading";
+
+/**
+ * Activities an operator added (ELLIPSIS_ACTIVITIES): an app declares its
+ * own by augmenting this interface, and they become valid `Activity`s:
+ *
+ *   declare module "@ellipsis-chat/client" {
+ *     interface CustomActivities { reviewing: true }
+ *   }
+ */
+export interface CustomActivities {}
+
+/** An activity this user may show: a built-in one, or one declared in CustomActivities. */
+export type Activity = BuiltinActivity | (keyof CustomActivities & string);
+
+/** The scope of a call: the room itself (no thread), or one thread of it. */
+export interface ScopeOptions {
+  /** A thread of the room (an id with the rules of a room id); absent: the room itself. */
+  thread?: string;
+}
+
+/** room.keystroke(opts): the scope typed in, and the activity shown (default "typing"). */
+export interface KeystrokeOptions extends ScopeOptions {
+  activity?: Activity;
+}
+
+/** room.stop(opts): the scope to stop in, and why. */
+export interface StopOptions extends ScopeOptions {
+  reason?: StopReason;
+}
+
+/** client.join(room, opts). */
+export interface JoinOptions {
+  /**
+   * false: joined without receiving the room's typing (the join frame says
+   * `"typing": false`; no events, no snapshots, no resync); this user's
+   * own typing there still goes out. Default true.
+   */
+  typing?: boolean;
+}
+
+/** Who types in one thread of a room (room.threads); never this user. */
+export interface ThreadTyping {
+  readonly thread: string;
+  /** In the order they started. */
+  readonly typists: readonly Typist[];
+  /** Typists listed plus those a cut snapshot only counted; >= typists.length. */
+  readonly total: number;
 }
 
 /** Wall time and timers; tests may pass fakes. */
@@ -23,8 +79,8 @@ export declare const systemClock: Clock;
 /** Why this user's typing burst ended. */
 export type StopReason = "idle" | "sent" | "blur" | "hidden" | "leave" | "cancel";
 
-/** A typing frame the timer decided to send: "start" and "refresh" are typing_start. */
-export type TypingAction = "start" | "refresh" | "stop";
+/** A typing frame the timer decided to send: "start", "refresh" and "change" (a new activity) are typing_start. */
+export type TypingAction = "start" | "refresh" | "change" | "stop";
 
 export type ConnectionState = "idle" | "connecting" | "open" | "reconnecting" | "closed";
 
@@ -122,7 +178,7 @@ export interface EventTargetLike {
   removeEventListener(type: string, fn: (ev: any) => void): void;
 }
 
-/** The timing a client uses, in milliseconds. */
+/** The timing (in milliseconds) and the gateway limits a client uses. */
 export interface TimingConfig {
   ttlMs: number;
   refreshMs: number;
@@ -135,6 +191,20 @@ export interface TimingConfig {
    * not say. watch() and unwatch() split their rooms under it.
    */
   maxFrameBytes: number;
+  /**
+   * The activities the gateway accepts (`activities`); the built-in ones
+   * (ACTIVITIES) when it does not say, in which case any well-formed
+   * activity is sent.
+   */
+  activities: readonly string[];
+  /**
+   * How many threads of a room one connection may type in at once
+   * (`max_threads_per_user`, 5); null when the gateway did not say: an
+   * older gateway takes no thread, so thread typing is not sent to it
+   * (it would show in the room). With fetchConfig: false, null, and
+   * thread typing is sent as asked.
+   */
+  maxThreadsPerUser: number | null;
 }
 
 export interface StateEvent {
@@ -162,10 +232,13 @@ export interface ErrorFrame {
     | "rate_limited"
     | "unavailable"
     | "internal"
+    | "too_many_threads"
     | (string & {});
   message: string;
   room?: string;
   id?: string;
+  /** too_many_threads: the thread whose start was refused, when known. */
+  thread?: string;
 }
 
 /** Why every joined room was resynced at once. */
@@ -250,6 +323,8 @@ export interface TypingStats {
   starts: number;
   /** typing_start frames that refreshed a burst. */
   refreshes: number;
+  /** typing_start frames that changed the activity of a burst. */
+  changes: number;
   /** typing_stop frames (idle ones included). */
   stops: number;
   /** typing_stop frames after idleStopMs without a keystroke. */
@@ -274,7 +349,10 @@ export declare class Emitter<Events extends EventMap<Events> = Record<string, (.
 export interface ClientEvents {
   state: (ev: StateEvent) => void;
   error: (err: ErrorFrame | Error) => void;
+  /** A room's own typists (not its threads') changed. */
   change: (room: Room, typists: Typist[], total: number) => void;
+  /** The typists of a thread of a room changed; `threads` is room.threads. */
+  threads: (room: Room, threads: ThreadTyping[]) => void;
   /** Every joined room was resynced at once (visible, online, wake). */
   resync: (ev: ResyncEvent) => void;
   /** A watched room's summary; it replaces the room's last one (client.summary(room)). */
@@ -283,9 +361,18 @@ export interface ClientEvents {
 
 /** The events of a Room; no others exist. */
 export interface RoomEvents {
+  /** The room's own typists (or their total) changed; never for an event about a thread. */
   change: (typists: Typist[], total: number) => void;
+  /** The typists of a thread changed; `threads` is room.threads. */
+  threads: (threads: ThreadTyping[]) => void;
   state: (ev: RoomStateEvent) => void;
   error: (frame: ErrorFrame) => void;
+}
+
+/** The events of a Thread; no others exist. */
+export interface ThreadEvents {
+  /** The thread's typists (or their total) changed. */
+  change: (typists: Typist[], total: number) => void;
 }
 
 /** One WebSocket to the gateway; reconnects and rejoins on its own. */
@@ -301,14 +388,18 @@ export declare class Client extends Emitter<ClientEvents> {
   readonly rooms: Map<string, Room>;
   /** Starts connecting; resolves once open, rejects if closed for good first. */
   connect(): Promise<void>;
-  /** Joins a room (again after every reconnect); the same Room for the same id. */
-  join(room: string): Room;
+  /**
+   * Joins a room (again after every reconnect); the same Room for the same
+   * id. Another `typing` than the joined room's throws (leave it first).
+   */
+  join(room: string, opts?: JoinOptions): Room;
   room(room: string): Room | undefined;
-  keystroke(room: string): void;
-  messageSent(room: string): void;
-  blur(room: string): void;
-  typists(room: string): Typist[];
-  /** Stops typing in every room. */
+  keystroke(room: string, opts?: KeystrokeOptions): void;
+  messageSent(room: string, opts?: ScopeOptions): void;
+  blur(room: string, opts?: ScopeOptions): void;
+  /** Who types in the room itself, or in opts.thread. */
+  typists(room: string, opts?: ScopeOptions): Typist[];
+  /** Stops typing in every room, in every scope. */
   stopTyping(reason?: StopReason): void;
   /**
    * Watches rooms without joining them (again after every reconnect): a
@@ -329,25 +420,45 @@ export declare class Client extends Emitter<ClientEvents> {
   close(): void;
 }
 
-/** A joined room. */
+/**
+ * A joined room: its own typists and its threads', each scope (the room
+ * itself, each thread) with its own typing of this user.
+ */
 export declare class Room extends Emitter<RoomEvents> {
   readonly client: Client;
   readonly id: string;
   readonly state: RoomState;
-  /** Who is typing here, in the order they started; never this user. */
+  /** False when joined with {typing: false}: typists stay empty. */
+  readonly receivesTyping: boolean;
+  /** Who is typing in the room itself, in the order they started; never this user. */
   readonly typists: Typist[];
-  /** How many type here (never this user): typists listed plus those a cut snapshot only counted. */
+  /** How many type in the room itself (never this user): typists listed plus those a cut snapshot only counted. */
   readonly total: number;
-  /** True while this user's typing burst is on. */
+  /** Who types in which thread: one entry per thread with someone typing (for formatTypists' `threads`). */
+  readonly threads: ThreadTyping[];
+  /** The handle of one thread; the same object for the same id. */
+  thread(id: string): Thread;
+  /** True while this user's typing burst is on in the room itself. */
   readonly typing: boolean;
+  /** This user's typing in the room itself. */
   readonly stats: TypingStats;
-  /** Call on every keystroke that changes the draft. */
-  keystroke(): void;
-  /** The message was sent: typing_stop at once. */
-  messageSent(): void;
+  /**
+   * Call on every keystroke that changes the draft (of the room itself, or
+   * of opts.thread); opts.activity (default "typing") is what others see,
+   * a change is sent at once. Throws a TypeError / RangeError on a bad
+   * thread or activity.
+   */
+  keystroke(opts?: KeystrokeOptions): void;
+  /** Shows `activity` (a recording, an upload) until stop(): refreshed, no idle stop. */
+  startActivity(activity: Activity, opts?: ScopeOptions): void;
+  /** The message was sent (in the room itself, or in opts.thread): typing_stop there at once. */
+  messageSent(opts?: ScopeOptions): void;
   /** The message box lost focus: typing_stop at once. */
-  blur(): void;
-  stop(reason?: StopReason): void;
+  blur(opts?: ScopeOptions): void;
+  /** Ends the burst in the room itself (a reason), or in a thread ({thread, reason}). */
+  stop(reason?: StopReason | StopOptions): void;
+  /** Ends this user's bursts in every scope of the room. */
+  stopAll(reason?: StopReason): void;
   /**
    * Asks for a fresh snapshot now (its reply replaces the typists). At most
    * one sync per room is in flight (an unanswered one counts as lost after
@@ -357,6 +468,26 @@ export declare class Room extends Emitter<RoomEvents> {
   sync(): boolean;
   leave(): void;
 }
+
+/** One thread of a joined room (room.thread(id)): who types there, and this user's typing there. */
+export declare class Thread extends Emitter<ThreadEvents> {
+  readonly room: Room;
+  readonly id: string;
+  /** Who is typing in this thread, in the order they started; never this user. */
+  readonly typists: Typist[];
+  readonly total: number;
+  /** True while this user's burst is on in this thread. */
+  readonly typing: boolean;
+  readonly stats: TypingStats;
+  keystroke(opts?: { activity?: Activity }): void;
+  startActivity(activity: Activity): void;
+  messageSent(): void;
+  blur(): void;
+  stop(reason?: StopReason): void;
+}
+
+/** The built-in activities: typing, thinking, recording_audio, recording_video, uploading. */
+export declare const ACTIVITIES: readonly BuiltinActivity[];
 
 /** Creates a client and connects it; resolves once open. */
 export declare function connect(opts?: ClientOptions): Promise<Client>;
@@ -405,15 +536,21 @@ export declare class TypingTimer {
   readonly refreshMs: number;
   readonly idleStopMs: number;
   readonly typing: boolean;
+  /** True while hold() keeps the burst on without an idle stop. */
+  readonly held: boolean;
   readonly stats: TypingStats;
   keystroke(): void;
+  /** On (typing_start) and kept on, refreshed, without an idle stop, until stop() or a keystroke. */
+  hold(): void;
+  /** The burst's activity changed: a typing_start ("change") now, the refresh re-armed. */
+  change(): void;
   messageSent(): void;
   blur(): void;
   stop(reason?: StopReason): void;
   dispose(): void;
 }
 
-/** Who is typing in one room; emits "change". */
+/** Who is typing in one scope (a room, or a thread of it); emits "change". */
 export declare class TypistStore extends Emitter<{ change: (typists: Typist[], total: number) => void }> {
   constructor(opts?: { self?: string; ttlMs?: number; graceMs?: number; clock?: Clock });
   self: string;
@@ -424,7 +561,8 @@ export declare class TypistStore extends Emitter<{ change: (typists: Typist[], t
   /** Typists listed plus those a cut snapshot counted but did not list; >= size. */
   readonly total: number;
   has(user: string): boolean;
-  start(user: string, name?: string, ttlMs?: number): void;
+  /** A typing_start event; `ttlMs` is its ttl_ms (the entry expires ttlMs + graceMs from now), `activity` its activity. */
+  start(user: string, name?: string, ttlMs?: number, activity?: string): void;
   stop(user: string): void;
   /** A snapshot: the set becomes exactly `list`; `total` counts the typists the list may leave out. */
   replace(list: Typist[] | null | undefined, total?: number): void;
@@ -476,6 +614,29 @@ export interface TypingMessages {
   others?: PluralMessage;
   /** The line with only a number (too many names, or a cut snapshot). `{count}`. */
   count: PluralMessage;
+  /**
+   * The subject of a count line of an activity but typing: "{count}
+   * people" ("3 people are thinking…"). `{count}`. Without it, such a line
+   * is `count`.
+   */
+  people?: PluralMessage;
+  /**
+   * The line of each activity but typing, as `typing` is: `{ thinking: {
+   * one: "{names} is thinking…", … } }`. Keys are activity names
+   * (`[a-z_]{1,32}`). `{names}`, `{count}`. An activity without one uses `busy`.
+   */
+  activities?: { readonly [activity: string]: PluralMessage };
+  /** The line of an activity without its own ("{names} is busy…"). `{names}`, `{count}`. Without it: `typing`. */
+  busy?: PluralMessage;
+  /**
+   * A channel view's clause about the typists of one thread: "{line} in a
+   * thread…", `{line}` the clause of those typists without its ellipsis
+   * ("Alice is typing"), plural by `{count}` people. Without it, a channel
+   * view tells nothing of threads.
+   */
+  thread?: PluralMessage;
+  /** As `thread`, for typists in several threads ("{line} in threads…", the clause a count). Without it: `thread`. */
+  threads?: PluralMessage;
 }
 
 export interface FormatOptions {
@@ -493,12 +654,21 @@ export interface FormatOptions {
   max?: number;
   /** How many type in all (a room's `total`); above the names given, the line is the count. */
   total?: number;
+  /**
+   * A channel view: the room's threads (room.threads); their typists add
+   * one clause, "Alice is typing in a thread…" ("2 people are typing in
+   * threads…" in several). A thread view passes that thread's typists as
+   * `users` and no `threads`.
+   */
+  threads?: ReadonlyArray<{ thread: string; typists: ReadonlyArray<Typist>; total?: number }>;
 }
 
 /**
  * "Alice is typing…", "Alice and Bob are typing…", "Alice, Bob and 2 others
  * are typing…"; Vietnamese: "Alice đang gõ...", "5 người đang gõ..."; any
- * language with `messages`. Throws on an invalid locale or messages.
+ * language with `messages`. Activities: "Assistant is thinking…", "Alice is
+ * typing and Assistant is thinking…"; a channel view's threads: "Alice is
+ * typing in a thread…". Throws on an invalid locale or messages.
  */
 export declare function formatTypists(users: ReadonlyArray<string | Typist>, opts?: FormatOptions): string;
 /** @deprecated Use formatTypists. */
@@ -520,7 +690,8 @@ export declare class AntiFlicker {
   minShowMs: number;
   onChange: ((shown: Typist[]) => void) | null;
   readonly shown: Typist[];
-  update(typists: readonly Typist[]): void;
+  /** Entries are (thread, user) pairs: a typist may carry the `thread` it types in. */
+  update(typists: ReadonlyArray<Typist & { thread?: string }>): void;
   dispose(): void;
 }
 
@@ -550,8 +721,12 @@ export declare class TypingIndicator {
   max: number | undefined;
   /** The line shown now ("" when nobody types). */
   readonly text: string;
-  /** `total`: how many type in all (the room's total); omitted, the typists are everyone. */
-  update(typists: readonly Typist[], total?: number): void;
+  /**
+   * `total`: how many type in all (the scope's total); omitted, the typists
+   * are everyone. `threads` (a channel view): the room's threads
+   * (room.threads), told as "Alice is typing in a thread…".
+   */
+  update(typists: readonly Typist[], total?: number, threads?: ReadonlyArray<ThreadTyping>): void;
   render(): void;
   destroy(): void;
 }

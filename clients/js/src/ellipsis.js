@@ -11,6 +11,11 @@
 //   input.addEventListener("blur", () => room.blur());
 //   form.addEventListener("submit", () => room.messageSent());
 //
+//   // Threads and activities: each scope types on its own.
+//   room.keystroke({ thread: "t-9" });            // typing in a thread
+//   room.startActivity("recording_audio");        // "Bob is recording a voice message…"
+//   room.on("threads", () => line.update(room.typists, room.total, room.threads)); // "Alice is typing in a thread…"
+//
 // Wire contract: docs/protocol.md (v1). Timing comes from the gateway
 // (GET /v1/config) unless given: typing_start on the first keystroke, again
 // every refresh_ms while typing, typing_stop after idle_stop_ms without a
@@ -24,6 +29,7 @@ import { formatTypists } from "./format.js";
 export { Client, Room, DEFAULTS, STATES, DEFAULT_MAX_FRAME_BYTES, backoffDelay, tokenSubject } from "./client.js";
 export { TypingTimer, validateTimers, DEFAULT_TTL_MS, DEFAULT_REFRESH_MS, DEFAULT_IDLE_STOP_MS } from "./typing.js";
 export { TypistStore, DEFAULT_GRACE_MS } from "./store.js";
+export { Thread, ACTIVITIES } from "./scope.js";
 export { formatTypists, displayName, resolveLocale, splitEllipsis, validateMessages, LOCALES, MESSAGES, DEFAULT_MAX_NAMES } from "./format.js";
 export { TypingIndicator, AntiFlicker, TYPING_CSS, DEFAULT_MIN_SHOW_MS } from "./ui.js";
 export { Emitter } from "./emitter.js";

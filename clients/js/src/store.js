@@ -1,8 +1,12 @@
-// Who is typing in one room, as the server reports it: fed by joined,
-// typing_start, typing_stop and typing snapshots. A snapshot replaces the
-// whole set (never merges). Each entry expires locally ttl_ms + graceMs
-// after its last start or snapshot, so a lost typing_stop cannot leave a
-// name stuck. The connection's own user is never listed (self filter).
+// Who is typing in one scope of a room (the room itself, or one thread of
+// it), as the server reports it: fed by joined, typing_start, typing_stop
+// and typing snapshots. A snapshot replaces the whole set (never merges).
+// Each entry expires locally its own ttl_ms + graceMs after its last start
+// (a platform service's start may carry a ttl_ms of up to 60 s), or ttlMs
+// + graceMs after a snapshot that listed it, whichever is later, so a lost
+// typing_stop cannot leave a name stuck. The connection's own user is
+// never listed (self filter). A typist carries its activity ("thinking",
+// "recording_audio", ...; absent for "typing").
 //
 // The gateway lists at most ELLIPSIS_SNAPSHOT_MAX typists in a snapshot
 // (default 100) and counts them all in its "total": the store keeps the
@@ -20,14 +24,21 @@ import { DEFAULT_TTL_MS } from "./typing.js";
 /** Extra time a typist stays listed beyond ttl_ms without news: 1000 ms. */
 export const DEFAULT_GRACE_MS = 1000;
 
+/** The activity a typist without one is doing (docs/protocol.md, "Threads and activities"). */
+export const DEFAULT_ACTIVITY = "typing";
+
 /**
  * @typedef {object} Typist
  * @property {string} user the user id
  * @property {string} [name] the display name, when the user has one
+ * @property {string} [activity] what the user is doing, absent for "typing"
  */
 
+// The activity of an event or snapshot entry as kept: "" for typing (absent).
+const activityOf = (a) => (typeof a === "string" && a !== "" && a !== DEFAULT_ACTIVITY ? a : "");
+
 /**
- * A per-room typist set. Emits "change" (typists: Typist[], total: number)
+ * A per-scope typist set. Emits "change" (typists: Typist[], total: number)
  * on every change of either.
  */
 export class TypistStore extends Emitter {
@@ -45,7 +56,7 @@ export class TypistStore extends Emitter {
     this.ttlMs = opts.ttlMs ?? DEFAULT_TTL_MS;
     this.graceMs = opts.graceMs ?? DEFAULT_GRACE_MS;
     this._clock = opts.clock || systemClock;
-    /** @type {Map<string, {user: string, name: string, expiresAt: number, timer: unknown}>} */
+    /** @type {Map<string, {user: string, name: string, activity: string, expiresAt: number, timer: unknown}>} */
     this._entries = new Map(); // insertion order = order typists started
     this._unlisted = 0; // counted in the last snapshot's total, not listed
     this._unlistedTimer = null;
@@ -56,7 +67,11 @@ export class TypistStore extends Emitter {
    * @returns {Typist[]}
    */
   get typists() {
-    return [...this._entries.values()].map(({ user, name }) => (name ? { user, name } : { user }));
+    return [...this._entries.values()].map(({ user, name, activity }) => {
+      const t = name ? { user, name } : { user };
+      if (activity) t.activity = activity;
+      return t;
+    });
   }
 
   /** Number of typists listed. */
@@ -81,14 +96,17 @@ export class TypistStore extends Emitter {
   }
 
   /**
-   * A typing_start event: adds the user, or extends its expiry (a refresh).
+   * A typing_start event: adds the user, or extends its expiry (a refresh);
+   * a new activity (or name) is a change.
    * @param {string} user
    * @param {string} [name]
-   * @param {number} [ttlMs] the event's ttl_ms
+   * @param {number} [ttlMs] the event's ttl_ms: the entry expires locally
+   *   ttlMs + graceMs from now (absent: the store's ttlMs)
+   * @param {string} [activity] the event's activity; absent: "typing"
    */
-  start(user, name, ttlMs) {
+  start(user, name, ttlMs, activity) {
     const known = this._entries.has(user);
-    if (!this._upsert(user, name, ttlMs)) return;
+    if (!this._upsert(user, name, ttlMs, activity, false)) return;
     // A user new to the list while a cut snapshot left some unlisted is
     // taken to be one of them (its refresh): the total stays.
     if (!known && this._unlisted > 0) this._setUnlisted(this._unlisted - 1);
@@ -110,8 +128,12 @@ export class TypistStore extends Emitter {
   }
 
   /**
-   * A snapshot (joined, typing): the set becomes exactly `list` (minus self).
-   * Users already listed keep their place; new ones are appended in list order.
+   * A snapshot (joined, typing): the set becomes exactly `list` (minus self),
+   * with each entry's activity. Users already listed keep their place (and
+   * their local expiry when it is later than the snapshot's: a service's
+   * entry started with a long ttl_ms stays that long); new ones are
+   * appended in list order. An entry's `ttl_ms`, when a snapshot carries
+   * one, is taken as its lifetime from now.
    * `total` is the snapshot's count of typists (the gateway's, self
    * filtered), larger than the list when the list was cut; without it
    * (an older gateway) the list is everyone.
@@ -124,7 +146,7 @@ export class TypistStore extends Emitter {
     for (const t of list || []) {
       if (!t || typeof t.user !== "string" || t.user === this.self) continue;
       keep.add(t.user);
-      if (this._upsert(t.user, t.name, undefined)) changed = true;
+      if (this._upsert(t.user, t.name, t.ttl_ms, t.activity, true)) changed = true;
     }
     for (const user of [...this._entries.keys()]) {
       if (!keep.has(user) && this._remove(user)) changed = true;
@@ -167,21 +189,32 @@ export class TypistStore extends Emitter {
     }, this.ttlMs + this.graceMs);
   }
 
-  // Returns whether the visible set changed (a new user or a new name).
-  _upsert(user, name, ttlMs) {
+  // Returns whether the visible set changed (a new user, a new name or a
+  // new activity). A snapshot's entry (keepLonger) never shortens the
+  // expiry an earlier start gave.
+  _upsert(user, name, ttlMs, activity, keepLonger) {
     if (!user || user === this.self) return false;
-    const ttl = (ttlMs > 0 ? ttlMs : this.ttlMs) + this.graceMs;
-    const expiresAt = this._clock.now() + ttl;
+    const now = this._clock.now();
+    let expiresAt = now + (Number.isFinite(ttlMs) && ttlMs > 0 ? ttlMs : this.ttlMs) + this.graceMs;
+    const act = activityOf(activity);
     let e = this._entries.get(user);
     let changed = false;
     if (!e) {
-      e = { user, name: name || "", expiresAt, timer: null };
+      e = { user, name: name || "", activity: act, expiresAt, timer: null };
       this._entries.set(user, e);
       changed = true;
-    } else if (name && name !== e.name) {
-      e.name = name;
-      changed = true;
+    } else {
+      if (name && name !== e.name) {
+        e.name = name;
+        changed = true;
+      }
+      if (act !== e.activity) {
+        e.activity = act;
+        changed = true;
+      }
+      if (keepLonger && e.expiresAt > expiresAt) expiresAt = e.expiresAt;
     }
+    const ttl = expiresAt - now;
     e.expiresAt = expiresAt;
     this._clock.clearTimeout(e.timer);
     e.timer = this._clock.setTimeout(() => {

@@ -7,6 +7,11 @@
 //   idleStopMs without a key  → typing_stop
 //   message sent, blur,
 //   page hidden, leave        → typing_stop at once
+//   hold() (an activity with
+//   no keys: a recording)     → typing_start, refreshed every refreshMs
+//                               with no idle stop, until stop() or a key
+//   change() (a new activity
+//   while on)                 → typing_start at once, refresh re-armed
 //
 // "Still typing" means no idle stop yet, i.e. a keystroke came less than
 // idleStopMs ago. The refresh is a timer, not a reaction to the next
@@ -50,11 +55,11 @@ export function validateTimers(t) {
 }
 
 /**
- * @typedef {"start" | "refresh" | "stop"} TypingAction
+ * @typedef {"start" | "refresh" | "change" | "stop"} TypingAction
  * @typedef {"idle" | "sent" | "blur" | "hidden" | "leave" | "cancel"} StopReason
  */
 
-/** The timer state machine of one room's draft. */
+/** The timer state machine of one scope's draft (a room, or a thread of it). */
 export class TypingTimer {
   /**
    * @param {object} opts
@@ -63,8 +68,8 @@ export class TypingTimer {
    * @param {number} [opts.ttlMs] the server's entry lifetime, default 5000;
    *   only used to validate refreshMs
    * @param {(action: TypingAction, reason?: StopReason) => void} opts.send
-   *   called for every frame to send: "start" and "refresh" are a
-   *   typing_start, "stop" a typing_stop
+   *   called for every frame to send: "start", "refresh" and "change" are
+   *   a typing_start, "stop" a typing_stop
    * @param {import("./clock.js").Clock} [opts.clock]
    */
   constructor(opts) {
@@ -77,8 +82,14 @@ export class TypingTimer {
     this._idle = null;
     this._refresh = null;
     this._lastKey = 0;
+    this._hold = false; // on without an idle stop (hold())
     /** Counters of what this timer decided. */
-    this.stats = { keystrokes: 0, starts: 0, refreshes: 0, idleStops: 0, stops: 0 };
+    this.stats = { keystrokes: 0, starts: 0, refreshes: 0, changes: 0, idleStops: 0, stops: 0 };
+  }
+
+  /** True while the burst is held on by hold() (no idle stop). */
+  get held() {
+    return this._hold;
   }
 
   /** True between a typing_start and the typing_stop that ends the burst. */
@@ -90,6 +101,12 @@ export class TypingTimer {
   keystroke() {
     this.stats.keystrokes++;
     this._lastKey = this._clock.now();
+    if (this._typing && this._hold) {
+      // Keys again after a held activity: the idle stop applies from now.
+      this._hold = false;
+      this._armIdle(this.idleStopMs);
+      return;
+    }
     if (!this._typing) {
       this._typing = true;
       this.stats.starts++;
@@ -99,6 +116,36 @@ export class TypingTimer {
     }
     // The idle timer is not re-armed on every key (a browser types tens of
     // keys a second): when it fires early it re-arms itself for the rest.
+  }
+
+  /**
+   * Turns the burst on (typing_start, unless on already) and keeps it on,
+   * refreshed every refreshMs, without an idle stop, until stop() (or the
+   * message is sent, the box blurred, the page hidden) or a keystroke
+   * (after which the idle stop applies again). For an activity that has
+   * no keys: recording a voice message, uploading.
+   */
+  hold() {
+    this._hold = true;
+    this._clock.clearTimeout(this._idle);
+    this._idle = null;
+    if (this._typing) return;
+    this._typing = true;
+    this.stats.starts++;
+    this._armRefresh();
+    this._send("start");
+  }
+
+  /**
+   * The burst's state changed while on (a new activity): typing_start now
+   * ("change"), and the next refresh refreshMs after it. Nothing when no
+   * burst is on.
+   */
+  change() {
+    if (!this._typing) return;
+    this.stats.changes++;
+    this._armRefresh();
+    this._send("change");
   }
 
   /** The message was sent: typing_stop at once. */
@@ -118,15 +165,17 @@ export class TypingTimer {
   stop(reason = "cancel") {
     if (!this._typing) return;
     this._typing = false;
+    this._hold = false;
     this._clear();
     this.stats.stops++;
     if (reason === "idle") this.stats.idleStops++;
     this._send("stop", reason);
   }
 
-  /** Stops the timers without sending anything. */
+  /** Stops the timers without sending anything (the burst is off). */
   dispose() {
     this._typing = false;
+    this._hold = false;
     this._clear();
   }
 
@@ -134,6 +183,7 @@ export class TypingTimer {
     this._clock.clearTimeout(this._idle);
     this._idle = this._clock.setTimeout(() => {
       this._idle = null;
+      if (this._hold) return;
       const left = this._lastKey + this.idleStopMs - this._clock.now();
       if (left > 0) this._armIdle(left);
       else this.stop("idle");
@@ -146,7 +196,7 @@ export class TypingTimer {
       this._refresh = null;
       if (!this._typing) return;
       // Idle stop due at this very tick: stop rather than refresh first.
-      if (this._clock.now() - this._lastKey >= this.idleStopMs) return this.stop("idle");
+      if (!this._hold && this._clock.now() - this._lastKey >= this.idleStopMs) return this.stop("idle");
       this.stats.refreshes++;
       this._armRefresh();
       this._send("refresh");

@@ -22,7 +22,10 @@ export const TYPING_CSS = `
 /**
  * Keeps a typist shown at least minShowMs after it appeared, so a quick
  * start/stop does not flash a name. Feed it the store's list on every change
- * (update); it calls onChange with the list to show.
+ * (update); it calls onChange with the list to show. An entry is a
+ * (thread, user) pair: a typist may carry `thread` (the same user in the
+ * room itself and in a thread is two entries), and a new name or activity
+ * is a change.
  */
 export class AntiFlicker {
   /**
@@ -44,36 +47,37 @@ export class AntiFlicker {
     return [...this._shown.values()].map((s) => s.t);
   }
 
-  /** @param {import("./store.js").Typist[]} typists the current typists */
+  /** @param {(import("./store.js").Typist & {thread?: string})[]} typists the current typists */
   update(typists) {
     const now = this._clock.now();
     const present = new Set();
     let changed = false;
     for (const t of typists) {
-      present.add(t.user);
-      const s = this._shown.get(t.user);
+      const key = entryKey(t);
+      present.add(key);
+      const s = this._shown.get(key);
       if (!s) {
-        this._shown.set(t.user, { t, shownAt: now, hide: null });
+        this._shown.set(key, { t, shownAt: now, hide: null });
         changed = true;
       } else {
         if (s.hide !== null) {
           this._clock.clearTimeout(s.hide); // back before it was hidden
           s.hide = null;
         }
-        if ((t.name || "") !== (s.t.name || "")) changed = true;
+        if ((t.name || "") !== (s.t.name || "") || (t.activity || "") !== (s.t.activity || "")) changed = true;
         s.t = t;
       }
     }
-    for (const [user, s] of this._shown) {
-      if (present.has(user) || s.hide !== null) continue;
+    for (const [key, s] of this._shown) {
+      if (present.has(key) || s.hide !== null) continue;
       const wait = s.shownAt + this.minShowMs - now;
       if (wait <= 0) {
-        this._shown.delete(user);
+        this._shown.delete(key);
         changed = true;
       } else {
         s.hide = this._clock.setTimeout(() => {
-          if (this._shown.get(user) !== s) return;
-          this._shown.delete(user);
+          if (this._shown.get(key) !== s) return;
+          this._shown.delete(key);
           this._emit();
         }, wait);
       }
@@ -90,6 +94,9 @@ export class AntiFlicker {
     if (this.onChange) this.onChange(this.shown);
   }
 }
+
+// An AntiFlicker entry: the user in its scope ("" the room itself).
+const entryKey = (t) => `${t.thread || ""}\u0000${t.user}`;
 
 const injected = new WeakSet();
 
@@ -113,7 +120,17 @@ function injectStyles(doc) {
  *   room.on("change", (typists, total) => line.update(typists, total));
  *
  * With `total` above the typists listed (the gateway cut its snapshot),
- * the line is the count: "N people are typing…".
+ * the line is the count: "N people are typing…". A channel view passes
+ * the room's threads as well, for "Alice is typing in a thread…":
+ *
+ *   const show = () => line.update(room.typists, room.total, room.threads);
+ *   room.on("change", show);
+ *   room.on("threads", show);
+ *
+ * and a thread view that thread's typists only:
+ *
+ *   const t = room.thread(id);
+ *   t.on("change", (typists, total) => threadLine.update(typists, total));
  */
 export class TypingIndicator {
   /**
@@ -135,6 +152,8 @@ export class TypingIndicator {
     this.max = opts.max;
     this._line = null;
     this._unlisted = 0; // typing but not listed (total - typists.length)
+    /** @type {Map<string, number>} per thread of a channel view: its total (its typists shown or not) */
+    this._threadTotals = new Map();
     this._flicker = new AntiFlicker({ minShowMs: opts.minShowMs, clock: opts.clock, onChange: () => this.render() });
     element.classList.add("ellipsis-typing");
     element.setAttribute("role", "status");
@@ -170,23 +189,52 @@ export class TypingIndicator {
   }
 
   /**
-   * @param {import("./store.js").Typist[]} typists the room's typists
-   * @param {number} [total] how many type in all (the room's `total`);
+   * @param {import("./store.js").Typist[]} typists the scope's typists (the
+   *   room's, or a thread's in a thread view)
+   * @param {number} [total] how many type there in all (its `total`);
    *   omitted: the typists are everyone
+   * @param {{thread: string, typists: import("./store.js").Typist[], total?: number}[]} [threads]
+   *   a channel view: the room's threads (room.threads), told as "Alice is
+   *   typing in a thread…"; omitted: none
    */
-  update(typists, total) {
+  update(typists, total, threads) {
     const unlisted = Number.isFinite(total) ? Math.max(0, Math.floor(total) - typists.length) : 0;
-    const recount = unlisted !== this._unlisted;
+    const totals = new Map();
+    const entries = [...typists];
+    for (const t of threads || []) {
+      if (!t || typeof t.thread !== "string") continue;
+      const list = Array.isArray(t.typists) ? t.typists : [];
+      totals.set(t.thread, Number.isFinite(t.total) ? Math.max(list.length, Math.floor(t.total)) : list.length);
+      for (const u of list) entries.push({ ...u, thread: t.thread });
+    }
+    let recount = unlisted !== this._unlisted || totals.size !== this._threadTotals.size;
+    for (const [id, n] of totals) if (this._threadTotals.get(id) !== n) recount = true;
     this._unlisted = unlisted;
-    this._flicker.update(typists);
+    this._threadTotals = totals;
+    this._flicker.update(entries);
     if (recount) this.render();
   }
 
   /** Re-renders (after changing locale, messages or max). */
   render() {
-    const shown = this._flicker.shown;
-    const total = this._unlisted > 0 ? shown.length + this._unlisted : undefined;
-    const line = formatTypists(shown, { locale: this._locale, messages: this._messages, max: this.max, total });
+    const room = [];
+    const byThread = new Map();
+    for (const t of this._flicker.shown) {
+      if (!t.thread) {
+        room.push(t);
+        continue;
+      }
+      const { thread, ...typist } = t;
+      if (!byThread.has(thread)) byThread.set(thread, []);
+      byThread.get(thread).push(typist);
+    }
+    const total = this._unlisted > 0 ? room.length + this._unlisted : undefined;
+    // A thread's typists still shown (anti-flicker) count even once its
+    // total fell; one with more typing than shown counts its total.
+    const threads = [];
+    for (const [thread, typists] of byThread) threads.push({ thread, typists, total: Math.max(typists.length, this._threadTotals.get(thread) ?? 0) });
+    for (const [thread, n] of this._threadTotals) if (n > 0 && !byThread.has(thread)) threads.push({ thread, typists: [], total: n });
+    const line = formatTypists(room, { locale: this._locale, messages: this._messages, max: this.max, total, threads });
     if (line === this._line) return;
     this._line = line;
     const el = this.element;

@@ -19,6 +19,11 @@ import {
   type RoomSummary,
   type WatchResult,
   type WatchRefusal,
+  type Thread,
+  type ThreadTyping,
+  type Activity,
+  type KeystrokeOptions,
+  ACTIVITIES,
 } from "@ellipsis-chat/client";
 
 async function main(input: HTMLInputElement, line: HTMLElement): Promise<void> {
@@ -141,6 +146,85 @@ function languages(line: HTMLElement): void {
 }
 void languages;
 
+// An app declares its operator's activities (ELLIPSIS_ACTIVITIES) once.
+declare module "@ellipsis-chat/client" {
+  interface CustomActivities {
+    reviewing: true;
+  }
+}
+
+// Threads and activities: a channel view, a thread view, this user's typing per scope.
+function threads(client: Client, channelLine: HTMLElement, threadLine: HTMLElement, input: HTMLInputElement): void {
+  const room = client.join("42");
+  const quiet: Room = client.join("43", { typing: false });
+  console.log(quiet.receivesTyping, client.config?.maxThreadsPerUser ?? 0, client.config?.activities.length);
+  const channel = new TypingIndicator(channelLine);
+  const show = () => channel.update(room.typists, room.total, room.threads);
+  room.on("change", show);
+  room.on("threads", (list: ThreadTyping[]) => console.log(list.map((t) => `${t.thread}: ${t.total}`)));
+  client.on("threads", (r: Room, list: ThreadTyping[]) => console.log(r.id, list.length));
+  const t: Thread = room.thread("t-9");
+  const inThread = new TypingIndicator(threadLine);
+  t.on("change", (typists: Typist[], total: number) => inThread.update(typists, total));
+  input.addEventListener("input", () => t.keystroke());
+  input.addEventListener("blur", () => t.blur());
+  room.keystroke({ thread: "t-9", activity: "thinking" });
+  const opts: KeystrokeOptions = { activity: "recording_audio" };
+  room.keystroke(opts);
+  room.startActivity("uploading", { thread: "t-9" });
+  room.startActivity("reviewing"); // declared in CustomActivities
+  t.startActivity("recording_video");
+  room.messageSent({ thread: "t-9" });
+  room.stop({ thread: "t-9", reason: "sent" });
+  room.stop("blur");
+  room.stopAll("leave");
+  client.keystroke("42", { thread: "t-9" });
+  client.messageSent("42", { thread: "t-9" });
+  const inT: Typist[] = client.typists("42", { thread: "t-9" });
+  const a: Activity = ACTIVITIES[0];
+  const what: string | undefined = inT[0]?.activity;
+  console.log(a, what, t.typing, t.stats.changes, room.stats.changes);
+  const line: string = formatTypists(room.typists, { total: room.total, threads: room.threads });
+  console.log(line);
+  // @ts-expect-error an activity neither built in nor declared
+  room.keystroke({ activity: "thinkng" });
+  // @ts-expect-error a misspelled option (thread)
+  room.keystroke({ thred: "t-9" });
+  // @ts-expect-error an activity is a string
+  t.keystroke({ activity: 1 });
+  // @ts-expect-error startActivity needs an activity
+  room.startActivity();
+  // @ts-expect-error the join option typing is a boolean
+  client.join("44", { typing: "no" });
+  // @ts-expect-error join has no option "filter"
+  client.join("44", { filter: false });
+  // @ts-expect-error wrong handler signature: "threads" gives ThreadTyping[]
+  room.on("threads", (thread: string) => console.log(thread));
+  // @ts-expect-error a Thread has no "threads" event
+  t.on("threads", () => {});
+  // @ts-expect-error a thread id is a string
+  room.thread(9);
+  // @ts-expect-error room.threads entries are read-only
+  room.threads[0].total = 2;
+  // @ts-expect-error a stop reason the runtime does not know, in a thread
+  room.stop({ thread: "t-9", reason: "idel" });
+}
+void threads;
+
+// Tables with the new fields: activities, busy, people, thread(s).
+const deFull: TypingMessages = {
+  ...de,
+  people: { one: "{count} Person", other: "{count} Personen" },
+  activities: { thinking: { one: "{names} denkt nach…", other: "{names} denken nach…" } },
+  busy: { other: "{names} ist beschäftigt…" },
+  thread: { other: "{line} in einem Thread…" },
+  threads: { other: "{line} in Threads…" },
+};
+void deFull;
+// @ts-expect-error an activity's line is a PluralMessage (other required)
+const badTable: TypingMessages = { ...de, activities: { thinking: { one: "{names} denkt" } } };
+void badTable;
+
 // The React binding (@ellipsis-chat/client/react): no @types/react needed.
 import { useTyping, type UseTyping } from "@ellipsis-chat/client/react";
 
@@ -158,6 +242,22 @@ function composer(client: Client | null, roomId: string | null): string {
   t.total = 3;
   // @ts-expect-error a room id is a string
   useTyping(client, 42);
-  return formatTypists(t.typists, { total: t.total });
+  return formatTypists(t.typists, { total: t.total, threads: t.threads });
 }
 void composer;
+
+function threadComposer(client: Client, roomId: string, thread: string | null): string {
+  const t: UseTyping = useTyping(client, roomId, { thread });
+  t.keystroke({ activity: "thinking" });
+  t.startActivity("recording_audio");
+  const n: number = t.threads.length + t.total;
+  void n;
+  // @ts-expect-error a misspelled option (thread)
+  useTyping(client, roomId, { thred: "t" });
+  // @ts-expect-error an activity neither built in nor declared
+  t.keystroke({ activity: "dancing" });
+  // @ts-expect-error the snapshot's threads are read-only
+  t.threads = [];
+  return formatTypists(t.typists, { total: t.total });
+}
+void threadComposer;

@@ -201,7 +201,15 @@ test("a page on another origin imports /sdk/v1/ellipsis.js, fetches /v1/config c
       assert.match(cfg.headers.vary || "", /origin/i);
       assert.equal(cfg.headers["access-control-allow-credentials"], undefined);
       const config = await u.page.evaluate(() => window.app.client.config);
-      assert.deepEqual(config, { ttlMs: timing.ttl_ms, refreshMs: timing.refresh_ms, idleStopMs: timing.idle_stop_ms, auth: "none", maxFrameBytes: timing.max_frame_bytes });
+      assert.deepEqual(config, {
+        ttlMs: timing.ttl_ms,
+        refreshMs: timing.refresh_ms,
+        idleStopMs: timing.idle_stop_ms,
+        auth: "none",
+        maxFrameBytes: timing.max_frame_bytes,
+        activities: timing.activities,
+        maxThreadsPerUser: timing.max_threads_per_user,
+      });
     }
     await aliceTypesBobSees(alice, bob, timing);
   });

@@ -43,7 +43,7 @@ test("connect: reads /v1/config, opens /v1/ws as the dev user, joins with a snap
   const room = client.join("42");
   const ws = await open(client);
   assert.equal(ws.url.href, "ws://gw.test:8080/v1/ws?user=me&name=Me");
-  assert.deepEqual(client.config, { ttlMs: 5000, refreshMs: 4000, idleStopMs: 3000, auth: "none", maxFrameBytes: 4096 });
+  assert.deepEqual(client.config, { ttlMs: 5000, refreshMs: 4000, idleStopMs: 3000, auth: "none", maxFrameBytes: 4096, activities: ["typing", "thinking", "recording_audio", "recording_video", "uploading"], maxThreadsPerUser: null });
   assert.deepEqual(states, ["connecting", "open"]);
   assert.deepEqual(ws.frames, [{ type: "join", room: "42", id: ws.frames[0].id }]);
   assert.equal(room.state, "joining");
@@ -157,11 +157,11 @@ test("timers from the server are validated: refresh >= ttl rejects connect()", a
 test("options override the server's timing; fetchConfig: false uses options and defaults", async (t) => {
   const { client } = await setup(t, { refreshMs: 2500 });
   await open(client);
-  assert.deepEqual(client.config, { ttlMs: 5000, refreshMs: 2500, idleStopMs: 3000, auth: "none", maxFrameBytes: 4096 });
+  assert.deepEqual(client.config, { ttlMs: 5000, refreshMs: 2500, idleStopMs: 3000, auth: "none", maxFrameBytes: 4096, activities: ["typing", "thinking", "recording_audio", "recording_video", "uploading"], maxThreadsPerUser: null });
   client.close();
   assert.throws(() => new Client({ url: "http://x", fetchConfig: false, refreshMs: 6000 }), RangeError);
   const offline = new Client({ url: "http://x", fetchConfig: false, ttlMs: 2000, refreshMs: 1500, idleStopMs: 1000 });
-  assert.deepEqual(offline.config, { ttlMs: 2000, refreshMs: 1500, idleStopMs: 1000, auth: "none", maxFrameBytes: 4096 });
+  assert.deepEqual(offline.config, { ttlMs: 2000, refreshMs: 1500, idleStopMs: 1000, auth: "none", maxFrameBytes: 4096, activities: ["typing", "thinking", "recording_audio", "recording_video", "uploading"], maxThreadsPerUser: null });
 });
 
 test("config fetch failures are retried with backoff", async (t) => {
@@ -201,7 +201,7 @@ test("typing frames: start once, refresh, idle stop, sent, blur; only once joine
   client.keystroke("42");
   client.blur("42");
   assert.deepEqual(ws.frames.slice(-4).map((f) => f.type), ["typing_start", "typing_stop", "typing_start", "typing_stop"]);
-  assert.deepEqual(room.stats, { keystrokes: 12, starts: 3, refreshes: 1, idleStops: 1, stops: 3 });
+  assert.deepEqual(room.stats, { keystrokes: 12, starts: 3, refreshes: 1, changes: 0, idleStops: 1, stops: 3 });
   client.close();
 });
 

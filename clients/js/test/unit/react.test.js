@@ -9,13 +9,13 @@ import { Client } from "../../src/ellipsis.js";
 import { useTyping, roomStore, holdRoom } from "../../src/react.js";
 import { flush, FakeWebSocket, FakeClock, configFetch, FakeTarget } from "./helpers.js";
 
-async function openClient() {
+async function openClient(config) {
   FakeWebSocket.reset();
   const client = new Client({
     url: "http://gw.test:8080",
     user: "me",
     WebSocket: FakeWebSocket,
-    fetch: configFetch(),
+    fetch: configFetch(config),
     window: new FakeTarget(),
     document: new FakeTarget(),
     clock: new FakeClock(),
@@ -39,12 +39,12 @@ test("react store: the same snapshot until the typists change, then a new frozen
   const unsubscribe = store.subscribe(() => calls++);
   assert.equal(joins(ws, "42"), 1);
   const empty = store.getSnapshot();
-  assert.deepEqual(empty, { typists: [], total: 0 });
+  assert.deepEqual(empty, { typists: [], total: 0, threads: [] });
   assert.equal(store.getSnapshot(), empty);
   ws.acceptJoin("42", [{ user: "alice", name: "Alice" }]);
   assert.equal(calls, 1);
   const a = store.getSnapshot();
-  assert.deepEqual(a, { typists: [{ user: "alice", name: "Alice" }], total: 1 });
+  assert.deepEqual(a, { typists: [{ user: "alice", name: "Alice" }], total: 1, threads: [] });
   assert.equal(store.getSnapshot(), a, "stable across reads (React loops otherwise)");
   assert.ok(Object.isFrozen(a) && Object.isFrozen(a.typists));
   ws.receive({ type: "typing_start", room: "42", user: "bob", name: "Bob", ttl_ms: 5000 });
@@ -122,7 +122,7 @@ test("react store: a null client or room id is an empty store that joins nothing
   const { client, ws } = await openClient();
   for (const s of [roomStore(null, "42"), roomStore(client, null), roomStore(client, ""), roomStore(undefined, undefined)]) {
     s.subscribe(() => {})();
-    assert.deepEqual(s.getSnapshot(), { typists: [], total: 0 });
+    assert.deepEqual(s.getSnapshot(), { typists: [], total: 0, threads: [] });
     assert.equal(s.getSnapshot(), s.getServerSnapshot());
   }
   assert.equal(ws.framesOf("join").length, 0);
@@ -143,4 +143,57 @@ test("react useTyping: a server render (react-dom/server, StrictMode) shows nobo
   assert.equal(html, "<p>0:</p><p>0:</p>");
   assert.equal(joins(ws, "ssr"), 1);
   assert.equal(ws.framesOf("join").length, 1);
+});
+
+test("react store per thread: a thread view gets its own typists, a channel view the room's and its threads; activities re-render", async () => {
+  const { client, ws } = await openClient({ ttl_ms: 5000, refresh_ms: 4000, idle_stop_ms: 3000, auth: "none", max_threads_per_user: 5 });
+  const channel = roomStore(client, "42");
+  const view = roomStore(client, "42", "t-9");
+  assert.equal(roomStore(client, "42", "t-9"), view, "one store per (client, room, thread)");
+  assert.notEqual(view, channel);
+  let channelCalls = 0;
+  let viewCalls = 0;
+  const off1 = channel.subscribe(() => channelCalls++);
+  const off2 = view.subscribe(() => viewCalls++);
+  assert.equal(joins(ws, "42"), 1, "one join for the room and its threads");
+  ws.acceptJoin("42");
+  ws.receive({ type: "typing_start", room: "42", thread: "t-9", user: "alice", name: "Alice", ttl_ms: 5000 });
+  const v = view.getSnapshot();
+  assert.deepEqual(v, { typists: [{ user: "alice", name: "Alice" }], total: 1, threads: [] });
+  const c = channel.getSnapshot();
+  assert.deepEqual(c, { typists: [], total: 0, threads: [{ thread: "t-9", typists: [{ user: "alice", name: "Alice" }], total: 1 }] });
+  assert.ok(Object.isFrozen(c.threads) && Object.isFrozen(c.threads[0]) && Object.isFrozen(c.threads[0].typists));
+  assert.equal(channel.getSnapshot(), c, "stable across reads");
+  ws.receive({ type: "typing_start", room: "42", user: "bob", ttl_ms: 5000 });
+  assert.equal(view.getSnapshot(), v, "the room's own typing leaves the thread view as it was");
+  assert.deepEqual(channel.getSnapshot().typists, [{ user: "bob" }]);
+  ws.receive({ type: "typing_start", room: "42", thread: "t-9", user: "alice", name: "Alice", activity: "uploading", ttl_ms: 5000 });
+  assert.notEqual(view.getSnapshot(), v, "a new activity is a new snapshot");
+  assert.equal(view.getSnapshot().typists[0].activity, "uploading");
+  assert.ok(viewCalls >= 2 && channelCalls >= 3);
+  // The thread view's own typing goes to the thread.
+  client.room("42").thread("t-9").keystroke({ activity: "thinking" });
+  assert.deepEqual(ws.framesOf("typing_start").map(({ id, ...f }) => f).at(-1), { type: "typing_start", room: "42", thread: "t-9", activity: "thinking" });
+  off1();
+  off2();
+  await flush();
+  assert.equal(leaves(ws, "42"), 1);
+});
+
+test("useTyping with {thread} renders on the server as empty; a bad thread throws naming it", () => {
+  const { client } = { client: new Client({ url: "http://x", fetchConfig: false, user: "me" }) };
+  let got;
+  function View() {
+    got = useTyping(client, "42", { thread: "t-9" });
+    return null;
+  }
+  renderToString(createElement(View));
+  assert.deepEqual({ typists: got.typists, total: got.total, threads: got.threads }, { typists: [], total: 0, threads: [] });
+  for (const fn of ["keystroke", "startActivity", "messageSent", "blur", "stop"]) assert.equal(typeof got[fn], "function");
+  function Bad() {
+    useTyping(client, "42", { thread: "" });
+    return null;
+  }
+  assert.throws(() => renderToString(createElement(Bad)), /useTyping\(client, roomId, \{thread\}\): thread must be a non-empty string, got ""/);
+  client.close();
 });

@@ -139,3 +139,28 @@ test("a snapshot without total (an older gateway) lists everyone; self never cou
   assert.equal(store.total, 2);
   store.dispose();
 });
+
+test("activity: kept per typist (absent for typing), a new one is a change, snapshots carry it", (t) => {
+  const { store, changes } = setup(t);
+  store.start("bot", "Assistant", 30000, "thinking");
+  assert.deepEqual(store.typists, [{ user: "bot", name: "Assistant", activity: "thinking" }]);
+  store.start("bot", "Assistant", 30000, "thinking"); // a refresh: no change
+  store.start("bot", "Assistant", 30000, "typing"); // typing is the default: no activity field
+  assert.deepEqual(store.typists, [{ user: "bot", name: "Assistant" }]);
+  store.replace([{ user: "bot", name: "Assistant", activity: "uploading" }], 1);
+  assert.deepEqual(store.typists, [{ user: "bot", name: "Assistant", activity: "uploading" }]);
+  assert.deepEqual(changes, ["bot", "bot", "bot"]);
+});
+
+test("per-entry expiry: an event's long ttl_ms is kept across snapshots; a snapshot-only entry lives ttl + grace", (t) => {
+  const { store, timers } = setup(t);
+  store.start("bot", "Assistant", 30000, "thinking");
+  timers.tick(10000);
+  store.replace([{ user: "bot", name: "Assistant", activity: "thinking" }, { user: "carol" }], 2);
+  timers.tick(6000);
+  assert.deepEqual(store.typists.map((x) => x.user), ["bot"], "carol, seen in the snapshot only: ttl + grace");
+  timers.tick(14999);
+  assert.ok(store.has("bot"), "30.999 s after its start");
+  timers.tick(1);
+  assert.ok(!store.has("bot"));
+});

@@ -37,7 +37,7 @@ test("refresh every 4 s while keystrokes continue", (t) => {
   assert.deepEqual(sent, [[0, "start"], [4000, "refresh"], [8000, "refresh"]]);
   at(13000); // idle stop 3 s after the last key (10 s)
   assert.deepEqual(sent.slice(3), [[12000, "refresh"], [13000, "stop", "idle"]]);
-  assert.deepEqual(timer.stats, { keystrokes: 21, starts: 1, refreshes: 3, idleStops: 1, stops: 1 });
+  assert.deepEqual(timer.stats, { keystrokes: 21, starts: 1, refreshes: 3, changes: 0, idleStops: 1, stops: 1 });
 });
 
 test("typing_stop after 3 s without a keystroke, measured from the last key", (t) => {
@@ -116,4 +116,35 @@ test("refresh must be below ttl; timers must be positive", () => {
     return true;
   });
   validateTimers({ ttlMs: 5000, refreshMs: 4000, idleStopMs: 3000 });
+});
+
+test("hold(): on and refreshed without an idle stop until stop(); a keystroke brings the idle stop back", (t) => {
+  const { timer, sent, at } = setup(t);
+  timer.hold();
+  assert.ok(timer.typing && timer.held);
+  at(20000);
+  assert.deepEqual(sent, [[0, "start"], [4000, "refresh"], [8000, "refresh"], [12000, "refresh"], [16000, "refresh"], [20000, "refresh"]]);
+  timer.keystroke();
+  assert.ok(!timer.held);
+  at(23000);
+  assert.deepEqual(sent.at(-1), [23000, "stop", "idle"], "3 s after the keystroke");
+  timer.hold();
+  timer.stop("sent");
+  assert.deepEqual(sent.at(-1), [23000, "stop", "sent"]);
+  assert.ok(!timer.held);
+});
+
+test("change(): a typing_start now and the refresh re-armed; nothing when off", (t) => {
+  const { timer, sent, at } = setup(t);
+  timer.change();
+  assert.deepEqual(sent, []);
+  timer.keystroke();
+  at(1000);
+  timer.keystroke();
+  timer.change();
+  at(2900);
+  timer.keystroke();
+  at(5000);
+  assert.deepEqual(sent, [[0, "start"], [1000, "change"], [5000, "refresh"]], "the refresh 4 s after the change, not after the start");
+  assert.equal(timer.stats.changes, 1);
 });

@@ -172,3 +172,56 @@ test("TypingIndicator: a messages table (German), anti-flicker intact; bad local
   assert.throws(() => new TypingIndicator(new El(fakeDocument(), "div"), { messages: { count: de.count } }), /messages\.typing/);
   line.destroy();
 });
+
+test("anti-flicker per (thread, user) and activity: the same user in the room and a thread is two entries; a new activity re-renders", (t) => {
+  const { timers, af, seen } = setup(t);
+  af.update([alice, { ...alice, thread: "t-9" }]);
+  assert.equal(af.shown.length, 2);
+  timers.tick(600);
+  af.update([{ ...alice, thread: "t-9" }]);
+  assert.deepEqual(af.shown, [{ ...alice, thread: "t-9" }], "the room's entry went, the thread's stays");
+  af.update([{ ...alice, thread: "t-9", activity: "uploading" }]);
+  assert.equal(seen.length, 3, "an activity change is a change");
+  assert.equal(af.shown[0].activity, "uploading");
+});
+
+test("TypingIndicator: a channel view tells the threads; a thread view shows its own; activities", (t) => {
+  const timers = fakeTimers(t);
+  const channelEl = new El(fakeDocument(), "div");
+  const threadEl = new El(fakeDocument(), "div");
+  const channel = new TypingIndicator(channelEl);
+  const inThread = new TypingIndicator(threadEl);
+  const t9 = { thread: "t-9", typists: [alice], total: 1 };
+  channel.update([], 0, [t9]);
+  inThread.update(t9.typists, t9.total);
+  assert.equal(channelEl.dataset.text, "Alice is typing in a thread…");
+  assert.equal(channelEl.text, "Alice is typing in a thread...");
+  assert.equal(inThread.text, "Alice is typing…");
+  channel.update([bob], 1, [t9]);
+  assert.equal(channel.text, "Bob is typing and Alice is typing in a thread…");
+  channel.update([bob], 1, [t9, { thread: "t-1", typists: [{ user: "carol", name: "Carol" }], total: 1 }]);
+  assert.equal(channel.text, "Bob is typing and 2 people are typing in threads…");
+  timers.tick(600);
+  channel.update([bob], 1, [t9]);
+  assert.equal(channel.text, "Bob is typing and Alice is typing in a thread…");
+  // A thread's total above its typists (a cut snapshot) re-renders with the names unchanged.
+  channel.update([bob], 1, [{ ...t9, total: 12 }]);
+  assert.equal(channel.text, "Bob is typing and 12 people are typing in a thread…");
+  // The thread empties: anti-flicker keeps Alice 500 ms after she was shown.
+  channel.update([bob], 1, []);
+  assert.equal(channel.text, "Bob is typing…", "shown over 500 ms: gone at once");
+  channel.update([bob], 1, [{ thread: "t-2", typists: [{ user: "bot", name: "Assistant", activity: "thinking" }], total: 1 }]);
+  assert.equal(channel.text, "Bob is typing and Assistant is thinking in a thread…");
+  timers.tick(100);
+  channel.update([bob], 1, []);
+  assert.equal(channel.text, "Bob is typing and Assistant is thinking in a thread…", "anti-flicker in threads too");
+  timers.tick(400);
+  assert.equal(channel.text, "Bob is typing…");
+  inThread.update([{ ...alice, activity: "recording_audio" }], 1);
+  assert.equal(inThread.text, "Alice is recording a voice message…");
+  channel.locale = "vi";
+  channel.update([], 0, [t9]);
+  assert.equal(channel.text, "Alice đang gõ trong một chuỗi tin nhắn...");
+  channel.destroy();
+  inThread.destroy();
+});
