@@ -19,7 +19,9 @@ import (
 	"github.com/ellipsis-chat/ellipsis/testkit/ports"
 )
 
-// binaries builds cmd/gateway and cmd/presence-worker once per test run.
+// binaries builds cmd/gateway and cmd/presence-worker once per test run,
+// with -trimpath as the Dockerfiles build them (which also lets the old
+// build of the version-skew test share the compiled dependencies).
 var binaries = struct {
 	once sync.Once
 	dir  string
@@ -37,7 +39,7 @@ func buildBinaries(t *testing.T) (gatewayBin, workerBin string) {
 		binaries.dir = dir
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator),
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", dir+string(os.PathSeparator),
 			"github.com/ellipsis-chat/ellipsis/services/gateway/cmd/gateway",
 			"github.com/ellipsis-chat/ellipsis/services/presence-worker/cmd/presence-worker")
 		var out bytes.Buffer
@@ -55,8 +57,10 @@ func buildBinaries(t *testing.T) (gatewayBin, workerBin string) {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	writeRecoveries()
-	if binaries.dir != "" {
-		_ = os.RemoveAll(binaries.dir)
+	for _, dir := range []string{binaries.dir, oldBinaries.dir} {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }
