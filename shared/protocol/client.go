@@ -7,6 +7,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,14 +69,34 @@ const (
 // type but ping, watch and unwatch; ID is the optional request id echoed on
 // the reply. Rooms is the rooms of a watch (1 or more) or unwatch (nil: every
 // watched room), each a valid room id; the decoder keeps them as sent
-// (duplicates included: the gateway takes each once). Unknown JSON fields (a
-// "user" field included) are ignored: the user id only ever comes from
-// authentication.
+// (duplicates included: the gateway takes each once). Typing is a join's
+// option (docs/protocol.md, "Per-viewer filters"): false joins the room
+// without its typing, nil (absent or null) and true with it; the decoder
+// reads it on join only (on other frames it is ignored, nil). Unknown JSON
+// fields (a "user" field included) are ignored: the user id only ever
+// comes from authentication.
 type ClientFrame struct {
-	Type  string   `json:"type"`
-	Room  string   `json:"room,omitempty"`
-	Rooms []string `json:"rooms,omitempty"`
-	ID    string   `json:"id,omitempty"`
+	Type   string   `json:"type"`
+	Room   string   `json:"room,omitempty"`
+	Rooms  []string `json:"rooms,omitempty"`
+	ID     string   `json:"id,omitempty"`
+	Typing *bool    `json:"typing,omitempty"`
+}
+
+// TypingOff reports whether f is a join asking for no typing of its room
+// ("typing":false).
+func (f ClientFrame) TypingOff() bool { return f.Typing != nil && !*f.Typing }
+
+// clientFrameJSON is what encoding/json decodes a client frame into:
+// [ClientFrame]'s fields, with typing kept raw, so that only a join's
+// typing is checked and a frame of another type that happens to carry
+// one is read as before.
+type clientFrameJSON struct {
+	Type   string          `json:"type"`
+	Room   string          `json:"room"`
+	Rooms  []string        `json:"rooms"`
+	ID     string          `json:"id"`
+	Typing json.RawMessage `json:"typing"`
 }
 
 // FrameError is a client frame that cannot be served. Code is one of the
@@ -96,12 +117,39 @@ func (e *FrameError) Error() string { return e.Code + ": " + e.Message }
 func DecodeClientFrame(data []byte) (ClientFrame, error) {
 	f, ok := scanClientFrame(data) // the common frames, without reflection
 	if !ok {
-		f = ClientFrame{}
-		if err := json.Unmarshal(data, &f); err != nil {
+		var j clientFrameJSON
+		err := json.Unmarshal(data, &j)
+		f = ClientFrame{Type: j.Type, Room: j.Room, Rooms: j.Rooms, ID: j.ID}
+		if err != nil {
 			return ClientFrame{}, clientDecodeError(err, f)
+		}
+		if f.Type == TypeJoin {
+			if f.Typing, err = decodeJoinTyping(j.Typing); err != nil {
+				fe := &FrameError{Code: CodeBadRequest, Message: err.Error()}
+				if ValidateRequestID(f.ID) == nil {
+					fe.ID = f.ID
+				}
+				if ValidateID("room", f.Room) == nil {
+					fe.Room = f.Room
+				}
+				return ClientFrame{}, fe
+			}
 		}
 	}
 	return validateClientFrame(f)
+}
+
+// decodeJoinTyping reads a join's raw "typing": nil when absent or null,
+// else a boolean; another JSON type is a *FieldError naming the field.
+func decodeJoinTyping(raw json.RawMessage) (*bool, error) {
+	switch v := string(bytes.TrimSpace(raw)); v {
+	case "", "null":
+		return nil, nil
+	case "true", "false":
+		on := v == "true"
+		return &on, nil
+	}
+	return nil, &FieldError{"typing", "must be a boolean (true or false), got " + shortJSON(raw)}
 }
 
 // clientDecodeError is the FrameError of a frame encoding/json refused.
@@ -121,10 +169,13 @@ func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 	}
 	switch f.Type {
 	case TypePing:
-		f.Room = ""
+		f.Room, f.Typing = "", nil
 		return f, nil
 	case TypeJoin, TypeLeave, TypeTypingStart, TypeTypingStop, TypeSync:
 		f.Rooms = nil
+		if f.Type != TypeJoin {
+			f.Typing = nil
+		}
 		if err := ValidateID("room", f.Room); err != nil {
 			e := &FrameError{Code: CodeBadRequest, Message: err.Error(), ID: f.ID}
 			return ClientFrame{}, e
@@ -136,7 +187,7 @@ func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 			// every watch.
 			return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "room: not a field of unwatch; give rooms (an array of room ids), or neither to unwatch every room", ID: f.ID}
 		}
-		f.Room = ""
+		f.Room, f.Typing = "", nil
 		switch {
 		case f.Rooms != nil && len(f.Rooms) == 0 && f.Type == TypeUnwatch:
 			return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "rooms: must hold 1 or more room ids, got []; leave it out to unwatch every room", ID: f.ID}
@@ -191,7 +242,7 @@ func decodeErr(err error) error {
 				want = "a " + te.Type.String()
 			}
 		}
-		if te.Field == "rooms" && te.Struct == "ClientFrame" {
+		if te.Field == "rooms" && te.Struct == "clientFrameJSON" {
 			want = "an array of room id strings" // the element's type otherwise
 		}
 		return &FieldError{te.Field, fmt.Sprintf("must be %s, got %s", want, te.Value)}
