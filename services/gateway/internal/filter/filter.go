@@ -82,14 +82,18 @@ func (v *View) Hiding() bool { return v != nil && (v.claim.Len() > 0 || v.room.L
 // is not applied here: the caller sends an off view no snapshot, or an
 // empty one.
 func (v *View) Snapshot(s protocol.Snapshot) (protocol.Snapshot, bool) {
-	if !v.Hiding() || !v.hidesListed(s) {
+	if !v.HidesListed(s) {
 		return s, false
 	}
 	return s.Without(v.Hides), true
 }
 
-// hidesListed reports whether a user listed in s (room or thread) is hidden.
-func (v *View) hidesListed(s protocol.Snapshot) bool {
+// HidesListed reports whether the view hides a user listed in s (room or
+// thread): whether [View.Snapshot] would change it. It allocates nothing.
+func (v *View) HidesListed(s protocol.Snapshot) bool {
+	if !v.Hiding() {
+		return false
+	}
 	for _, t := range s.Users {
 		if v.Hides(t.User) {
 			return true
