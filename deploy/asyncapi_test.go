@@ -288,6 +288,8 @@ func TestAsyncAPISchemasAcceptGoMessages(t *testing.T) {
 		{},
 		{Users: []protocol.Typist{{User: "alice", Name: "Alice"}}, Total: 1},
 		{Users: []protocol.Typist{{User: "bob"}, {User: long, Name: `<b>&"`}}, Total: 250},
+		{Users: []protocol.Typist{{User: "alice"}, {User: "bot", Name: "Assistant"}}, Total: 2, Activities: map[string]string{"bot": protocol.ActivityThinking},
+			Threads: []protocol.ThreadSnapshot{{Thread: long, Users: []protocol.Typist{{User: "alice"}}, Total: 4, Activities: map[string]string{"alice": "custom_act"}}, {Thread: "t", Users: []protocol.Typist{}, Total: 1}}},
 	}
 	m := &goMessages{t: t}
 	for _, room := range odd {
@@ -361,6 +363,9 @@ func (m *goMessages) addWebSocketFrames(room, id string, snaps []protocol.Snapsh
 		protocol.TypeTypingStart: "typingStartCommand", protocol.TypeTypingStop: "typingStopCommand", protocol.TypeSync: "sync"} {
 		m.add(msgID, m.enc(protocol.ClientFrame{Type: typ, Room: room, ID: id}))
 	}
+	m.add("typingStartCommand", m.enc(protocol.ClientFrame{Type: protocol.TypeTypingStart, Room: room, Thread: room, Activity: protocol.ActivityUploading, ID: id}))
+	m.add("typingStopCommand", m.enc(protocol.ClientFrame{Type: protocol.TypeTypingStop, Room: room, Thread: room, ID: id}))
+	m.add("error", m.enc(protocol.NewError(protocol.CodeTooManyThreads, "at most 5 threads", room, id)))
 	m.add("ping", m.enc(protocol.ClientFrame{Type: protocol.TypePing, ID: id}))
 	m.add("watch", m.enc(protocol.ClientFrame{Type: protocol.TypeWatch, Rooms: []string{room, "lobby"}, ID: id}))
 	m.add("unwatch", m.enc(protocol.ClientFrame{Type: protocol.TypeUnwatch, Rooms: []string{room}, ID: id}))
@@ -458,7 +463,7 @@ func TestAsyncAPISchemasRefuse(t *testing.T) {
 		return out
 	}
 	codes := []string{protocol.CodeBadRequest, protocol.CodeUnknownType, protocol.CodeNotJoined, protocol.CodeForbidden,
-		protocol.CodeRoomLimit, protocol.CodeRateLimited, protocol.CodeUnavailable, protocol.CodeInternal, protocol.CodeWatchLimit}
+		protocol.CodeRoomLimit, protocol.CodeRateLimited, protocol.CodeUnavailable, protocol.CodeInternal, protocol.CodeWatchLimit, protocol.CodeTooManyThreads}
 	slices.Sort(codes)
 	if got := enum("errorCode"); !slices.Equal(got, codes) {
 		t.Errorf("errorCode enum %v, want the protocol's codes %v", got, codes)

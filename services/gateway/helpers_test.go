@@ -44,6 +44,9 @@ type env struct {
 
 	mu   sync.Mutex
 	snap map[string][]protocol.Typist // room -> snapshot answer
+	// full, when it has the room, is its whole snapshot answer (threads,
+	// activities), instead of snap's.
+	full map[string]protocol.Snapshot
 	// onSnapshot, when set, runs before the snapshot is answered.
 	onSnapshot func(room string)
 }
@@ -115,11 +118,16 @@ func (e *env) startWorker(natsURL string) {
 		}
 		e.mu.Lock()
 		users, hook := e.snap[req.Room], e.onSnapshot
+		full, isFull := e.full[req.Room]
 		e.mu.Unlock()
 		if hook != nil {
 			hook(req.Room)
 		}
-		b, _ := json.Marshal(protocol.SnapshotReply{V: 1, Room: req.Room, Users: users})
+		reply := protocol.SnapshotReply{V: 1, Room: req.Room, Users: users}
+		if isFull {
+			reply = protocol.SnapshotReply{V: 1, Room: req.Room, Users: full.Users, Total: full.Total, Activities: full.Activities, Threads: full.Threads}
+		}
+		b, _ := json.Marshal(reply)
 		_ = m.Respond(b)
 	}); err != nil {
 		e.t.Fatal(err)

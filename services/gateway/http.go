@@ -31,8 +31,11 @@ type RoomTyping struct {
 	Room  string            `json:"room"`
 	Users []protocol.Typist `json:"users"`
 	// Total is the number of visible typists (self filtered); Users lists
-	// at most the snapshot cap of them.
+	// at most the snapshot cap of them. Both are the room itself.
 	Total int `json:"total"`
+	// Threads lists the room's threads with a typist, as on joined and
+	// typing frames (left out when none; protocol.ThreadTypists).
+	Threads []protocol.ThreadTypists `json:"threads,omitempty"`
 }
 
 // apiError is the JSON body of every HTTP error:
@@ -195,6 +198,9 @@ func (s *Server) sessionConfig() session.Config {
 		WriteWait:         s.cfg.WriteWait,
 		WriteStall:        s.cfg.WriteStall,
 		MaxRejectedWindow: s.cfg.InboundMaxRejected,
+		Activities:        s.cfg.AcceptedActivities(),
+		MaxThreads:        s.cfg.MaxThreadsPerUser,
+		TypingTTL:         s.cfg.TypingTTL,
 	}
 }
 
@@ -283,10 +289,10 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "typing snapshot unavailable ("+backend.Reason(err)+"); retry")
 		return
 	}
-	snap := users.WithoutUser(ident.User)
 	// The user's hide lists apply here too (docs/protocol.md, "Per-viewer filters").
-	snap, _ = filter.New(ident.HideTypingFrom, grant.HideTypingFrom, true).Snapshot(snap)
-	writeJSON(w, http.StatusOK, RoomTyping{Room: room, Users: snap.Users, Total: snap.Total})
+	own, _ := filter.New(ident.HideTypingFrom, grant.HideTypingFrom, true).Snapshot(users.WithoutUser(ident.User))
+	snap := protocol.NewTypingSnapshot(room, own, "")
+	writeJSON(w, http.StatusOK, RoomTyping{Room: room, Users: snap.Users, Total: snap.Total, Threads: snap.Threads})
 }
 
 // handleConfig serves GET /v1/config.
@@ -300,6 +306,9 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 		MaxFrameBytes:   s.cfg.MaxFrameBytes,
 		MaxWatchedRooms: s.cfg.MaxWatchedRooms,
 		WatchIntervalMs: s.cfg.WatchInterval.Milliseconds(),
+
+		Activities:        s.cfg.AcceptedActivities(),
+		MaxThreadsPerUser: s.cfg.MaxThreadsPerUser,
 	})
 }
 

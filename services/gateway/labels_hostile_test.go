@@ -53,7 +53,7 @@ func TestHostileLabelValuesBounded(t *testing.T) {
 		"ellipsis_gateway_closes_total":             set("1000", "1001", "1002", "1003", "1005", "1006", "1007", "1008", "1009", "1010", "1011", "1012", "1013", "1014", "1015", "other"),
 		"ellipsis_gateway_frames_in_total":          set("join", "leave", "typing_start", "typing_stop", "sync", "ping", "watch", "unwatch", "invalid", "binary", "other"),
 		"ellipsis_gateway_frames_out_total":         set("joined", "left", "typing_start", "typing_stop", "typing", "pong", "error", "watching", "unwatched", "summary", "other"),
-		"ellipsis_gateway_errors_total":             set("bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "watch_limit", "other"),
+		"ellipsis_gateway_errors_total":             set("bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "watch_limit", "too_many_threads", "other"),
 		"ellipsis_gateway_commands_published_total": set("start", "stop", "leave", "disconnect", "other"),
 	}
 	resp, err := http.Get("http://" + e.srv.AdminAddr() + "/metrics")

@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
@@ -273,6 +274,14 @@ func Settings() []Setting {
 // IsSet reports whether the setting named by its environment variable (e.g.
 // "ELLIPSIS_REDIS_URL") was given explicitly, by variable or flag.
 func (c *Config) IsSet(env string) bool { return c.set[env] }
+
+// AcceptedActivities is every activity a typing start may name: the
+// standard ones (protocol.StandardActivities, typing first), then
+// ELLIPSIS_ACTIVITIES (docs/protocol.md, "Threads and activities"). The
+// worker and the gateway read it alike; a fresh slice each call.
+func (c *Config) AcceptedActivities() []string {
+	return append(protocol.StandardActivities(), c.Activities...)
+}
 
 // EnvNames lists every environment variable that [Load] reads, in order.
 func EnvNames() []string {

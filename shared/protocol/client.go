@@ -53,8 +53,12 @@ const (
 	CodeRoomLimit   = "room_limit"
 	CodeRateLimited = "rate_limited"
 	CodeWatchLimit  = "watch_limit"
-	CodeUnavailable = "unavailable"
-	CodeInternal    = "internal"
+	// CodeTooManyThreads: a typing_start in one more thread of a room than
+	// ELLIPSIS_MAX_THREADS_PER_USER that the connection types in
+	// (docs/protocol.md, "Threads and activities").
+	CodeTooManyThreads = "too_many_threads"
+	CodeUnavailable    = "unavailable"
+	CodeInternal       = "internal"
 )
 
 // Stop reasons carried by typing_stop.
@@ -69,34 +73,72 @@ const (
 // type but ping, watch and unwatch; ID is the optional request id echoed on
 // the reply. Rooms is the rooms of a watch (1 or more) or unwatch (nil: every
 // watched room), each a valid room id; the decoder keeps them as sent
-// (duplicates included: the gateway takes each once). Typing is a join's
-// option (docs/protocol.md, "Per-viewer filters"): false joins the room
-// without its typing, nil (absent or null) and true with it; the decoder
-// reads it on join only (on other frames it is ignored, nil). Unknown JSON
-// fields (a "user" field included) are ignored: the user id only ever
-// comes from authentication.
+// (duplicates included: the gateway takes each once). Unknown JSON fields (a
+// "user" field included) are ignored: the user id only ever comes from
+// authentication.
+//
+// Thread (typing_start, typing_stop) is the thread of Room the frame is
+// about, an id with the rules of a room ("" = the room itself: the field
+// was left out); Activity (typing_start) is a name of [ValidateActivity]'s
+// shape ("" = left out, [ActivityTyping]); the gateway checks it against
+// its set (the standard activities and ELLIPSIS_ACTIVITIES). Both are
+// dropped from the other frame types. A field sent empty ("thread":"") is
+// an error, not the room itself (docs/protocol.md, "Threads and
+// activities").
+//
+// Typing is a join's option (docs/protocol.md, "Per-viewer filters"):
+// false joins the room without its typing, nil (absent or null) and true
+// with it; the decoder reads it on join only (on other frames it is
+// ignored, nil).
 type ClientFrame struct {
-	Type   string   `json:"type"`
-	Room   string   `json:"room,omitempty"`
-	Rooms  []string `json:"rooms,omitempty"`
-	ID     string   `json:"id,omitempty"`
-	Typing *bool    `json:"typing,omitempty"`
+	Type     string   `json:"type"`
+	Room     string   `json:"room,omitempty"`
+	Thread   string   `json:"thread,omitempty"`
+	Activity string   `json:"activity,omitempty"`
+	Rooms    []string `json:"rooms,omitempty"`
+	ID       string   `json:"id,omitempty"`
+	Typing   *bool    `json:"typing,omitempty"`
+
+	// threadSet and activitySet: the field was in the frame (so that an
+	// empty one is refused, not read as left out).
+	threadSet, activitySet bool
 }
 
 // TypingOff reports whether f is a join asking for no typing of its room
 // ("typing":false).
 func (f ClientFrame) TypingOff() bool { return f.Typing != nil && !*f.Typing }
 
-// clientFrameJSON is what encoding/json decodes a client frame into:
-// [ClientFrame]'s fields, with typing kept raw, so that only a join's
-// typing is checked and a frame of another type that happens to carry
-// one is read as before.
+// clientFrameJSON is the encoding/json form of a client frame: the
+// pointers tell a field left out (or null) from one sent empty; typing is
+// kept raw, so that only a join's typing is checked and a frame of another
+// type that happens to carry one is read as before.
 type clientFrameJSON struct {
-	Type   string          `json:"type"`
-	Room   string          `json:"room"`
-	Rooms  []string        `json:"rooms"`
-	ID     string          `json:"id"`
-	Typing json.RawMessage `json:"typing"`
+	Type     string          `json:"type"`
+	Room     string          `json:"room"`
+	Thread   *string         `json:"thread"`
+	Activity *string         `json:"activity"`
+	Rooms    []string        `json:"rooms"`
+	ID       string          `json:"id"`
+	Typing   json.RawMessage `json:"typing"`
+}
+
+// decodeClientFrameJSON decodes data with encoding/json (the slow path of
+// [DecodeClientFrame]); on error f holds what was read. A join's typing
+// that is not a boolean is a *FieldError.
+func decodeClientFrameJSON(data []byte) (ClientFrame, error) {
+	var w clientFrameJSON
+	err := json.Unmarshal(data, &w)
+	f := ClientFrame{Type: w.Type, Room: w.Room, Rooms: w.Rooms, ID: w.ID}
+	if w.Thread != nil {
+		f.Thread, f.threadSet = *w.Thread, true
+	}
+	if w.Activity != nil {
+		f.Activity, f.activitySet = *w.Activity, true
+	}
+	if err == nil && f.Type == TypeJoin {
+		f.Typing, err = decodeJoinTyping(w.Typing)
+	}
+	return f, err
 }
 
 // FrameError is a client frame that cannot be served. Code is one of the
@@ -117,23 +159,20 @@ func (e *FrameError) Error() string { return e.Code + ": " + e.Message }
 func DecodeClientFrame(data []byte) (ClientFrame, error) {
 	f, ok := scanClientFrame(data) // the common frames, without reflection
 	if !ok {
-		var j clientFrameJSON
-		err := json.Unmarshal(data, &j)
-		f = ClientFrame{Type: j.Type, Room: j.Room, Rooms: j.Rooms, ID: j.ID}
-		if err != nil {
-			return ClientFrame{}, clientDecodeError(err, f)
-		}
-		if f.Type == TypeJoin {
-			if f.Typing, err = decodeJoinTyping(j.Typing); err != nil {
-				fe := &FrameError{Code: CodeBadRequest, Message: err.Error()}
+		var err error
+		if f, err = decodeClientFrameJSON(data); err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) && fe.Field == "typing" {
+				e := &FrameError{Code: CodeBadRequest, Message: err.Error()}
 				if ValidateRequestID(f.ID) == nil {
-					fe.ID = f.ID
+					e.ID = f.ID
 				}
 				if ValidateID("room", f.Room) == nil {
-					fe.Room = f.Room
+					e.Room = f.Room
 				}
-				return ClientFrame{}, fe
+				return ClientFrame{}, e
 			}
+			return ClientFrame{}, clientDecodeError(err, f)
 		}
 	}
 	return validateClientFrame(f)
@@ -180,7 +219,7 @@ func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 			e := &FrameError{Code: CodeBadRequest, Message: err.Error(), ID: f.ID}
 			return ClientFrame{}, e
 		}
-		return f, nil
+		return validateScope(f)
 	case TypeWatch, TypeUnwatch:
 		if f.Room != "" && f.Rooms == nil && f.Type == TypeUnwatch {
 			// join's key by mistake: read as "no rooms", it would end
@@ -221,6 +260,36 @@ func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 	}
 }
 
+// validateScope checks the thread and activity of a frame whose room is
+// valid, and drops them from the frame types that do not take them.
+func validateScope(f ClientFrame) (ClientFrame, error) {
+	typing := f.Type == TypeTypingStart || f.Type == TypeTypingStop
+	if !typing {
+		f.Thread, f.threadSet = "", false
+	}
+	if f.Type != TypeTypingStart {
+		f.Activity, f.activitySet = "", false
+	}
+	bad := func(msg string) (ClientFrame, error) {
+		return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: msg, Room: f.Room, ID: f.ID}
+	}
+	if f.threadSet {
+		if f.Thread == "" {
+			return bad(fmt.Sprintf("thread: must be 1..%d bytes, got 0 (leave it out for the room itself)", MaxIDBytes))
+		}
+		if err := ValidateID("thread", f.Thread); err != nil {
+			return bad(err.Error())
+		}
+	}
+	if f.activitySet {
+		if err := ValidateActivity("activity", f.Activity); err != nil {
+			return bad(err.Error())
+		}
+	}
+	f.threadSet, f.activitySet = false, false // checked: the zero value again, as a frame without them
+	return f, nil
+}
+
 // decodeErr turns a json.Unmarshal error into a *FieldError: a wrong type
 // names its field ("id: must be a string, got number"), anything else is
 // field "json" ("malformed: ...").
@@ -259,22 +328,73 @@ func jsonErrText(err error) string {
 }
 
 // Typist is one entry of a snapshot: a user who is typing, with the display
-// name from their token when there is one.
+// name from their token when there is one. Activity is what the user does
+// when it is not typing ("" = [ActivityTyping]), on the gateway's frames
+// (joined, typing, summary, the HTTP snapshot); a [Snapshot] and a
+// [SnapshotReply] keep activities in their Activities maps instead.
 type Typist struct {
-	User string `json:"user"`
-	Name string `json:"name,omitempty"`
+	User     string `json:"user"`
+	Name     string `json:"name,omitempty"`
+	Activity string `json:"activity,omitempty"`
+}
+
+// ThreadTypists is one thread of a room in a gateway's snapshot frame
+// (joined, typing, the HTTP snapshot): who types in it, at most the
+// snapshot cap of typists in all threads together, sorted by user, and
+// Total, its typists (>= len(Users)). Threads are listed sorted by thread
+// and only when they have a typist.
+type ThreadTypists struct {
+	Thread string   `json:"thread"`
+	Users  []Typist `json:"users"`
+	Total  int      `json:"total"`
+}
+
+// withActivities returns users with each one's activity of acts set, a
+// copy when there is one to set (users may be shared), never nil.
+func withActivities(users []Typist, acts map[string]string) []Typist {
+	if users == nil {
+		return []Typist{}
+	}
+	if len(acts) == 0 {
+		return users
+	}
+	out := make([]Typist, len(users))
+	for i, u := range users {
+		if a := acts[u.User]; a != "" && a != ActivityTyping {
+			u.Activity = a
+		}
+		out[i] = u
+	}
+	return out
+}
+
+// ScopeThreads is the "threads" of a gateway's snapshot frame for s: its
+// threads with a typist, each entry with its activity; nil when there is
+// none (the field is left out).
+func ScopeThreads(s Snapshot) []ThreadTypists {
+	var out []ThreadTypists
+	for _, t := range s.Threads {
+		if t.Total <= 0 && len(t.Users) == 0 {
+			continue
+		}
+		out = append(out, ThreadTypists{Thread: t.Thread, Users: withActivities(t.Users, t.Activities), Total: max(t.Total, len(t.Users))})
+	}
+	return out
 }
 
 // Joined answers join with the snapshot of who is typing (self filtered).
 // Typing is always present, [] when nobody types, and lists at most the
 // snapshot cap of typists; Total is the number of visible typists, which
-// is larger than len(Typing) when the list was cut.
+// is larger than len(Typing) when the list was cut. Both are the room
+// itself; Threads lists the room's threads with a typist (left out when
+// none: [ThreadTypists]).
 type Joined struct {
-	Type   string   `json:"type"` // "joined"
-	Room   string   `json:"room"`
-	Typing []Typist `json:"typing"`
-	Total  int      `json:"total"`
-	ID     string   `json:"id,omitempty"`
+	Type    string          `json:"type"` // "joined"
+	Room    string          `json:"room"`
+	Typing  []Typist        `json:"typing"`
+	Total   int             `json:"total"`
+	Threads []ThreadTypists `json:"threads,omitempty"`
+	ID      string          `json:"id,omitempty"`
 }
 
 // Left answers leave.
@@ -288,11 +408,12 @@ type Left struct {
 // always present and lists at most the snapshot cap of typists; Total is
 // the number of visible typists (see [Joined]).
 type TypingSnapshot struct {
-	Type  string   `json:"type"` // "typing"
-	Room  string   `json:"room"`
-	Users []Typist `json:"users"`
-	Total int      `json:"total"`
-	ID    string   `json:"id,omitempty"`
+	Type    string          `json:"type"` // "typing"
+	Room    string          `json:"room"`
+	Users   []Typist        `json:"users"`
+	Total   int             `json:"total"`
+	Threads []ThreadTypists `json:"threads,omitempty"`
+	ID      string          `json:"id,omitempty"`
 }
 
 // Pong answers ping.
@@ -316,46 +437,45 @@ type ErrorFrame struct {
 // [Unwatched] (Rooms, Refused, Watched), [Summary] (Typing, Total) and the
 // room events
 // typing_start and typing_stop, which the gateway forwards exactly as the
-// worker published them ([RoomEvent]: V, User, Name, TTLMs, Reason, TsMs).
+// worker published them ([RoomEvent]: V, User, Thread, Name, Activity,
+// TTLMs, Reason, TsMs), and Threads of joined and typing.
 // Type tells which fields are set; a field a frame does not carry is zero.
 type ServerFrame struct {
-	V       int       `json:"v,omitempty"`
-	Type    string    `json:"type"`
-	Room    string    `json:"room,omitempty"`
-	User    string    `json:"user,omitempty"`
-	Name    string    `json:"name,omitempty"`
-	TTLMs   int64     `json:"ttl_ms,omitempty"`
-	Reason  string    `json:"reason,omitempty"`
-	TsMs    int64     `json:"ts_ms,omitempty"`
-	Typing  []Typist  `json:"typing,omitempty"`
-	Users   []Typist  `json:"users,omitempty"`
-	Total   int       `json:"total,omitempty"`
-	Code    string    `json:"code,omitempty"`
-	Message string    `json:"message,omitempty"`
-	Rooms   []string  `json:"rooms,omitempty"`
-	Refused []Refusal `json:"refused,omitempty"`
-	Watched int       `json:"watched,omitempty"`
-	ID      string    `json:"id,omitempty"`
+	V        int             `json:"v,omitempty"`
+	Type     string          `json:"type"`
+	Room     string          `json:"room,omitempty"`
+	User     string          `json:"user,omitempty"`
+	Thread   string          `json:"thread,omitempty"`
+	Name     string          `json:"name,omitempty"`
+	Activity string          `json:"activity,omitempty"`
+	Threads  []ThreadTypists `json:"threads,omitempty"`
+	TTLMs    int64           `json:"ttl_ms,omitempty"`
+	Reason   string          `json:"reason,omitempty"`
+	TsMs     int64           `json:"ts_ms,omitempty"`
+	Typing   []Typist        `json:"typing,omitempty"`
+	Users    []Typist        `json:"users,omitempty"`
+	Total    int             `json:"total,omitempty"`
+	Code     string          `json:"code,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Rooms    []string        `json:"rooms,omitempty"`
+	Refused  []Refusal       `json:"refused,omitempty"`
+	Watched  int             `json:"watched,omitempty"`
+	ID       string          `json:"id,omitempty"`
 }
 
 // NewJoined, NewLeft, NewTypingSnapshot, NewPong and NewError fill Type.
 
+// NewJoined and NewTypingSnapshot list s's room scope with each typist's
+// activity, and its threads ([ScopeThreads]).
+
 func NewJoined(room string, s Snapshot, id string) Joined {
-	typing := s.Users
-	if typing == nil {
-		typing = []Typist{}
-	}
-	return Joined{Type: TypeJoined, Room: room, Typing: typing, Total: s.Total, ID: id}
+	return Joined{Type: TypeJoined, Room: room, Typing: withActivities(s.Users, s.Activities), Total: s.Total, Threads: ScopeThreads(s), ID: id}
 }
 
 func NewLeft(room, id string) Left { return Left{Type: TypeLeft, Room: room, ID: id} }
 
 func NewTypingSnapshot(room string, s Snapshot, id string) TypingSnapshot {
-	users := s.Users
-	if users == nil {
-		users = []Typist{}
-	}
-	return TypingSnapshot{Type: TypeTyping, Room: room, Users: users, Total: s.Total, ID: id}
+	return TypingSnapshot{Type: TypeTyping, Room: room, Users: withActivities(s.Users, s.Activities), Total: s.Total, Threads: ScopeThreads(s), ID: id}
 }
 
 func NewPong(id string) Pong { return Pong{Type: TypePong, ID: id} }
@@ -401,7 +521,9 @@ type Unwatched struct {
 
 // Summary is who is typing in a watched room: Typing the first
 // [SummaryTypists] typists of the room's snapshot (self filtered; always
-// present, [] when nobody types), Total all the room's visible typists.
+// present, [] when nobody types; each with its activity), Total all the
+// room's visible typists. Both are the room itself: a summary counts no
+// thread (docs/protocol.md, "Watching rooms").
 type Summary struct {
 	Type   string   `json:"type"` // "summary"
 	Room   string   `json:"room"`
@@ -430,15 +552,13 @@ func NewUnwatched(id string, rooms []string, watched int) Unwatched {
 }
 
 // NewSummary makes room's summary from s, a snapshot already self
-// filtered (Snapshot.WithoutUser): its first [SummaryTypists] typists and
-// its total.
+// filtered (Snapshot.WithoutUser): the first [SummaryTypists] typists of
+// its room scope, with their activities, and its total.
 func NewSummary(room string, s Snapshot) Summary {
 	typing := s.Users
 	if len(typing) > SummaryTypists {
 		typing = typing[:SummaryTypists]
 	}
-	if typing == nil {
-		typing = []Typist{}
-	}
+	typing = withActivities(typing, s.Activities)
 	return Summary{Type: TypeSummary, Room: room, Typing: typing, Total: max(s.Total, len(s.Users))}
 }

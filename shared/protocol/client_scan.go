@@ -1,8 +1,8 @@
 package protocol
 
 // scanClientFrame is the fast path of [DecodeClientFrame] for the frames
-// every client sends: a JSON object whose members are only "type", "room"
-// and "id" (exact lower-case keys), each a string of printable ASCII with
+// every client sends: a JSON object whose members are only "type", "room",
+// "thread", "activity" and "id" (exact lower-case keys), each a string of printable ASCII with
 // no escape, with JSON whitespace between tokens. It fills f exactly as
 // encoding/json would (a repeated key: the last one wins) and reports ok;
 // anything else (another key, an escape, a non-ASCII byte, another value
@@ -39,6 +39,10 @@ func scanClientFrame(data []byte) (f ClientFrame, ok bool) {
 			f.Type = internType(val)
 		case "room":
 			f.Room = string(val)
+		case "thread":
+			f.Thread, f.threadSet = string(val), true
+		case "activity":
+			f.Activity, f.activitySet = string(val), true
 		case "id":
 			f.ID = string(val)
 		default:
@@ -301,6 +305,10 @@ func scanRoomEvent(data []byte) (ev RoomEvent, ok bool) {
 				ev.User = string(val)
 			case "name":
 				ev.Name = string(val)
+			case "thread":
+				ev.Thread = string(val)
+			case "activity":
+				ev.Activity = string(val)
 			case "reason":
 				ev.Reason = internReason(val)
 			default:

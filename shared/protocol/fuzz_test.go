@@ -19,6 +19,10 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		`{"type":"unwatch","rooms":["42",""],"room":"x"}`, `{"type":"join","room":"1","rooms":["2"]}`,
 		`{"type":"join","room":"1","typing":false}`, `{"type":"join","room":"1","typing":"no"}`,
 		`{"type":"sync","room":"1","typing":0}`, `{"type":"join","room":"1","typing":null}`,
+		`{"type":"typing_start","room":"42","thread":"t-9","activity":"thinking"}`,
+		`{"type":"typing_stop","room":"42","thread":"t-9","activity":"x"}`, `{"type":"typing_start","room":"42","thread":""}`,
+		`{"type":"typing_start","room":"42","activity":"Typing"}`, `{"type":"typing_start","room":"42","thread":7}`,
+		`{"type":"join","room":"42","thread":"t","activity":""}`, `{"type":"typing_start","room":"42","thread":null}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -38,6 +42,12 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		case TypeJoin, TypeLeave, TypeTypingStart, TypeTypingStop, TypeSync:
 			if err := ValidateID("room", fr.Room); err != nil {
 				t.Fatalf("accepted invalid room %q", fr.Room)
+			}
+			if fr.Thread != "" && (ValidateID("thread", fr.Thread) != nil || fr.Type != TypeTypingStart && fr.Type != TypeTypingStop) {
+				t.Fatalf("accepted thread %q on %s", fr.Thread, fr.Type)
+			}
+			if fr.Activity != "" && (ValidateActivity("activity", fr.Activity) != nil || fr.Type != TypeTypingStart) {
+				t.Fatalf("accepted activity %q on %s", fr.Activity, fr.Type)
 			}
 			if fr.Rooms != nil {
 				t.Fatalf("%s kept rooms: %+v", fr.Type, fr)
@@ -132,6 +142,8 @@ func FuzzClientFrameScan(f *testing.F) {
 		`{"type":"join","room":"42","id":"c1"}`, ` { "type" : "typing_stop" , "room":"r" } `,
 		`{"type":"ping"}`, `{}`, `{"type":"a","type":"b"}`, `{"Type":"join"}`, `{"type":"join","x":1}`,
 		`{"type":"join"}x`, `{"type":"join",}`, `{"room":"a\"b"}`, `{"room":"é"}`,
+		`{"type":"typing_start","room":"r","thread":"t","activity":"thinking"}`, `{"thread":""}`,
+		`{"thread":"a","thread":"b","activity":"x"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -140,8 +152,8 @@ func FuzzClientFrameScan(f *testing.F) {
 		if !ok {
 			return
 		}
-		var want ClientFrame
-		if err := json.Unmarshal(data, &want); err != nil {
+		want, err := decodeClientFrameJSON(data)
+		if err != nil {
 			t.Fatalf("scan accepted %q, encoding/json refuses it: %v", data, err)
 		}
 		if !reflect.DeepEqual(got, want) {

@@ -10,9 +10,13 @@ import "time"
 // client frame in bytes (ELLIPSIS_MAX_FRAME_BYTES), the most rooms watched
 // per connection (ELLIPSIS_MAX_WATCHED_ROOMS; 0: watching is off) and the
 // least time between two summaries of a watched room in ms
-// (ELLIPSIS_WATCH_INTERVAL; docs/protocol.md, "Watching rooms").
+// (ELLIPSIS_WATCH_INTERVAL; docs/protocol.md, "Watching rooms"); the
+// activities a typing_start may name (the standard ones, typing first,
+// then ELLIPSIS_ACTIVITIES) and the most threads of a room a connection
+// may type in at once (ELLIPSIS_MAX_THREADS_PER_USER; docs/protocol.md,
+// "Threads and activities").
 //
-//	{"ttl_ms":5000,"refresh_ms":4000,"idle_stop_ms":3000,"auth":"none","max_frame_bytes":4096,"max_watched_rooms":500,"watch_interval_ms":2000}
+//	{"ttl_ms":5000,"refresh_ms":4000,"idle_stop_ms":3000,"auth":"none","max_frame_bytes":4096,"max_watched_rooms":500,"watch_interval_ms":2000,"activities":["typing","thinking","recording_audio","recording_video","uploading"],"max_threads_per_user":5}
 type ClientConfig struct {
 	TTLMs           int64  `json:"ttl_ms"`
 	RefreshMs       int64  `json:"refresh_ms"`
@@ -21,6 +25,9 @@ type ClientConfig struct {
 	MaxFrameBytes   int    `json:"max_frame_bytes"`
 	MaxWatchedRooms int    `json:"max_watched_rooms"`
 	WatchIntervalMs int64  `json:"watch_interval_ms"`
+
+	Activities        []string `json:"activities"`
+	MaxThreadsPerUser int      `json:"max_threads_per_user"`
 }
 
 // TTL, Refresh and IdleStop return the timings as durations; 0 when the

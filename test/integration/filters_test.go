@@ -23,8 +23,8 @@ import (
 // stand-in ?hide_typing_from= (auth none), and the join authoriser's
 // reply for the room (authz nats). Bob's start, stop, refresh, activity
 // (a platform service's "thinking" for him) and snapshot presence never
-// reach Alice on either of her connections (one per gateway), while Dave
-// sees all of it and Alice still sees Carol.
+// reach Alice on either of her connections (one per gateway), in the room
+// or in a thread, while Dave sees all of it and Alice still sees Carol.
 
 const filterSecret = "filters-test-secret"
 
@@ -94,7 +94,8 @@ func filterToken(t *testing.T, user string, hide []string) string {
 func TestBlockedUserNeverReachesBlocker(t *testing.T) {
 	for _, mode := range filterModes() {
 		t.Run(mode.name, func(t *testing.T) {
-			var mut []func(*config.Config)
+			// A ttl no step outlasts: nobody expires in the middle.
+			mut := []func(*config.Config){func(c *config.Config) { c.TypingTTL = 30 * time.Second }}
 			if mode.mutate != nil {
 				mut = append(mut, mode.mutate)
 			}
@@ -113,48 +114,66 @@ func TestBlockedUserNeverReachesBlocker(t *testing.T) {
 			bob.join(room)
 			carol.join(room)
 			dave.join(room)
-			// Bob and Carol type before Alice joins: her joined lists
-			// Carol only.
+			// Bob (in the room, and recording audio in thread t1) and
+			// Carol type before Alice joins: her joined lists Carol only,
+			// and no thread.
 			bob.start(room)
-			dave.next(isStart(room, "bob"), 5*time.Second, "bob's start")
+			dave.next(inScope(isStart(room, "bob"), ""), 5*time.Second, "bob's start")
+			bob.send(map[string]any{"type": "typing_start", "room": room, "thread": "t1", "activity": protocol.ActivityRecordingAudio})
+			if f := dave.next(inScope(isStart(room, "bob"), "t1"), 5*time.Second, "bob's start in t1"); f.Activity != protocol.ActivityRecordingAudio {
+				t.Fatalf("dave got %v, want bob recording audio in t1", f)
+			}
 			carol.start(room)
-			dave.next(isStart(room, "carol"), 5*time.Second, "carol's start")
+			dave.next(inScope(isStart(room, "carol"), ""), 5*time.Second, "carol's start")
 
 			phone := dial(t, mode.url(s, 0, "alice", hide), "alice-phone")
 			laptop := dial(t, mode.url(s, 1, "alice", hide), "alice-laptop")
 			for _, a := range []*client{phone, laptop} {
 				j := a.join(room)
-				if got := users(j.Typing); got != "carol" || j.Total == nil || *j.Total != 1 {
-					t.Fatalf("%s: joined lists %q total %v, want carol and 1", a.name, got, j.Total)
+				if got := users(j.Typing); got != "carol" || j.Total == nil || *j.Total != 1 || len(j.Threads) != 0 {
+					t.Fatalf("%s: joined %v, want carol, total 1 and no thread", a.name, j)
 				}
 			}
-			if j := dave.join(room); users(j.Typing) != "bob,carol" || *j.Total != 2 {
+			if j := dave.join(room); users(j.Typing) != "bob,carol" || *j.Total != 2 || len(j.Threads) != 1 || users(j.Threads[0].Users) != "bob" {
 				t.Fatalf("dave's joined: %v", j)
+			}
+			// Carol types in t1 too.
+			carol.send(map[string]any{"type": "typing_start", "room": room, "thread": "t1"})
+			dave.next(inScope(isStart(room, "carol"), "t1"), 5*time.Second, "carol's start in t1")
+			for _, a := range []*client{phone, laptop} {
+				if f := a.next(func(frame) bool { return true }, 5*time.Second, "carol's start in t1"); !inScope(isStart(room, "carol"), "t1")(f) {
+					t.Fatalf("%s got %v, want carol's start in t1", a.name, f)
+				}
 			}
 
 			// Bob stops, types again (a refresh after the throttle), and a
 			// platform service shows him "thinking" then stops him.
 			bob.stop(room)
-			dave.next(isStop(room, "bob", ""), 5*time.Second, "bob's stop")
+			dave.next(inScope(isStop(room, "bob", ""), ""), 5*time.Second, "bob's stop")
 			bob.start(room)
-			dave.next(isStart(room, "bob"), 5*time.Second, "bob's second start")
+			dave.next(inScope(isStart(room, "bob"), ""), 5*time.Second, "bob's second start")
 			// While Bob and Carol type, a sync and the HTTP read leave Bob
 			// out for Alice, and list him for Dave.
 			phone.send(map[string]any{"type": "sync", "room": room, "id": "s1"})
-			if f := phone.next(func(f frame) bool { return f.ID == "s1" }, 5*time.Second, "sync answer"); f.Type != "typing" || users(f.Users) != "carol" || *f.Total != 1 {
-				t.Fatalf("alice's sync: %v, want carol and total 1", f)
+			if f := phone.next(func(f frame) bool { return f.ID == "s1" }, 5*time.Second, "sync answer"); f.Type != "typing" || users(f.Users) != "carol" || *f.Total != 1 ||
+				len(f.Threads) != 1 || users(f.Threads[0].Users) != "carol" || f.Threads[0].Total != 1 {
+				t.Fatalf("alice's sync: %v, want carol and total 1, in the room and in t1", f)
 			}
-			if got := filterHTTP(t, s, mode, "alice", hide, room); got != "carol" {
-				t.Fatalf("alice's HTTP read lists %q, want carol", got)
+			if got := filterHTTP(t, s, mode, "alice", hide, room); got != "carol t1:carol" {
+				t.Fatalf("alice's HTTP read lists %q, want carol t1:carol", got)
 			}
-			if got := filterHTTP(t, s, mode, "dave", nil, room); got != "bob,carol" {
+			if got := filterHTTP(t, s, mode, "dave", nil, room); got != "bob,carol t1:bob,carol" {
 				t.Fatalf("dave's HTTP read lists %q, want bob,carol", got)
 			}
 			nc := connectNATS(t, s.cfg.NATSURL)
 			publishCommand(t, nc, s.cfg.SubjectPrefix, protocol.Command{Op: protocol.OpStart, Room: room, User: "bob", Conn: "bot-7:1", Activity: protocol.ActivityThinking, TTLMs: 5000})
-			dave.next(func(f frame) bool { return isStart(room, "bob")(f) }, 5*time.Second, "bob thinking")
+			if f := dave.next(inScope(isStart(room, "bob"), ""), 5*time.Second, "bob thinking"); f.Activity != protocol.ActivityThinking {
+				t.Fatalf("dave got %v, want bob thinking", f)
+			}
 			publishCommand(t, nc, s.cfg.SubjectPrefix, protocol.Command{Op: protocol.OpStop, Room: room, User: "bob"})
-			dave.next(isStop(room, "bob", protocol.ReasonStopped), 5*time.Second, "bob's final stop")
+			dave.next(inScope(isStop(room, "bob", protocol.ReasonStopped), ""), 5*time.Second, "bob's final stop")
+			bob.send(map[string]any{"type": "typing_stop", "room": room, "thread": "t1"})
+			dave.next(inScope(isStop(room, "bob", protocol.ReasonStopped), "t1"), 5*time.Second, "bob's stop in t1")
 
 			// Carol's stop is published after all of Bob's events on the
 			// room's channel, which every gateway reads in order: each of
@@ -163,10 +182,10 @@ func TestBlockedUserNeverReachesBlocker(t *testing.T) {
 			for _, a := range []*client{phone, laptop} {
 				for {
 					f := a.next(func(frame) bool { return true }, 5*time.Second, "carol's stop")
-					if isAbout("bob")(f) {
+					if aboutInThreads("bob")(f) {
 						t.Fatalf("%s got a frame about bob: %v", a.name, f)
 					}
-					if isStop(room, "carol", "")(f) {
+					if inScope(isStop(room, "carol", protocol.ReasonStopped), "")(f) {
 						break
 					}
 				}
@@ -192,12 +211,39 @@ func filterHTTP(t *testing.T, s *stack, mode filterMode, user string, hide []str
 	}
 	defer resp.Body.Close()
 	var body struct {
-		Users []protocol.Typist `json:"users"`
+		Users   []protocol.Typist        `json:"users"`
+		Threads []protocol.ThreadTypists `json:"threads"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET %s as %s: %d %v", u, user, resp.StatusCode, err)
 	}
-	return users(body.Users)
+	out := users(body.Users)
+	for _, th := range body.Threads {
+		out += " " + th.Thread + ":" + users(th.Users)
+	}
+	return out
+}
+
+// inScope narrows an event predicate to one thread ("" = the room itself).
+func inScope(pred func(frame) bool, thread string) func(frame) bool {
+	return func(f frame) bool { return pred(f) && f.Thread == thread }
+}
+
+// aboutInThreads is isAbout, thread entries of snapshots included.
+func aboutInThreads(user string) func(frame) bool {
+	return func(f frame) bool {
+		if isAbout(user)(f) {
+			return true
+		}
+		for _, th := range f.Threads {
+			for _, u := range th.Users {
+				if u.User == user {
+					return true
+				}
+			}
+		}
+		return false
+	}
 }
 
 // A join with "typing":false gets its joined (empty, total 0), no

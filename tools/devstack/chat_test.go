@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,56 @@ func TestDemoChat(t *testing.T) {
 	begin := time.Now()
 	if err := st.Shutdown(sctx); err != nil {
 		t.Fatalf("Shutdown with an open chat stream: %v (after %s)", err, time.Since(begin))
+	}
+}
+
+// TestDemoChatAssistant: the dev stack's chat has the assistant: a
+// message mentioning @assistant in a thread makes it think there (shown to
+// the room's members with activity thinking and the thread), then its
+// reply is streamed in the thread and its indicator stops there.
+func TestDemoChatAssistant(t *testing.T) {
+	cfg, _ := testConfig(t, nil)
+	st := start(t, devstack.Options{Config: cfg, Backends: backends.Options{DefaultRedisURL: "redis://" + testkit.ClosedAddr(t)}, AssistantThink: 300 * time.Millisecond})
+	room := "chat " + testkit.RandHex(6)
+	chatURL := st.URL() + "demo/chat/rooms/" + url.PathEscape(room) + "/messages"
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, chatURL, nil)
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	bob := dialChat(t, st.WebSocketURL(), "bob", room)
+	untilChatFrame(t, bob, "joined", "")
+
+	resp, err := http.Post(chatURL, "application/json", strings.NewReader(`{"user":"alice","name":"Alice","text":"@assistant, thoughts?","thread":"t-1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("post: %d", resp.StatusCode)
+	}
+	if f := untilChatFrame(t, bob, "typing_start", "assistant"); f["thread"] != "t-1" || f["activity"] != "thinking" || f["name"] != "Assistant" {
+		t.Fatalf("typing_start %v, want the assistant thinking in t-1", f)
+	}
+	sc := bufio.NewScanner(stream.Body)
+	var got []string
+	for len(got) < 2 && sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var m struct{ User, Name, Thread string }
+			if err := json.Unmarshal([]byte(data), &m); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, m.User+" "+m.Name+" "+m.Thread)
+		}
+	}
+	if want := []string{"alice Alice t-1", "assistant Assistant t-1"}; !slices.Equal(got, want) {
+		t.Fatalf("streamed %q, want %q (%v)", got, want, sc.Err())
+	}
+	if f := untilChatFrame(t, bob, "typing_stop", "assistant"); f["thread"] != "t-1" || f["reason"] != "stopped" {
+		t.Fatalf("typing_stop %v", f)
 	}
 }
 

@@ -5,7 +5,10 @@
 // listener only. With the demo page and auth none, it also serves the
 // demo page's chat service (examples/go/chat) under /demo/chat/: a message
 // posted in one tab reaches the room's other tabs and ends its author's
-// typing through the platform's stop command on NATS.
+// typing through the platform's stop command on NATS (in its thread when
+// it names one), and a message mentioning @assistant makes the chat's
+// assistant think in its scope for [DefaultAssistantThink] (activity
+// "thinking", its own ttl_ms) and then reply there.
 //
 //	st, err := devstack.Start(ctx, devstack.Options{Config: cfg, Logger: log})
 //	if err != nil { ... }
@@ -25,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/examples/go/agent"
 	"github.com/ellipsis-chat/ellipsis/examples/go/chat"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/natsconn"
@@ -49,7 +53,13 @@ type Options struct {
 	// Backends tunes the choice of NATS and Redis: ConnectTimeout,
 	// ProbeTimeout, DefaultRedisURL. Its Config and Logger are ignored.
 	Backends backends.Options
+	// AssistantThink is how long the demo chat's assistant thinks before
+	// it replies (0 = DefaultAssistantThink).
+	AssistantThink time.Duration
 }
+
+// DefaultAssistantThink is the demo chat assistant's think time.
+const DefaultAssistantThink = 8 * time.Second
 
 // Stack is a running dev stack.
 type Stack struct {
@@ -115,7 +125,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	sopts := inproc.Options{Config: cfg, Workers: 1, Gateways: 1, Logger: log, Registry: reg}
 	if cfg.DemoPage && cfg.Auth == config.AuthNone {
 		// The chat service trusts the user a page names: auth none only.
-		if err := s.startChat(); err != nil {
+		if err := s.startChat(opts.AssistantThink); err != nil {
 			return nil, err
 		}
 		sopts.DemoChat = s.chat.Handler()
@@ -134,8 +144,10 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 // startChat connects the demo chat service to NATS with the services'
 // connection setup and credentials (package natsconn: ELLIPSIS_NATS_URL,
 // _CREDS, _NKEY, _TLS_*). Like the services, it returns at once and keeps
-// reconnecting in the background.
-func (s *Stack) startChat() error {
+// reconnecting in the background. Its assistant (chat.EnableAssistant)
+// thinks for think (0 = DefaultAssistantThink) with a ttl_ms of
+// agent.DefaultTTL, or ELLIPSIS_SERVICE_MAX_TTL when that is lower.
+func (s *Stack) startChat(think time.Duration) error {
 	clog := s.log.Named("demo-chat")
 	conn, err := natsconn.Connect(natsconn.Options{
 		URLs: s.cfg.NATSServers(),
@@ -150,6 +162,19 @@ func (s *Stack) startChat() error {
 	s.chat = chat.NewService(conn.NC, s.cfg.SubjectPrefix)
 	s.chat.OnStopError = func(room, user string, err error) {
 		clog.Warn("stop typing after a message failed", zap.String("room", room), zap.String("user", user), zap.Error(err))
+	}
+	if think == 0 {
+		think = DefaultAssistantThink
+	}
+	err = s.chat.EnableAssistant(chat.AssistantOptions{
+		Agent: agent.Options{TTL: min(agent.DefaultTTL, s.cfg.ServiceMaxTTL), MaxTTL: s.cfg.ServiceMaxTTL},
+		Think: think,
+		OnError: func(scope agent.Scope, err error) {
+			clog.Warn("the assistant's answer failed", zap.String("room", scope.Room), zap.String("thread", scope.Thread), zap.Error(err))
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("demo chat service: %w", err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -115,14 +116,22 @@ func TestServiceRefusesBadPosts(t *testing.T) {
 	svc := chat.NewService(st.NC, st.Prefix)
 	srv := httptest.NewServer(svc.Handler())
 	defer srv.Close()
-	for _, body := range []string{`{"user":"","text":"x"}`, `{"user":"a","text":""}`, `{"user":"a","text":"` + strings.Repeat("x", chat.MaxTextBytes+1) + `"}`, `nope`} {
+	for body, field := range map[string]string{
+		`{"user":"","text":"x"}`: "user",
+		`{"user":"a","text":""}`: "text",
+		`{"user":"a","text":"` + strings.Repeat("x", chat.MaxTextBytes+1) + `"}`: "text",
+		`nope`: "body",
+		`{"user":"a","text":"x","thread":"a\u0000b"}`:                         "thread: control character",
+		`{"user":"a","text":"x","thread":"` + strings.Repeat("t", 257) + `"}`: "thread: must be 1..256 bytes",
+	} {
 		resp, err := http.Post(srv.URL+"/rooms/r/messages", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
+		msg, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("post %.40s: %d, want 400", body, resp.StatusCode)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), field) {
+			t.Errorf("post %.40s: %d %s, want 400 naming %q", body, resp.StatusCode, msg, field)
 		}
 	}
 	svc.Close()

@@ -46,21 +46,26 @@ const (
 	stopTimeout = 2 * time.Second
 )
 
-// Message is a posted message as streamed to the room.
+// Message is a posted message as streamed to the room. Thread is the
+// thread of the room it was posted in (absent: the room itself).
 type Message struct {
-	ID   int64  `json:"id"`
-	Room string `json:"room"`
-	User string `json:"user"`
-	Name string `json:"name,omitempty"`
-	Text string `json:"text"`
-	TsMs int64  `json:"ts_ms"`
+	ID     int64  `json:"id"`
+	Room   string `json:"room"`
+	Thread string `json:"thread,omitempty"`
+	User   string `json:"user"`
+	Name   string `json:"name,omitempty"`
+	Text   string `json:"text"`
+	TsMs   int64  `json:"ts_ms"`
 }
 
-// Post is the body of a post: POST /rooms/{room}/messages.
+// Post is the body of a post: POST /rooms/{room}/messages. Thread is
+// optional: an id with the rules of a room (1..256 bytes of UTF-8
+// without control characters); absent or "" = the room itself.
 type Post struct {
-	User string `json:"user"`
-	Name string `json:"name,omitempty"`
-	Text string `json:"text"`
+	User   string `json:"user"`
+	Name   string `json:"name,omitempty"`
+	Text   string `json:"text"`
+	Thread string `json:"thread,omitempty"`
 }
 
 type room struct {
@@ -72,12 +77,18 @@ type room struct {
 // Service is a minimal chat service, in memory, for the demo page of the
 // dev stack (tools/devstack serves it under /demo/chat/):
 //
-//	POST /rooms/{room}/messages  {"user":"alice","name":"Alice","text":"hi"}
+//	POST /rooms/{room}/messages  {"user":"alice","name":"Alice","text":"hi","thread":"t-9"}
 //	     → 201 {"id":7}, the message goes to the room's streams, and
-//	       [StopTyping] ends alice's typing in the room on every device
+//	       [StopTypingIn] ends alice's typing in its scope (the thread, or
+//	       without "thread" the room itself) on every device
 //	GET  /rooms/{room}/messages  text/event-stream: the last [History]
-//	     messages (after Last-Event-ID when the browser reconnects), then
-//	     each new one; event id = Message.ID, data = Message as JSON
+//	     messages of the room and its threads (after Last-Event-ID when
+//	     the browser reconnects), then each new one; event id =
+//	     Message.ID, data = Message as JSON
+//
+// With [Service.EnableAssistant], a message mentioning "@assistant"
+// makes the assistant think in the message's scope and then reply there
+// (assistant.go).
 //
 // It trusts the "user" of a post: it is a demo for ELLIPSIS_AUTH=none. A
 // real chat service takes the user from its own authentication, stores the
@@ -88,6 +99,8 @@ type Service struct {
 	// OnStopError, when set, hears a failed stop command (the message is
 	// posted all the same; the indicator then ends at its ttl).
 	OnStopError func(room, user string, err error)
+
+	assistant *assistant // nil without EnableAssistant
 
 	mu     sync.Mutex
 	rooms  map[string]*room
@@ -110,14 +123,19 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
-// Close ends every stream and refuses new ones (503). Call it before
-// shutting the HTTP server down, whose Shutdown waits for open streams.
+// Close ends every stream and refuses new ones (503), then ends the
+// assistant's thinks (each sends the stop of its own conn, bounded by the
+// agent's timeout) and waits for them. Call it before shutting the HTTP
+// server down, whose Shutdown waits for open streams.
 func (s *Service) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
 		close(s.done)
+	}
+	s.mu.Unlock()
+	if s.assistant != nil {
+		s.assistant.close()
 	}
 }
 
@@ -151,13 +169,20 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if p.Thread != "" {
+		if err := protocol.ValidateID("thread", p.Thread); err != nil {
+			httpError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
 	if p.Text == "" || len(p.Text) > MaxTextBytes || !utf8.ValidString(p.Text) {
 		httpError(w, http.StatusBadRequest, fmt.Sprintf("text: must be 1..%d bytes of UTF-8, got %d", MaxTextBytes, len(p.Text)))
 		return
 	}
-	// The hook: the message is posted, so its author is no longer typing.
+	// The hook: the message is posted, so its author is no longer typing
+	// in its scope.
 	ctx, cancel := context.WithTimeout(r.Context(), stopTimeout)
-	err = StopTyping(ctx, s.nc, s.prefix, roomID, p.User)
+	err = StopTypingIn(ctx, s.nc, s.prefix, roomID, p.Thread, p.User)
 	cancel()
 	if err != nil && s.OnStopError != nil {
 		s.OnStopError(roomID, p.User, err)
@@ -166,6 +191,9 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("chat: closed, or at its limit of %d rooms, all with open streams", MaxRooms))
 		return
+	}
+	if s.assistant != nil {
+		s.assistant.heard(s, msg)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
@@ -186,7 +214,7 @@ func (s *Service) publish(roomID string, p Post) (Message, bool) {
 		return Message{}, false
 	}
 	s.lastID++
-	msg := Message{ID: s.lastID, Room: roomID, User: p.User, Name: p.Name, Text: p.Text, TsMs: time.Now().UnixMilli()}
+	msg := Message{ID: s.lastID, Room: roomID, Thread: p.Thread, User: p.User, Name: p.Name, Text: p.Text, TsMs: time.Now().UnixMilli()}
 	rm.history = append(rm.history, msg)
 	if len(rm.history) > History {
 		rm.history = append(rm.history[:0:0], rm.history[len(rm.history)-History:]...)

@@ -7,9 +7,12 @@
 // on <prefix>.typing.v1.cmd. Without "conn", the stop ends every
 // connection of the user in the room at once (every device), and a start
 // that a gateway sent before it (or within 500 ms after) is dropped, so
-// the indicator never outlives the message. [StopTyping] is the whole
-// hook; [Service] is a tiny in-memory chat service built on it, which the
-// dev stack (`make run`) serves to the demo page.
+// the indicator never outlives the message. A message posted in a thread
+// names it ("thread"), and ends its author's typing in that thread only.
+// [StopTyping] and [StopTypingIn] are the whole hook; [Service] is a tiny
+// in-memory chat service built on them, with an assistant that thinks
+// before it answers (package agent), which the dev stack (`make run`)
+// serves to the demo page.
 package chat
 
 import (
@@ -33,8 +36,18 @@ const DefaultTimeout = 2 * time.Second
 // valid ids (1..256 bytes of UTF-8 without control characters); the error
 // names the field. NATS core is at most once: a stop lost while no worker
 // is reachable leaves the indicator until its ttl runs out (about 5 s).
+// It ends the user's typing in the room itself, not in its threads: see
+// [StopTypingIn].
 func StopTyping(ctx context.Context, nc *nats.Conn, subjectPrefix, room, user string) error {
-	cmd := protocol.Command{V: protocol.Version, Op: protocol.OpStop, Room: room, User: user}
+	return StopTypingIn(ctx, nc, subjectPrefix, room, "", user)
+}
+
+// StopTypingIn is [StopTyping] for a message posted in thread of room
+// ("" = the room itself): {"v":1,"op":"stop","room":R,"thread":T,"user":U}
+// ends U's typing in that thread only (docs/protocol.md, "Typing
+// commands"). An invalid thread is an error naming "thread".
+func StopTypingIn(ctx context.Context, nc *nats.Conn, subjectPrefix, room, thread, user string) error {
+	cmd := protocol.Command{V: protocol.Version, Op: protocol.OpStop, Room: room, Thread: thread, User: user}
 	if err := cmd.Validate(); err != nil {
 		return fmt.Errorf("stop typing: %w", err)
 	}

@@ -46,6 +46,26 @@ export function roomToken(room) {
   return out;
 }
 
+/**
+ * Flushes nc, so the NATS server has what was published before; rejects
+ * when no flush answer comes within timeoutMs ("<what>: no flush from the
+ * NATS server within N ms").
+ * @param {import("@nats-io/transport-node").NatsConnection} nc
+ * @param {number} timeoutMs
+ * @param {string} what
+ */
+export async function flushWithin(nc, timeoutMs, what) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no flush from the NATS server within ${timeoutMs} ms`)), timeoutMs);
+  });
+  try {
+    await Promise.race([nc.flush(), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** The CLI's settings from the environment: ELLIPSIS_NATS_URL and ELLIPSIS_SUBJECT_PREFIX. */
 export function envSettings() {
   return {

@@ -10,10 +10,8 @@
 // The CLI's policy: the rooms listed per user, and every room starting
 // with "public-".
 
-import { connect, JSONCodec } from "nats";
+import { connect } from "@nats-io/transport-node";
 import { checkId, envSettings, isMain, subjects } from "./ids.js";
-
-const json = JSONCodec();
 
 /** Several replicas in this queue group share the requests. */
 export const QUEUE_GROUP = "join-authz";
@@ -23,7 +21,7 @@ export const QUEUE_GROUP = "join-authz";
  * one; it must settle well under a second). Malformed requests are denied
  * without asking the policy, and so is a policy that throws. Returns the
  * subscription: `sub.unsubscribe()` or `nc.drain()` stops it.
- * @param {import("nats").NatsConnection} nc
+ * @param {import("@nats-io/transport-node").NatsConnection} nc
  * @param {{prefix?: string, policy: (user: string, room: string) => boolean | Promise<boolean>}} opts
  */
 export function serveJoinAuthz(nc, { prefix = "ellipsis", policy }) {
@@ -33,7 +31,7 @@ export function serveJoinAuthz(nc, { prefix = "ellipsis", policy }) {
       if (err) return;
       let allow = false;
       try {
-        const req = json.decode(msg.data);
+        const req = msg.json();
         if (req && req.v === 1) {
           checkId("user", req.user);
           checkId("room", req.room);
@@ -42,7 +40,7 @@ export function serveJoinAuthz(nc, { prefix = "ellipsis", policy }) {
       } catch {
         allow = false;
       }
-      msg.respond(json.encode({ allow }));
+      msg.respond(JSON.stringify({ allow }));
     },
   });
 }

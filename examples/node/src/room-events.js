@@ -11,16 +11,14 @@
 //
 //   ELLIPSIS_NATS_URL=nats://127.0.0.1:4222 node src/room-events.js [room]   # no room: every room
 
-import { connect, JSONCodec } from "nats";
+import { connect } from "@nats-io/transport-node";
 import { envSettings, isMain, subjects } from "./ids.js";
-
-const json = JSONCodec();
 
 /**
  * Calls onEvent(event) for each typing event of `room`, or of every room
  * when room is undefined. A payload that is not a v1 typing event goes to
  * onBad(data, err) (when given) and is skipped. Returns the subscription.
- * @param {import("nats").NatsConnection} nc
+ * @param {import("@nats-io/transport-node").NatsConnection} nc
  * @param {{prefix?: string, room?: string, onEvent: (ev: any) => void, onBad?: (data: Uint8Array, err: Error) => void}} opts
  */
 export function followRoomEvents(nc, { prefix = "ellipsis", room, onEvent, onBad }) {
@@ -30,7 +28,7 @@ export function followRoomEvents(nc, { prefix = "ellipsis", room, onEvent, onBad
       if (err) return;
       let ev;
       try {
-        ev = json.decode(msg.data);
+        ev = msg.json();
         if (!ev || ev.v !== 1 || (ev.type !== "typing_start" && ev.type !== "typing_stop")) {
           throw new Error(`not a v1 typing event: v ${ev?.v}, type ${ev?.type}`);
         }

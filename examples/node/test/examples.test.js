@@ -11,7 +11,7 @@ import { execFile, spawn } from "node:child_process";
 import { once } from "node:events";
 import { promisify } from "node:util";
 import { fileURLToPath } from "node:url";
-import { connect } from "nats";
+import { connect } from "@nats-io/transport-node";
 
 import { startStack, dial, natsURL } from "./stack.js";
 import { roomToken, subjects, checkId, parseAllow } from "../src/index.js";
@@ -72,19 +72,42 @@ test("(a) message posted → stop typing: Bob sees Alice's typing_stop", async (
   }
 });
 
+test("(a) a message posted in a thread stops its author there only; (b) lists the thread", async () => {
+  const room = "node a thread " + Date.now();
+  const { bob, close } = await aliceTyping(room);
+  try {
+    // Alice types in a thread too (as a threads-aware gateway would send it).
+    nc.publish(subjects(stack.prefix).command, JSON.stringify({ v: 1, op: "start", room, thread: "t-1", user: "alice", name: "Alice", conn: "test-alice:1", seq: 1, ts_ms: Date.now() }));
+    await nc.flush();
+    await bob.until((f) => f.type === "typing_start" && f.user === "alice" && f.thread === "t-1");
+    const who = await run(process.execPath, [script("who-is-typing.js"), room], { env: env(), timeout: 20000 });
+    assert.equal(who.stdout, 'typing: alice (Alice)\ntotal: 1\ntyping in thread "t-1": alice (Alice)\ntotal in thread "t-1": 1\n');
+
+    const { stdout } = await run(process.execPath, [script("stop-typing.js"), room, "alice", "t-1"], { env: env(), timeout: 20000 });
+    assert.match(stdout, /stop sent: user "alice" in thread "t-1" of room/);
+    const stop = await bob.until((f) => f.type === "typing_stop" && f.user === "alice");
+    assert.equal(stop.thread, "t-1");
+    assert.equal(stop.reason, "stopped");
+    const snap = await whoIsTyping(nc, { prefix: stack.prefix, room });
+    assert.deepEqual(snap, { room, users: [{ user: "alice", name: "Alice" }], total: 1, threads: [] });
+  } finally {
+    close();
+  }
+});
+
 test("(a) an invalid id is refused, naming the field", async () => {
   await assert.rejects(run(process.execPath, [script("stop-typing.js"), "", "alice"], { env: env(), timeout: 20000 }), /room: must be 1\.\.256 bytes/);
 });
 
 test("(b) who is typing in room R: the snapshot lists Alice", async () => {
   const room = "node b:" + Date.now();
-  assert.deepEqual(await whoIsTyping(nc, { prefix: stack.prefix, room }), { room, users: [], total: 0 });
+  assert.deepEqual(await whoIsTyping(nc, { prefix: stack.prefix, room }), { room, users: [], total: 0, threads: [] });
   const { close } = await aliceTyping(room);
   try {
     const { stdout } = await run(process.execPath, [script("who-is-typing.js"), room], { env: env(), timeout: 20000 });
     assert.equal(stdout, "typing: alice (Alice)\ntotal: 1\n");
     const snap = await whoIsTyping(nc, { prefix: stack.prefix, room });
-    assert.deepEqual(snap, { room, users: [{ user: "alice", name: "Alice" }], total: 1 });
+    assert.deepEqual(snap, { room, users: [{ user: "alice", name: "Alice" }], total: 1, threads: [] });
   } finally {
     close();
   }

@@ -192,7 +192,7 @@ func New(opts Options) (*Server, error) {
 	if opts.sweepInterval > 0 {
 		cfg.SweepInterval = opts.sweepInterval // after checkConfig: tests only
 	}
-	acts := append(protocol.StandardActivities(), cfg.Activities...)
+	acts := cfg.AcceptedActivities()
 	actSet := make(map[string]bool, len(acts))
 	for _, a := range acts {
 		actSet[a] = true

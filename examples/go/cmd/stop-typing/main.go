@@ -3,6 +3,7 @@
 // (package chat, docs/protocol.md "Typing commands").
 //
 //	go run ./examples/go/cmd/stop-typing -room 42 -user alice
+//	go run ./examples/go/cmd/stop-typing -room 42 -thread t-9 -user alice   # a message posted in a thread
 //
 // Flags -nats (default $ELLIPSIS_NATS_URL, else nats://127.0.0.1:4222) and
 // -prefix (default $ELLIPSIS_SUBJECT_PREFIX, else "ellipsis") choose the
@@ -24,6 +25,7 @@ func main() {
 	var dep natsenv.Deployment
 	dep.AddFlags(flag.CommandLine)
 	room := flag.String("room", "", "room id (required)")
+	thread := flag.String("thread", "", "thread of the room the message was posted in (default: the room itself)")
 	user := flag.String("user", "", "user id whose message was posted (required)")
 	flag.Parse()
 
@@ -36,8 +38,12 @@ func main() {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := chat.StopTyping(ctx, nc, dep.Prefix, *room, *user); err != nil {
+	if err := chat.StopTypingIn(ctx, nc, dep.Prefix, *room, *thread, *user); err != nil {
 		natsenv.Fail("stop-typing", err)
+	}
+	if *thread != "" {
+		fmt.Printf("stop sent: user %q in thread %q of room %q\n", *user, *thread, *room)
+		return
 	}
 	fmt.Printf("stop sent: user %q in room %q\n", *user, *room)
 }

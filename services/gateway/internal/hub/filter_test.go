@@ -241,3 +241,34 @@ func TestViewInWatchSummary(t *testing.T) {
 		t.Fatalf("other's summary: %+v", s)
 	}
 }
+
+// threadSnapshots answers the room's typists and one thread, t1, with
+// bob and carol typing in it.
+type threadSnapshots struct{ *snapshots }
+
+func (s threadSnapshots) Snapshot(ctx context.Context, room string) (protocol.Snapshot, error) {
+	snap, err := s.snapshots.Snapshot(ctx, room)
+	snap.Threads = []protocol.ThreadSnapshot{{Thread: "t1", Users: []protocol.Typist{{User: "bob"}, {User: "carol"}}, Total: 2}}
+	return snap, err
+}
+
+func TestViewFiltersThreads(t *testing.T) {
+	f := newFixture(t, 16)
+	f.snap.typing = map[string][]protocol.Typist{}
+	f.setTyping("r", "bob")
+	f.h.flights.backend = threadSnapshots{f.snap}
+	blocker := &member{user: "alice"}
+	f.joinView(t, "r", blocker, hides("bob"), "j")
+	j := decoded(t, blocker)[0]
+	if len(j.Typing) != 0 || j.Total != 0 || len(j.Threads) != 1 || j.Threads[0].Thread != "t1" || !slices.Equal(users(j.Threads[0].Users), []string{"carol"}) || j.Threads[0].Total != 1 {
+		t.Fatalf("joined %+v, want no room typist and t1 with carol only", j)
+	}
+	for _, u := range []string{"bob", "carol"} {
+		ev := protocol.RoomEvent{Type: protocol.TypeTypingStart, Room: "r", Thread: "t1", User: u, TTLMs: 5000}
+		f.publish("r", string(protocol.RoomEventPrefix(ev))+"1}")
+	}
+	fr := decoded(t, blocker)
+	if len(fr) != 2 || fr[1].User != "carol" || fr[1].Thread != "t1" {
+		t.Fatalf("blocker got %q, want carol's start in t1 only", blocker.frames())
+	}
+}

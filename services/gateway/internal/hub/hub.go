@@ -88,12 +88,13 @@ type Member interface {
 	// and must be cheap: it is called under a room's lock.
 	User() string
 	// SendEvent queues one room event (typing_start or typing_stop, as
-	// published) about user in room without blocking, and reports whether
-	// it was taken. A member whose socket is slow may conflate it: keep
-	// only the latest event per (room, user) until its socket drains
-	// (docs/protocol.md, "Order and loss"). It must never call back into
-	// the hub.
-	SendEvent(room, user string, frame []byte) bool
+	// published) of room without blocking, and reports whether it was
+	// taken; key is its scope key, [EventKey] of its user and thread. A
+	// member whose socket is slow may conflate it: keep only the latest
+	// event per (room, key), that is per (room, thread, user), until its
+	// socket drains (docs/protocol.md, "Order and loss"). It must never
+	// call back into the hub.
+	SendEvent(room, key string, frame []byte) bool
 	// SendSnapshot queues a snapshot frame of room (joined, or typing)
 	// without blocking: never dropped, and it supersedes the room's events
 	// the member conflated before it (all of them older than the hold the

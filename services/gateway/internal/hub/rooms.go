@@ -50,7 +50,7 @@ type room struct {
 type buffered struct {
 	frame []byte
 	typ   string
-	user  string
+	key   string // EventKey of the event's user and thread
 }
 
 // membership is one member in one room; under room.mu.
@@ -214,7 +214,7 @@ func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
 	}
 	if !off {
 		for _, b := range ms.buf {
-			h.deliver(hd.m, rm.name, b.user, b.frame, b.typ)
+			h.deliver(hd.m, rm.name, b.key, b.frame, b.typ)
 		}
 	}
 	ms.buf = nil
@@ -222,9 +222,10 @@ func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
 	return overflowed
 }
 
-// deliver sends m one event of room about user; the room's lock is held.
-func (h *Hub) deliver(m Member, room, user string, frame []byte, typ string) bool {
-	if m.SendEvent(room, user, frame) {
+// deliver sends m one event of room about key (EventKey); the room's lock
+// is held.
+func (h *Hub) deliver(m Member, room, key string, frame []byte, typ string) bool {
+	if m.SendEvent(room, key, frame) {
 		h.met.FrameOut(typ, 1)
 		return true
 	}
@@ -330,7 +331,9 @@ func (h *Hub) fanOut(channel, payload string) {
 		return
 	}
 	defer rm.mu.Unlock()
-	h.markWatchDirty(rm) // O(1): the next watch tick summarizes it
+	if ev.Thread == "" {
+		h.markWatchDirty(rm) // O(1): the next watch tick summarizes it (a summary is the room scope only)
+	}
 	if rm.mode != modeEvents {
 		// Summary mode (summary.go): the next summary carries it.
 		rm.dirty = true
@@ -338,18 +341,31 @@ func (h *Hub) fanOut(channel, payload string) {
 		return
 	}
 	frame := []byte(payload) // shared, read-only, by every member's queue
+	key := EventKey(ev.User, ev.Thread)
 	for m, ms := range rm.members {
 		if m.User() == ev.User || ms.view != nil && ms.view.Drops(ev.User) {
 			continue
 		}
 		if ms.holds > 0 {
 			if len(ms.buf) < h.opts.PendingLimit {
-				ms.buf = append(ms.buf, buffered{frame, ev.Type, ev.User})
+				ms.buf = append(ms.buf, buffered{frame, ev.Type, key})
 			} else {
 				ms.overflow = true
 			}
 			continue
 		}
-		h.deliver(m, name, ev.User, frame, ev.Type)
+		h.deliver(m, name, key, frame, ev.Type)
 	}
+}
+
+// EventKey is the scope key of a room event about user in thread ("" =
+// the room itself), what [Member.SendEvent] gets as its key: user for the
+// room itself, else user + "\x00" + thread. An id holds no control
+// character, so two scopes never share a key, and a member conflating by
+// key keeps a thread event and a room event of one user apart.
+func EventKey(user, thread string) string {
+	if thread == "" {
+		return user
+	}
+	return user + "\x00" + thread
 }

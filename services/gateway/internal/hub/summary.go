@@ -314,8 +314,10 @@ func (h *Hub) exitSummary(rm *room) {
 }
 
 // summaryFrames is one summary encoded once for the members whose user
-// it does not list, and once per listed typist (the self filter): at most
-// the snapshot cap + 1 encodings, whatever the number of members.
+// it does not list, and once per typist listed in the room or a thread
+// (the self filter): at most twice the snapshot cap + 1 encodings (the
+// room's list and the threads' lists are each capped), whatever the
+// number of members.
 type summaryFrames struct {
 	all  []byte
 	self map[string][]byte
@@ -327,15 +329,26 @@ func newSummaryFrames(room string, snap protocol.Snapshot) (summaryFrames, error
 		return summaryFrames{}, fmt.Errorf("encode: %w", err)
 	}
 	f := summaryFrames{all: all}
-	for _, t := range snap.Users {
-		if f.self == nil {
-			f.self = make(map[string][]byte, len(snap.Users))
+	self := func(users []protocol.Typist) error {
+		for _, t := range users {
+			if f.self == nil {
+				f.self = make(map[string][]byte, len(snap.Users))
+			}
+			if f.self[t.User] != nil {
+				continue
+			}
+			if f.self[t.User], err = protocol.Encode(protocol.NewTypingSnapshot(room, snap.WithoutUser(t.User), "")); err != nil {
+				return fmt.Errorf("encode: %w", err)
+			}
 		}
-		if f.self[t.User] != nil {
-			continue
-		}
-		if f.self[t.User], err = protocol.Encode(protocol.NewTypingSnapshot(room, snap.WithoutUser(t.User), "")); err != nil {
-			return summaryFrames{}, fmt.Errorf("encode: %w", err)
+		return nil
+	}
+	if err := self(snap.Users); err != nil {
+		return summaryFrames{}, err
+	}
+	for _, th := range snap.Threads {
+		if err := self(th.Users); err != nil {
+			return summaryFrames{}, err
 		}
 	}
 	return f, nil

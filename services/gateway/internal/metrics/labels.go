@@ -36,7 +36,7 @@ var (
 		protocol.TypeWatching, protocol.TypeUnwatched, protocol.TypeSummary)
 	errorCodes = labelSet(protocol.CodeBadRequest, protocol.CodeUnknownType, protocol.CodeNotJoined,
 		protocol.CodeForbidden, protocol.CodeRoomLimit, protocol.CodeRateLimited, protocol.CodeUnavailable,
-		protocol.CodeInternal, protocol.CodeWatchLimit)
+		protocol.CodeInternal, protocol.CodeWatchLimit, protocol.CodeTooManyThreads)
 	watchRefusalCodes = labelSet(protocol.CodeBadRequest, protocol.CodeForbidden, protocol.CodeWatchLimit,
 		protocol.CodeRateLimited, protocol.CodeUnavailable)
 	commandOps = labelSet(protocol.OpStart, protocol.OpStop, protocol.OpLeave, protocol.OpDisconnect)

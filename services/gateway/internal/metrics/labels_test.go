@@ -20,7 +20,7 @@ func TestLabelsAreBounded(t *testing.T) {
 	want := map[string]map[string]bool{
 		"ellipsis_gateway_frames_in_total":               set("join", "leave", "typing_start", "typing_stop", "sync", "ping", "watch", "unwatch", "invalid", "binary", "other"),
 		"ellipsis_gateway_frames_out_total":              set("joined", "left", "typing_start", "typing_stop", "typing", "pong", "error", "watching", "unwatched", "summary", "other"),
-		"ellipsis_gateway_errors_total":                  set("bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "watch_limit", "other"),
+		"ellipsis_gateway_errors_total":                  set("bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "watch_limit", "too_many_threads", "other"),
 		"ellipsis_gateway_watch_refusals_total":          set("bad_request", "forbidden", "watch_limit", "rate_limited", "unavailable", "other"),
 		"ellipsis_gateway_commands_published_total":      set("start", "stop", "leave", "disconnect", "other"),
 		"ellipsis_gateway_snapshots_total":               set("requested", "shared", "rate_limited", "other"),
@@ -43,7 +43,7 @@ func recordOwnThenHostileLabels(m *Metrics) {
 	for _, v := range []string{"joined", "left", "typing_start", "typing_stop", "typing", "pong", "error", "watching", "unwatched", "summary"} {
 		m.FrameOut(v, 1)
 	}
-	for _, v := range []string{"bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "watch_limit"} {
+	for _, v := range []string{"bad_request", "unknown_type", "not_joined", "forbidden", "room_limit", "rate_limited", "unavailable", "internal", "watch_limit", "too_many_threads"} {
 		m.Error(v)
 	}
 	for _, v := range []string{"bad_request", "forbidden", "watch_limit", "rate_limited", "unavailable"} {

@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ import (
 // channel closed when Serve returned; the test's end closes it.
 func fakeConn(t *testing.T, cfg Config) (*Conn, *fakeTransport, <-chan struct{}) {
 	t.Helper()
-	if cfg == (Config{}) {
+	if reflect.DeepEqual(cfg, Config{}) {
 		cfg = testConfig(2, 100)
 	}
 	met, err := metrics.New(prometheus.NewRegistry())

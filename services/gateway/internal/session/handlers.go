@@ -183,6 +183,7 @@ func (c *Conn) leave(f protocol.ClientFrame) {
 	if joined {
 		delete(c.rooms, f.Room)
 		delete(c.roomHidden, f.Room)
+		c.threads.leaveRoom(f.Room) // the leave ends every scope of the room
 		if c.ident.ShareTyping && !c.disconnected {
 			cmd = c.commandLocked(protocol.OpLeave, f.Room)
 		}
@@ -200,15 +201,31 @@ func (c *Conn) leave(f protocol.ClientFrame) {
 	c.reply(f.Room, protocol.TypeLeft, protocol.NewLeft(f.Room, f.ID))
 }
 
+// typing serves typing_start and typing_stop, in the room itself or in
+// f.Thread of it (docs/protocol.md, "Threads and activities"): an activity
+// outside cfg.Activities is bad_request, a start in one more thread than
+// MaxThreads this connection types in is too_many_threads (scopes.go),
+// both with the frame's room and id; the command carries f's thread and
+// activity (never ttl_ms: clients get the standard ttl).
 func (c *Conn) typing(f protocol.ClientFrame) {
 	op := protocol.OpStart
 	if f.Type == protocol.TypeTypingStop {
 		op = protocol.OpStop
 	}
+	if f.Activity == protocol.ActivityTyping {
+		f.Activity = "" // the default: the command a client without activity sends
+	}
+	if op == protocol.OpStart {
+		if msg := c.cfg.checkActivity(f.Activity); msg != "" {
+			c.sendError(protocol.CodeBadRequest, msg, f.Room, f.ID)
+			return
+		}
+	}
 	c.mu.Lock()
 	_, joined := c.rooms[f.Room]
 	var why string
 	var cmd *protocol.Command
+	tooMany := false
 	switch {
 	case !joined:
 	case !c.ident.ShareTyping:
@@ -217,8 +234,14 @@ func (c *Conn) typing(f protocol.ClientFrame) {
 		why = "gateway shutting down; reconnect"
 	case !c.deps.Backend.Connected():
 		why = "presence backend unavailable (NATS); retry"
+	case f.Thread != "" && op == protocol.OpStart && !c.threads.startThread(f.Room, f.Thread, time.Now(), c.cfg.maxThreads(), c.cfg.typingTTL()):
+		tooMany = true
 	default:
+		if f.Thread != "" && op == protocol.OpStop {
+			c.threads.stopThread(f.Room, f.Thread)
+		}
 		cmd = c.commandLocked(op, f.Room)
+		cmd.Thread, cmd.Activity = f.Thread, f.Activity
 	}
 	c.mu.Unlock()
 	if err := c.publish(cmd); err != nil {
@@ -227,6 +250,8 @@ func (c *Conn) typing(f protocol.ClientFrame) {
 	switch {
 	case !joined:
 		c.sendError(protocol.CodeNotJoined, "join room "+strconv.Quote(f.Room)+" first", f.Room, f.ID)
+	case tooMany:
+		c.sendError(protocol.CodeTooManyThreads, fmt.Sprintf("at most %d threads of room %s typed in at once (ELLIPSIS_MAX_THREADS_PER_USER); stop one first", c.cfg.maxThreads(), strconv.Quote(f.Room)), f.Room, f.ID)
 	case why != "":
 		c.unavailable(f, why)
 	}

@@ -26,7 +26,7 @@
 // [WebSocket] adapts gorilla's). Files: session.go the lifecycle and
 // close, writer.go the outbound queue, write loop and pings, reader.go the
 // read loop and the inbound limit, handlers.go the client frames' handlers
-// and the commands, watch.go watch and unwatch (and SendSummary), lanes.go
+// and the commands, scopes.go the threads a connection types in, watch.go watch and unwatch (and SendSummary), lanes.go
 // the room lanes, inbound.go the inbound token bucket, budget.go and
 // budgets.go the users' snapshot and watch budgets.
 package session
@@ -79,9 +79,9 @@ type Config struct {
 	// OutboundQueue is the outbound queue's size in frames: from half of
 	// it room events are conflated (writer.go; ELLIPSIS_OUTBOUND_QUEUE).
 	OutboundQueue int
-	// ConflateRoomCap is the most users whose latest event is kept per
-	// room while conflating; over it the room gets a snapshot instead
-	// (ELLIPSIS_SNAPSHOT_MAX).
+	// ConflateRoomCap is the most (thread, user) scopes whose latest
+	// event is kept per room while conflating; over it the room gets a
+	// snapshot instead (ELLIPSIS_SNAPSHOT_MAX).
 	ConflateRoomCap int
 	SnapshotTimeout time.Duration // authorisation and snapshot requests, and a watch frame's answer (ELLIPSIS_SNAPSHOT_TIMEOUT)
 	// PongWait is how long the reader waits for any frame or pong; the
@@ -96,6 +96,19 @@ type Config struct {
 	// within the abuse window (inbound.go); one more closes the connection
 	// with 1008 (ELLIPSIS_INBOUND_MAX_REJECTED).
 	MaxRejectedWindow int
+	// Activities are the activities a typing_start may name
+	// (config.AcceptedActivities: the standard ones and
+	// ELLIPSIS_ACTIVITIES); another is bad_request. Empty: the standard
+	// ones.
+	Activities []string
+	// MaxThreads is the most threads of one room the connection types in
+	// at once; a start in one more is too_many_threads
+	// (ELLIPSIS_MAX_THREADS_PER_USER; scopes.go). Zero: [DefaultMaxThreads].
+	MaxThreads int
+	// TypingTTL is how long after its last start a thread counts as typed
+	// in when no stop came (ELLIPSIS_TYPING_TTL: the worker's entry expires
+	// then). Zero: [DefaultTypingTTL].
+	TypingTTL time.Duration
 }
 
 // check reports the first field New needs positive that is not.
@@ -191,6 +204,8 @@ type Conn struct {
 	budget       *userBudget // the user's snapshot budget (budget.go), held until Serve ends; its own lock
 	seq          uint64      // last seq published
 	disconnected bool        // disconnect published: publish nothing more
+	// threads is the threads typed in per joined room (scopes.go).
+	threads threadsTyped
 }
 
 var (
@@ -349,12 +364,13 @@ func (c *Conn) sendReply(room string, frame []byte) bool {
 }
 
 // SendEvent queues (or, conflating, keeps as the latest of its room and
-// user) one room event ([hub.Member]); false after a close request.
-func (c *Conn) SendEvent(room, user string, frame []byte) bool {
+// scope key: hub.EventKey of its user and thread) one room event
+// ([hub.Member]); false after a close request.
+func (c *Conn) SendEvent(room, key string, frame []byte) bool {
 	if c.closing() {
 		return false
 	}
-	return c.w.sendEvent(room, user, frame)
+	return c.w.sendEvent(room, key, frame)
 }
 
 // SendSnapshot queues a snapshot frame of room, superseding the room's

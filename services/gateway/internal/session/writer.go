@@ -40,7 +40,7 @@ type writerHost interface {
 	// closed with 1013.
 	overflowed()
 	// conflating reports that the writer began (true) or ended (false)
-	// keeping room events as the latest per (room, user).
+	// keeping room events as the latest per (room, thread, user).
 	conflating(on bool)
 	// conflated reports n room events replaced or superseded, unwritten.
 	conflated(n int)
@@ -60,13 +60,13 @@ type writerHost interface {
 // fewer than the high-water mark (cfg.OutboundQueue/2, at least 1) frames
 // are queued; from there, until the queue and the conflation state have
 // drained, the writer conflates: it keeps only the latest event per
-// (room, user) in conf and writes those after the queue
+// (room, thread, user) in conf and writes those after the queue
 // (docs/protocol.md, "Order and loss"). A room's conflated events never
 // pass a frame of that room queued after them: a snapshot of the room
 // (sendSnapshot) supersedes them (they are older than the hold it was
 // read after), and any other answer about the room (sendReply: left, an
 // error) first moves them into the queue. A room with more than
-// cfg.ConflateRoomCap conflated users drops them and asks for a snapshot
+// cfg.ConflateRoomCap conflated entries (its scopes' users together) drops them and asks for a snapshot
 // push (host.pushRoom), dropping its events until that snapshot comes;
 // while a snapshot of the room queued since conflation began is not
 // written yet, the push is asked only once it is, so a reader that does
@@ -94,7 +94,8 @@ type writer struct {
 	mu   sync.Mutex
 	out  [][]byte
 	head int
-	// conf is the conflation state: room → user → latest event frame;
+	// conf is the conflation state: room → scope key (hub.EventKey: user
+	// and thread) → latest event frame;
 	// confN its entries; confPush the rooms whose conflated events
 	// overflowed → the snapshot push awaited (pushes numbers them, never
 	// reset); confSnap the rooms with a snapshot queued while conflating →
@@ -298,10 +299,12 @@ func (w *writer) queueSnapshotLocked(room string, frame []byte) {
 	}
 }
 
-// sendEvent takes frame, an event of room about user: queued while fewer
-// than the high-water mark are queued and nothing is conflated, else kept
-// as the latest event of (room, user). It never refuses one.
-func (w *writer) sendEvent(room, user string, frame []byte) bool {
+// sendEvent takes frame, an event of room of scope key (hub.EventKey: its
+// user and thread): queued while fewer than the high-water mark are
+// queued and nothing is conflated, else kept as the latest event of
+// (room, key), so a thread event never replaces a room event of the same
+// user. It never refuses one.
+func (w *writer) sendEvent(room, key string, frame []byte) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.inConf && len(w.out)-w.head < w.highWater() {
@@ -324,8 +327,8 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 		return true
 	}
 	users := w.conf[room]
-	if _, ok := users[user]; ok {
-		users[user] = frame
+	if _, ok := users[key]; ok {
+		users[key] = frame
 		w.host.conflated(1)
 		return true
 	}
@@ -355,7 +358,7 @@ func (w *writer) sendEvent(room, user string, frame []byte) bool {
 		users = map[string][]byte{}
 		w.conf[room] = users
 	}
-	users[user] = frame
+	users[key] = frame
 	w.confN++
 	w.kickLocked()
 	return true
@@ -447,7 +450,7 @@ func (w *writer) answerLocked() { w.ans = append(w.ans, w.enq) }
 // cfg.OutboundQueue/2, at least 1.
 func (w *writer) highWater() int { return max(1, w.cfg.OutboundQueue/2) }
 
-// roomCap is the most users conflated per room (cfg.ConflateRoomCap,
+// roomCap is the most entries (scopes' users) conflated per room (cfg.ConflateRoomCap,
 // default 100: ELLIPSIS_SNAPSHOT_MAX's).
 func (w *writer) roomCap() int {
 	if w.cfg.ConflateRoomCap > 0 {
