@@ -325,7 +325,7 @@ func (s *Server) Start(ctx context.Context) error {
 		s.awaitBackplane(ctx, s.cfg.PubSubPingTimeout)
 	}
 	pres.OnReconnect(s.hub.Resync)
-	s.authz = s.sec.authorizer(s.cfg, pres, s.names.AuthzJoinSubject())
+	s.authz = s.sec.authorizer(s.cfg, pres, s.names.AuthzJoinSubject(), s.log.Named("authz"))
 	s.serveListeners(httpLn, adminLn)
 	s.state = stateStarted
 	s.log.Info("gateway serving", zap.String("http_addr", s.HTTPAddr()), zap.String("admin_addr", s.AdminAddr()),

@@ -18,6 +18,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/backend"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
@@ -242,7 +243,8 @@ func (s *Server) runConn(c *session.Conn, release func()) {
 }
 
 // handleRoomTyping serves GET /v1/rooms/{room}/typing (room path-escaped):
-// 200 RoomTyping (self-filtered), 400 invalid room, 401, 429 rate_limited
+// 200 RoomTyping (self-filtered, and without the users the token's and
+// the authoriser's hide lists name), 400 invalid room, 401, 429 rate_limited
 // with Retry-After (whole seconds) when the user is over its snapshot
 // budget (snapshot_budget.go; checked before authorisation, so a refused
 // request costs no backend call), 403, 503 when the workers cannot be
@@ -268,7 +270,8 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SnapshotTimeout)
 	defer cancel()
-	if err := s.authz.Authorize(ctx, ident, room); err != nil {
+	grant, err := s.authz.Authorize(ctx, ident, room)
+	if err != nil {
 		if errors.Is(err, authz.ErrForbidden) {
 			writeError(w, http.StatusForbidden, protocol.CodeForbidden, "not allowed to read room "+strconv.Quote(room))
 		} else {
@@ -286,7 +289,9 @@ func (s *Server) handleRoomTyping(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "typing snapshot unavailable ("+backend.Reason(err)+"); retry")
 		return
 	}
-	snap := protocol.NewTypingSnapshot(room, users.WithoutUser(ident.User), "")
+	// The user's hide lists apply here too (docs/protocol.md, "Per-viewer filters").
+	own, _ := filter.New(ident.HideTypingFrom, grant.HideTypingFrom, true).Snapshot(users.WithoutUser(ident.User))
+	snap := protocol.NewTypingSnapshot(room, own, "")
 	writeJSON(w, http.StatusOK, RoomTyping{Room: room, Users: snap.Users, Total: snap.Total, Threads: snap.Threads})
 }
 

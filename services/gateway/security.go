@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -16,6 +17,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/session"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
 )
 
 // security holds the gateway-wide defences against hostile clients that
@@ -119,8 +121,9 @@ func readCAs(path string) (*x509.CertPool, error) {
 }
 
 // authorizer builds the authorisation mode of cfg; req asks the NATS hook
-// (authz "nats"). Decisions are counted.
-func (s *security) authorizer(cfg config.Config, req authz.Requester, subject string) authz.Authorizer {
+// (authz "nats"). Decisions are counted, and the hook's bad replies logged
+// on log (at most once a minute).
+func (s *security) authorizer(cfg config.Config, req authz.Requester, subject string, log *zap.Logger) authz.Authorizer {
 	var a authz.Authorizer
 	switch cfg.Authz {
 	case config.AuthzClaims:
@@ -134,28 +137,35 @@ func (s *security) authorizer(cfg config.Config, req authz.Requester, subject st
 	default:
 		a = authz.AllowAll{}
 	}
-	return countedAuthorizer{next: a, met: s.met}
+	return countedAuthorizer{next: a, met: s.met, warn: ratelog.New(log, time.Minute)}
 }
 
-// countedAuthorizer counts the decisions of another Authorizer.
+// countedAuthorizer counts the decisions of another Authorizer and logs
+// the hook's bad replies (a platform bug: every join it answers so is
+// denied), rate-limited.
 type countedAuthorizer struct {
 	next authz.Authorizer
 	met  *metrics.Security
+	warn *ratelog.Logger
 }
 
-func (c countedAuthorizer) Authorize(ctx context.Context, id auth.Identity, room string) error {
-	err := c.next.Authorize(ctx, id, room)
+func (c countedAuthorizer) Authorize(ctx context.Context, id auth.Identity, room string) (authz.Grant, error) {
+	g, err := c.next.Authorize(ctx, id, room)
 	switch {
 	case err == nil:
 		c.met.Authz(metrics.AuthzAllow)
 	case errors.Is(err, authz.ErrNoAnswer):
 		c.met.Authz(metrics.AuthzNoAnswer)
+	case errors.Is(err, authz.ErrBadReply):
+		c.met.Authz(metrics.AuthzBadReply)
+		c.warn.Warn("authz-bad-reply", "join authoriser sent a reply the gateway cannot read; the join is denied (logged at most once a minute)",
+			zap.String("user", id.User), zap.String("room", room), zap.Error(err))
 	case errors.Is(err, authz.ErrForbidden):
 		c.met.Authz(metrics.AuthzDeny)
 	default:
 		c.met.Authz(metrics.AuthzError)
 	}
-	return err
+	return g, err
 }
 
 // Errors of connLimiter.acquire.

@@ -7,6 +7,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,6 +85,11 @@ const (
 // dropped from the other frame types. A field sent empty ("thread":"") is
 // an error, not the room itself (docs/protocol.md, "Threads and
 // activities").
+//
+// Typing is a join's option (docs/protocol.md, "Per-viewer filters"):
+// false joins the room without its typing, nil (absent or null) and true
+// with it; the decoder reads it on join only (on other frames it is
+// ignored, nil).
 type ClientFrame struct {
 	Type     string   `json:"type"`
 	Room     string   `json:"room,omitempty"`
@@ -91,25 +97,34 @@ type ClientFrame struct {
 	Activity string   `json:"activity,omitempty"`
 	Rooms    []string `json:"rooms,omitempty"`
 	ID       string   `json:"id,omitempty"`
+	Typing   *bool    `json:"typing,omitempty"`
 
 	// threadSet and activitySet: the field was in the frame (so that an
 	// empty one is refused, not read as left out).
 	threadSet, activitySet bool
 }
 
+// TypingOff reports whether f is a join asking for no typing of its room
+// ("typing":false).
+func (f ClientFrame) TypingOff() bool { return f.Typing != nil && !*f.Typing }
+
 // clientFrameJSON is the encoding/json form of a client frame: the
-// pointers tell a field left out (or null) from one sent empty.
+// pointers tell a field left out (or null) from one sent empty; typing is
+// kept raw, so that only a join's typing is checked and a frame of another
+// type that happens to carry one is read as before.
 type clientFrameJSON struct {
-	Type     string   `json:"type"`
-	Room     string   `json:"room"`
-	Thread   *string  `json:"thread"`
-	Activity *string  `json:"activity"`
-	Rooms    []string `json:"rooms"`
-	ID       string   `json:"id"`
+	Type     string          `json:"type"`
+	Room     string          `json:"room"`
+	Thread   *string         `json:"thread"`
+	Activity *string         `json:"activity"`
+	Rooms    []string        `json:"rooms"`
+	ID       string          `json:"id"`
+	Typing   json.RawMessage `json:"typing"`
 }
 
 // decodeClientFrameJSON decodes data with encoding/json (the slow path of
-// [DecodeClientFrame]); on error f holds what was read.
+// [DecodeClientFrame]); on error f holds what was read. A join's typing
+// that is not a boolean is a *FieldError.
 func decodeClientFrameJSON(data []byte) (ClientFrame, error) {
 	var w clientFrameJSON
 	err := json.Unmarshal(data, &w)
@@ -119,6 +134,9 @@ func decodeClientFrameJSON(data []byte) (ClientFrame, error) {
 	}
 	if w.Activity != nil {
 		f.Activity, f.activitySet = *w.Activity, true
+	}
+	if err == nil && f.Type == TypeJoin {
+		f.Typing, err = decodeJoinTyping(w.Typing)
 	}
 	return f, err
 }
@@ -143,10 +161,34 @@ func DecodeClientFrame(data []byte) (ClientFrame, error) {
 	if !ok {
 		var err error
 		if f, err = decodeClientFrameJSON(data); err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) && fe.Field == "typing" {
+				e := &FrameError{Code: CodeBadRequest, Message: err.Error()}
+				if ValidateRequestID(f.ID) == nil {
+					e.ID = f.ID
+				}
+				if ValidateID("room", f.Room) == nil {
+					e.Room = f.Room
+				}
+				return ClientFrame{}, e
+			}
 			return ClientFrame{}, clientDecodeError(err, f)
 		}
 	}
 	return validateClientFrame(f)
+}
+
+// decodeJoinTyping reads a join's raw "typing": nil when absent or null,
+// else a boolean; another JSON type is a *FieldError naming the field.
+func decodeJoinTyping(raw json.RawMessage) (*bool, error) {
+	switch v := string(bytes.TrimSpace(raw)); v {
+	case "", "null":
+		return nil, nil
+	case "true", "false":
+		on := v == "true"
+		return &on, nil
+	}
+	return nil, &FieldError{"typing", "must be a boolean (true or false), got " + shortJSON(raw)}
 }
 
 // clientDecodeError is the FrameError of a frame encoding/json refused.
@@ -166,10 +208,13 @@ func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 	}
 	switch f.Type {
 	case TypePing:
-		f.Room = ""
+		f.Room, f.Typing = "", nil
 		return f, nil
 	case TypeJoin, TypeLeave, TypeTypingStart, TypeTypingStop, TypeSync:
 		f.Rooms = nil
+		if f.Type != TypeJoin {
+			f.Typing = nil
+		}
 		if err := ValidateID("room", f.Room); err != nil {
 			e := &FrameError{Code: CodeBadRequest, Message: err.Error(), ID: f.ID}
 			return ClientFrame{}, e
@@ -181,7 +226,7 @@ func validateClientFrame(f ClientFrame) (ClientFrame, error) {
 			// every watch.
 			return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "room: not a field of unwatch; give rooms (an array of room ids), or neither to unwatch every room", ID: f.ID}
 		}
-		f.Room = ""
+		f.Room, f.Typing = "", nil
 		switch {
 		case f.Rooms != nil && len(f.Rooms) == 0 && f.Type == TypeUnwatch:
 			return ClientFrame{}, &FrameError{Code: CodeBadRequest, Message: "rooms: must hold 1 or more room ids, got []; leave it out to unwatch every room", ID: f.ID}

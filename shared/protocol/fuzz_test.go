@@ -17,6 +17,8 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		`{"type":"watch","rooms":["42","43"],"id":"w1"}`, `{"type":"watch","rooms":[]}`,
 		`{"type":"watch","rooms":"42"}`, `{"type":"watch","rooms":[42]}`, `{"type":"unwatch"}`,
 		`{"type":"unwatch","rooms":["42",""],"room":"x"}`, `{"type":"join","room":"1","rooms":["2"]}`,
+		`{"type":"join","room":"1","typing":false}`, `{"type":"join","room":"1","typing":"no"}`,
+		`{"type":"sync","room":"1","typing":0}`, `{"type":"join","room":"1","typing":null}`,
 		`{"type":"typing_start","room":"42","thread":"t-9","activity":"thinking"}`,
 		`{"type":"typing_stop","room":"42","thread":"t-9","activity":"x"}`, `{"type":"typing_start","room":"42","thread":""}`,
 		`{"type":"typing_start","room":"42","activity":"Typing"}`, `{"type":"typing_start","room":"42","thread":7}`,
@@ -49,6 +51,9 @@ func FuzzDecodeClientFrame(f *testing.F) {
 			}
 			if fr.Rooms != nil {
 				t.Fatalf("%s kept rooms: %+v", fr.Type, fr)
+			}
+			if fr.Typing != nil && fr.Type != TypeJoin {
+				t.Fatalf("%s kept typing: %+v", fr.Type, fr)
 			}
 		case TypeWatch, TypeUnwatch:
 			if fr.Room != "" {
@@ -277,6 +282,39 @@ func FuzzDecodeSnapshotReply(f *testing.F) {
 		}
 		if !reflect.DeepEqual(again, r) {
 			t.Fatalf("round trip changed the reply: %+v -> %s -> %+v", r, b, again)
+		}
+	})
+}
+
+// FuzzDecodeUserIDs: the hide list decoder never panics; what it accepts
+// is a list of at most MaxHideTypingFrom valid user ids that round-trips,
+// and what it refuses is a *FieldError naming the field.
+func FuzzDecodeUserIDs(f *testing.F) {
+	for _, s := range []string{
+		`["bob","carol"]`, `[]`, `null`, ``, `"bob"`, `[1]`, `["a",null]`, `[""]`, `["\u0000"]`,
+		`{"a":1}`, `[["x"]]`, ` [ "x" ] `, `["` + strings.Repeat("x", 257) + `"]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ids, err := DecodeUserIDs("hide_typing_from", raw)
+		if err != nil {
+			fe, ok := err.(*FieldError)
+			if !ok || !strings.HasPrefix(fe.Field, "hide_typing_from") {
+				t.Fatalf("error %T %v does not name the field", err, err)
+			}
+			return
+		}
+		if err := ValidateUserIDs("hide_typing_from", ids); err != nil {
+			t.Fatalf("accepted %q: %v", ids, err)
+		}
+		if ids == nil {
+			return
+		}
+		b, _ := json.Marshal(ids)
+		again, err := DecodeUserIDs("hide_typing_from", b)
+		if err != nil || !reflect.DeepEqual(again, ids) {
+			t.Fatalf("round trip: %q -> %s -> %q, %v", ids, b, again, err)
 		}
 	})
 }

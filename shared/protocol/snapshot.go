@@ -25,22 +25,36 @@ func (s Snapshot) Cut() bool { return s.Total > len(s.Users) }
 // still count user: the snapshot does not say whether user types beyond
 // the cap, so Total can be one too high in a room of more than the cap.
 func (s Snapshot) WithoutUser(user string) Snapshot {
-	out := make([]Typist, 0, len(s.Users))
-	for _, t := range s.Users {
-		if t.User != user {
-			out = append(out, t)
-		}
-	}
-	total := s.Total - (len(s.Users) - len(out))
-	if total < len(out) {
-		total = len(out)
-	}
+	return s.Without(func(u string) bool { return u == user })
+}
+
+// Without returns s without the entries of the users drop reports (the
+// self filter, a viewer's hide list: docs/protocol.md, "Per-viewer
+// filters"), in the room and in every thread, never with a nil list. Each
+// scope's Total drops by the number of its listed entries dropped; a
+// dropped user beyond a cut list may still be counted (the snapshot does
+// not list them), so Total can be that many too high. A thread left with
+// no typist is left out.
+func (s Snapshot) Without(drop func(user string) bool) Snapshot {
+	out, total := without(s.Users, s.Total, drop)
 	var threads []ThreadSnapshot
 	for _, t := range s.Threads {
-		ts := Snapshot{Users: t.Users, Total: t.Total}.WithoutUser(user)
-		if ts.Total > 0 {
-			threads = append(threads, ThreadSnapshot{Thread: t.Thread, Users: ts.Users, Activities: t.Activities, Total: ts.Total})
+		users, n := without(t.Users, t.Total, drop)
+		if n > 0 {
+			threads = append(threads, ThreadSnapshot{Thread: t.Thread, Users: users, Activities: t.Activities, Total: n})
 		}
 	}
 	return Snapshot{Users: out, Total: total, Activities: s.Activities, Threads: threads}
+}
+
+// without is one scope of [Snapshot.Without]: the list without the
+// dropped users and its total, never below the list's length.
+func without(users []Typist, total int, drop func(string) bool) ([]Typist, int) {
+	out := make([]Typist, 0, len(users))
+	for _, t := range users {
+		if !drop(t.User) {
+			out = append(out, t)
+		}
+	}
+	return out, max(total-(len(users)-len(out)), len(out))
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -36,6 +37,11 @@ type Identity struct {
 	// Rooms is the JWT's rooms claim: exact room ids and "prefix*"
 	// patterns the user may join (authz "claims"). Nil without the claim.
 	Rooms []string
+	// HideTypingFrom is the users whose typing the connection never gets
+	// (JWT claim hide_typing_from, or ?hide_typing_from= with auth none;
+	// at most protocol.MaxHideTypingFrom ids): docs/protocol.md,
+	// "Per-viewer filters". Empty without the claim.
+	HideTypingFrom filter.Set
 }
 
 // Authenticator checks the credentials of a request.
@@ -71,19 +77,27 @@ func validate(id Identity) (Identity, error) {
 }
 
 // None is development mode (ELLIPSIS_AUTH=none): the user id comes from
-// ?user=<id> and the display name from the optional &name=. Anyone can be
-// anyone; the gateway logs a warning at start.
+// ?user=<id>, the display name from the optional &name=, and the hide
+// list (the JWT claim hide_typing_from's stand-in) from the optional
+// &hide_typing_from=<id>, one parameter per user id, repeated (ids may
+// hold commas). Anyone can be anyone; the gateway logs a warning at start.
 type None struct{}
 
 var _ Authenticator = None{}
 
-// Authenticate implements [Authenticator].
+// Authenticate implements [Authenticator]. An invalid hide list (more than
+// protocol.MaxHideTypingFrom ids, an invalid id) is a *protocol.FieldError
+// naming hide_typing_from (400), as an invalid user id is.
 func (None) Authenticate(r *http.Request) (Identity, error) {
 	q := r.URL.Query()
 	if !q.Has("user") {
 		return Identity{}, unauthorized("missing user query parameter (auth=none: ?user=<id>&name=<display name>)")
 	}
-	return validate(Identity{User: q.Get("user"), Name: q.Get("name"), ShareTyping: true})
+	hide := q[protocol.HideTypingFrom]
+	if err := protocol.ValidateUserIDs(protocol.HideTypingFrom, hide); err != nil {
+		return Identity{}, err
+	}
+	return validate(Identity{User: q.Get("user"), Name: q.Get("name"), ShareTyping: true, HideTypingFrom: filter.NewSet(hide)})
 }
 
 // Subprotocol names of the WebSocket handshake (docs/protocol.md,

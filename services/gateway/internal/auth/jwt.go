@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -31,13 +33,16 @@ const MaxTokenBytes = 16 << 10
 // claims are the JWT claims Ellipsis reads: sub (user id, required), exp
 // (required), nbf, iss and aud (checked by golang-jwt), name (optional
 // display name), share_typing (optional; false means the user opted out of
-// sharing typing) and rooms (optional; the rooms the user may join with
-// authz "claims").
+// sharing typing), rooms (optional; the rooms the user may join with
+// authz "claims") and hide_typing_from (optional; the users whose typing
+// the connection never gets, kept raw so that a wrong JSON type is
+// refused naming the claim rather than as a malformed token).
 type claims struct {
 	jwt.RegisteredClaims
-	Name        string   `json:"name,omitempty"`
-	ShareTyping *bool    `json:"share_typing,omitempty"`
-	Rooms       []string `json:"rooms,omitempty"`
+	Name           string          `json:"name,omitempty"`
+	ShareTyping    *bool           `json:"share_typing,omitempty"`
+	Rooms          []string        `json:"rooms,omitempty"`
+	HideTypingFrom json.RawMessage `json:"hide_typing_from,omitempty"`
 }
 
 // JWTOptions configure a [JWT] authenticator. At least one of Secret and
@@ -150,7 +155,10 @@ func (a *JWT) keyFor(t *jwt.Token) (any, error) {
 var errAlgNotAccepted = errors.New("auth: alg not accepted")
 
 // Verify checks one token and returns its identity; errors are as for
-// [Authenticator.Authenticate], and each 401 message names the reason.
+// [Authenticator.Authenticate], and each 401 message names the reason. A
+// signed token whose rooms or hide_typing_from claim is invalid (not an
+// array of ids, over protocol.MaxHideTypingFrom ids, an invalid id) is a
+// *protocol.FieldError naming the claim (400).
 func (a *JWT) Verify(tok string) (Identity, error) {
 	if len(tok) > MaxTokenBytes {
 		return Identity{}, unauthorized(fmt.Sprintf("token is too long (%d bytes, at most %d)", len(tok), MaxTokenBytes))
@@ -175,6 +183,11 @@ func (a *JWT) Verify(tok string) (Identity, error) {
 		}
 		id.Rooms = c.Rooms
 	}
+	hide, err := protocol.DecodeUserIDs(protocol.HideTypingFrom, c.HideTypingFrom)
+	if err != nil {
+		return Identity{}, err
+	}
+	id.HideTypingFrom = filter.NewSet(hide)
 	return validate(id)
 }
 

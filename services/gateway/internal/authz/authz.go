@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -25,16 +26,33 @@ import (
 // forbidden, HTTP 403).
 var ErrForbidden = errors.New("authz: forbidden")
 
+// ErrBadReply is returned (wrapped together with [ErrForbidden]) by [NATS]
+// when the hook's reply is not one it understands: not a JSON object with
+// a boolean allow, or an allow whose hide_typing_from is not a valid hide
+// list (protocol.DecodeUserIDs). The join is denied, as any reply but an
+// allow is (fail closed: an allow without its hide list would show the
+// user typing they must not see), and the denial is cached like one.
+var ErrBadReply = errors.New("authz: bad reply")
+
 // ErrNoAnswer is returned (wrapped together with [ErrForbidden]) by [NATS]
 // when the hook did not answer in time or could not be asked: the join is
 // denied (fail closed), but the denial is not cached.
 var ErrNoAnswer = errors.New("authz: no answer")
 
-// Authorizer decides room access. Authorize returns nil (allowed), an error
-// wrapping [ErrForbidden] (denied), or another error when the decision could
-// not be made (the caller answers unavailable).
+// Authorizer decides room access. Authorize returns the grant and nil
+// (allowed), an error wrapping [ErrForbidden] (denied), or another error
+// when the decision could not be made (the caller answers unavailable).
 type Authorizer interface {
-	Authorize(ctx context.Context, id auth.Identity, room string) error
+	Authorize(ctx context.Context, id auth.Identity, room string) (Grant, error)
+}
+
+// Grant is what an allowed decision says beyond yes (docs/protocol.md,
+// "Join authorisation hook"): HideTypingFrom, the users whose typing the
+// user must not get in that room (the hook reply's hide_typing_from;
+// empty from the other modes). Immutable: a cached grant is shared by
+// every join it answers.
+type Grant struct {
+	HideTypingFrom filter.Set
 }
 
 // AllowAll allows every user into every room (ELLIPSIS_AUTHZ=none).
@@ -43,7 +61,9 @@ type AllowAll struct{}
 var _ Authorizer = AllowAll{}
 
 // Authorize implements [Authorizer].
-func (AllowAll) Authorize(context.Context, auth.Identity, string) error { return nil }
+func (AllowAll) Authorize(context.Context, auth.Identity, string) (Grant, error) {
+	return Grant{}, nil
+}
 
 // Claims allows a user into the rooms listed in their token's rooms claim
 // (ELLIPSIS_AUTHZ=claims; auth.Identity.Rooms). An entry is an exact room id
@@ -58,11 +78,11 @@ type Claims struct{}
 var _ Authorizer = Claims{}
 
 // Authorize implements [Authorizer]. It never does I/O.
-func (Claims) Authorize(_ context.Context, id auth.Identity, room string) error {
+func (Claims) Authorize(_ context.Context, id auth.Identity, room string) (Grant, error) {
 	if MatchRooms(id.Rooms, room) {
-		return nil
+		return Grant{}, nil
 	}
-	return fmt.Errorf("%w: room not in the token's rooms claim", ErrForbidden)
+	return Grant{}, fmt.Errorf("%w: room not in the token's rooms claim", ErrForbidden)
 }
 
 // MatchRooms reports whether room is granted by one of patterns (see
@@ -91,10 +111,14 @@ type Requester interface {
 const DefaultTimeout = time.Second
 
 // NATS asks a platform service (ELLIPSIS_AUTHZ=nats): it requests Subject
-// with {"v":1,"user":"alice","room":"42"} and expects {"allow":true}.
-// {"allow":false}, or any other reply, is a denial; no answer within
-// Timeout (or the caller's ctx), or NATS being down, is a denial too
-// ([ErrNoAnswer]; fail closed).
+// with {"v":1,"user":"alice","room":"42"} and expects {"allow":true},
+// optionally with "hide_typing_from": an array of at most
+// protocol.MaxHideTypingFrom user ids hidden from the user in that room
+// ([Grant]). {"allow":false}, or any other reply, is a denial (a reply
+// that is not a JSON object with a boolean allow, or an allow with an
+// invalid hide_typing_from: [ErrBadReply]); no answer within Timeout (or
+// the caller's ctx), or NATS being down, is a denial too ([ErrNoAnswer];
+// fail closed).
 type NATS struct {
 	Requester Requester
 	Subject   string        // names.AuthzJoinSubject()
@@ -104,7 +128,7 @@ type NATS struct {
 var _ Authorizer = (*NATS)(nil)
 
 // Authorize implements [Authorizer].
-func (a *NATS) Authorize(ctx context.Context, id auth.Identity, room string) error {
+func (a *NATS) Authorize(ctx context.Context, id auth.Identity, room string) (Grant, error) {
 	req, _ := json.Marshal(struct {
 		V    int    `json:"v"`
 		User string `json:"user"`
@@ -118,13 +142,21 @@ func (a *NATS) Authorize(ctx context.Context, id auth.Identity, room string) err
 	defer cancel()
 	data, err := a.Requester.Request(ctx, a.Subject, req)
 	if err != nil {
-		return fmt.Errorf("%w: %w: %v", ErrForbidden, ErrNoAnswer, err)
+		return Grant{}, fmt.Errorf("%w: %w: %v", ErrForbidden, ErrNoAnswer, err)
 	}
 	var reply struct {
-		Allow bool `json:"allow"`
+		Allow          bool            `json:"allow"`
+		HideTypingFrom json.RawMessage `json:"hide_typing_from"`
 	}
-	if json.Unmarshal(data, &reply) != nil || !reply.Allow {
-		return ErrForbidden
+	if err := json.Unmarshal(data, &reply); err != nil {
+		return Grant{}, fmt.Errorf("%w: %w: not a JSON object with a boolean allow: %v", ErrForbidden, ErrBadReply, err)
 	}
-	return nil
+	if !reply.Allow {
+		return Grant{}, ErrForbidden
+	}
+	hide, err := protocol.DecodeUserIDs(protocol.HideTypingFrom, reply.HideTypingFrom)
+	if err != nil {
+		return Grant{}, fmt.Errorf("%w: %w: %w", ErrForbidden, ErrBadReply, err)
+	}
+	return Grant{HideTypingFrom: filter.NewSet(hide)}, nil
 }

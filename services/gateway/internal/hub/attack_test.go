@@ -77,7 +77,7 @@ func TestPushAfterOverflowRetriedWhenItsSnapshotFails(t *testing.T) {
 	h, b, n := newScriptedHub(t, 1, s)
 	m := &member{user: "m"}
 	done := make(chan error, 1)
-	go func() { done <- h.Sync(context.Background(), SyncJoin, "r", m, "j", nil) }()
+	go func() { done <- h.Sync(context.Background(), SyncJoin, "r", m, nil, "j", nil) }()
 	testkit.WaitFor(t, 5*time.Second, "join waiting for its snapshot", func() bool { return s.n.Load() == 1 })
 	for i := 0; i < 3; i++ { // PendingLimit 1: the buffer overflows
 		if !b.Publish(n.RoomChannel("r"), event("r", "x", i)) {
@@ -203,13 +203,13 @@ func churnMembership(h *Hub, m *orderedMember, rooms []string, i int) {
 		r := rooms[rng.IntN(len(rooms))]
 		switch op := rng.IntN(3); {
 		case op == 0 || !joined[r]:
-			if err := h.Sync(context.Background(), SyncJoin, r, m, r, nil); err == nil {
+			if err := h.Sync(context.Background(), SyncJoin, r, m, nil, r, nil); err == nil {
 				joined[r] = true
 			} else if !joined[r] {
 				m.mark("FAILED " + r)
 			}
 		case op == 1:
-			_ = h.Sync(context.Background(), SyncAsked, r, m, r, nil)
+			_ = h.Sync(context.Background(), SyncAsked, r, m, nil, r, nil)
 		default:
 			h.Leave(r, m)
 			m.mark("LEFT " + r)

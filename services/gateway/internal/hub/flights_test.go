@@ -64,7 +64,7 @@ func TestConcurrentSyncsShareOneRequest(t *testing.T) {
 	requested, shared := f.snapshotsCounted(metrics.SnapshotRequested), f.snapshotsCounted(metrics.SnapshotShared)
 	done := make(chan error, n)
 	for i, m := range ms {
-		go func() { done <- f.h.Sync(context.Background(), SyncAsked, "r", m, "s"+strconv.Itoa(i), nil) }()
+		go func() { done <- f.h.Sync(context.Background(), SyncAsked, "r", m, nil, "s"+strconv.Itoa(i), nil) }()
 	}
 	testkit.WaitFor(t, 5*time.Second, "every sync waiting", func() bool { return f.snapshotsCounted(metrics.SnapshotShared) == shared+n-1 })
 	if r := f.snapshotsCounted(metrics.SnapshotRequested); r != requested+1 {
@@ -110,7 +110,7 @@ func TestAskerDoesNotShareAFlightStartedBeforeItsHold(t *testing.T) {
 	f.publish("r", event("r", "bob", 1))
 	testkit.WaitFor(t, 5*time.Second, "alice got bob's start", func() bool { return len(m.frames()) == 2 })
 	done := make(chan error, 1)
-	go func() { done <- f.h.Sync(context.Background(), SyncAsked, "r", m, "s", nil) }()
+	go func() { done <- f.h.Sync(context.Background(), SyncAsked, "r", m, nil, "s", nil) }()
 	testkit.WaitFor(t, 5*time.Second, "alice's sync queued", func() bool { return f.queued("r") })
 	unblock()
 	if err := <-first; err != nil {
@@ -169,7 +169,7 @@ func TestFlightErrorGoesToEveryAsker(t *testing.T) {
 	f.snap.mu.Unlock()
 	done := make(chan error, len(ms))
 	for _, m := range ms {
-		go func() { done <- f.h.Sync(context.Background(), SyncAsked, "r", m, "s", nil) }()
+		go func() { done <- f.h.Sync(context.Background(), SyncAsked, "r", m, nil, "s", nil) }()
 	}
 	testkit.WaitFor(t, 5*time.Second, "the syncs waiting", func() bool { return f.queued("r") && f.snapshotsCounted(metrics.SnapshotShared) == 2 })
 	unblock()

@@ -123,7 +123,7 @@ func (f *fixture) publish(room, payload string) bool {
 // join joins m to room through Sync, as the session does.
 func (f *fixture) join(t *testing.T, room string, m Member) {
 	t.Helper()
-	if err := f.h.Sync(context.Background(), SyncJoin, room, m, "j", nil); err != nil {
+	if err := f.h.Sync(context.Background(), SyncJoin, room, m, nil, "j", nil); err != nil {
 		t.Fatalf("join %s: %v", room, err)
 	}
 }
@@ -135,7 +135,7 @@ func event(room, user string, i int) string {
 func TestHoldBuffersAndOverflows(t *testing.T) {
 	f := newFixture(t, 2)
 	m := &member{user: "alice"}
-	hd, _, err := f.h.Join(context.Background(), "r", m)
+	hd, _, err := f.h.Join(context.Background(), "r", m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestSyncJoinsSelfFiltersAndPushesAfterOverflow(t *testing.T) {
 	f.snap.block = make(chan struct{})
 	m := &member{user: "zed"} // the snapshot's typist: filtered out of its own frame
 	done := make(chan error, 1)
-	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, "7", nil) }()
+	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, nil, "7", nil) }()
 	testkit.WaitFor(t, 5*time.Second, "member held", func() bool { return f.h.Members("r") == 1 && f.snap.count("r") == 1 })
 	f.publish("r", event("r", "bob", 1))
 	f.publish("r", event("r", "bob", 2)) // over PendingLimit 1: a push follows
@@ -186,21 +186,21 @@ func TestSyncErrorsUndoTheJoin(t *testing.T) {
 	f := newFixture(t, 0)
 	m := &member{user: "a"}
 	f.snap.fail["r"] = true
-	if err := f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil); !errors.Is(err, ErrSnapshot) {
+	if err := f.h.Sync(context.Background(), SyncJoin, "r", m, nil, "", nil); !errors.Is(err, ErrSnapshot) {
 		t.Fatalf("err %v, want ErrSnapshot", err)
 	}
 	if f.h.Members("r") != 0 || len(f.b.Subscribed()) != 0 {
 		t.Fatalf("failed join left members %d, channels %v", f.h.Members("r"), f.b.Subscribed())
 	}
 	delete(f.snap.fail, "r")
-	if err := f.h.Sync(context.Background(), SyncJoin, "r", m, "", func() bool { return false }); !errors.Is(err, ErrAborted) {
+	if err := f.h.Sync(context.Background(), SyncJoin, "r", m, nil, "", func() bool { return false }); !errors.Is(err, ErrAborted) {
 		t.Fatalf("err %v, want ErrAborted", err)
 	}
-	if err := f.h.Sync(context.Background(), SyncAsked, "r", m, "", nil); !errors.Is(err, ErrNotMember) {
+	if err := f.h.Sync(context.Background(), SyncAsked, "r", m, nil, "", nil); !errors.Is(err, ErrNotMember) {
 		t.Fatalf("err %v, want ErrNotMember", err)
 	}
 	f.b.SetDown(true)
-	if err := f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil); !errors.Is(err, ErrUnavailable) {
+	if err := f.h.Sync(context.Background(), SyncJoin, "r", m, nil, "", nil); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
 	if len(m.frames()) != 0 || f.h.Members("r") != 0 {
@@ -223,7 +223,7 @@ func TestRefusedSubscriptionFailsTheJoin(t *testing.T) {
 		return nil
 	}
 	m := &member{user: "a"}
-	err := f.h.Sync(context.Background(), SyncJoin, "r", m, "j", nil)
+	err := f.h.Sync(context.Background(), SyncJoin, "r", m, nil, "j", nil)
 	if !errors.Is(err, ErrRefused) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err %v, want ErrRefused and ErrUnavailable", err)
 	}
@@ -250,7 +250,7 @@ func TestJoinBoundedWhenBrokerHangs(t *testing.T) {
 	f.b.Hook = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
 	m := &member{user: "a"}
 	done := make(chan error, 1)
-	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil) }()
+	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, nil, "", nil) }()
 	var err error
 	select {
 	case err = <-done:
@@ -291,12 +291,12 @@ func TestConcurrentJoinsLeavesFanOut(t *testing.T) {
 			m := &member{user: "u" + strconv.Itoa(i)}
 			for j := 0; j < 20; j++ {
 				room := "r" + strconv.Itoa((i+j)%4)
-				if err := f.h.Sync(context.Background(), SyncJoin, room, m, "", nil); err != nil {
+				if err := f.h.Sync(context.Background(), SyncJoin, room, m, nil, "", nil); err != nil {
 					t.Error(err)
 					return
 				}
 				if j%3 == 0 {
-					if err := f.h.Sync(context.Background(), SyncAsked, room, m, "", nil); err != nil {
+					if err := f.h.Sync(context.Background(), SyncAsked, room, m, nil, "", nil); err != nil {
 						t.Error(err)
 					}
 				}
@@ -400,7 +400,7 @@ func TestNoResyncBeforeJoined(t *testing.T) {
 	f.snap.mu.Unlock()
 	m := &member{user: "new"}
 	done := make(chan error, 1)
-	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, "", nil) }()
+	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "r", m, nil, "", nil) }()
 	testkit.WaitFor(t, 5*time.Second, "join waiting for its snapshot", func() bool { return f.snap.count("r") == 2 })
 	f.h.HandleRestored([]string{f.n.RoomChannel("r")})
 	// The resync's holds came after the join's flight started: it waits
@@ -437,7 +437,7 @@ func TestFanOutDoesNotBlockOtherRooms(t *testing.T) {
 	<-stuck.entered
 	defer close(stuck.release)
 	done := make(chan error, 1)
-	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "other", &member{user: "a"}, "", nil) }()
+	go func() { done <- f.h.Sync(context.Background(), SyncJoin, "other", &member{user: "a"}, nil, "", nil) }()
 	select {
 	case err := <-done:
 		if err != nil {

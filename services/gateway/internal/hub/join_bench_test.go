@@ -43,7 +43,7 @@ func BenchmarkJoinUnderFanOut(b *testing.B) {
 	// A resident member keeps room "other" subscribed: joins measure the
 	// hub, not a SUBSCRIBE per join.
 	resident := &countMember{user: "resident"}
-	hd, _, err := h.Join(context.Background(), "other", resident)
+	hd, _, err := h.Join(context.Background(), "other", resident, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func BenchmarkJoinUnderFanOut(b *testing.B) {
 	// join: Join (subscription confirmed), Release with the joined frame.
 	b.Run("op=join", func(b *testing.B) {
 		measure(b, func(m Member) {
-			hd, _, err := h.Join(context.Background(), "other", m)
+			hd, _, err := h.Join(context.Background(), "other", m, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -180,8 +180,10 @@ func (h *Hub) resyncRoom(name string) bool {
 			ms.overflow = true
 			continue
 		}
-		ms.hold(rm)
-		holds = append(holds, &Hold{rm: rm, m: m, ms: ms})
+		if ms.view.Off() {
+			continue // no unasked snapshot for it
+		}
+		holds = append(holds, ms.hold(rm, m))
 	}
 	rm.mu.Unlock()
 	if len(holds) == 0 {

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -64,6 +65,11 @@ type membership struct {
 	// in summary mode, a release that finds room.events past it marks the
 	// room dirty (the member missed a change its snapshot may not have).
 	heldAt uint64
+	// view is what the member sees of the room (filter.View: hidden
+	// users, typing off); nil, the common case, sees everything but its
+	// own user. Set by each Join; its hidden users are the same for the
+	// whole membership (the caller's contract), only Off may change.
+	view *filter.View
 }
 
 // Hold is an outstanding hold of one member in one room, to be ended with
@@ -76,14 +82,21 @@ type Hold struct {
 	// leaves summary mode (leaveSummary), sent as a summary
 	// (Member.SendRoomSummary), not as an answer.
 	summary bool
+	// answer: the frame released answers the member's own join or sync;
+	// a member whose view is off gets it (empty), and no other snapshot.
+	answer bool
+	// view is ms.view when the hold was taken (read without the room's
+	// lock by syncHolds: its hidden users never change).
+	view *filter.View
 }
 
-// hold takes one more hold of ms in rm (locked).
-func (ms *membership) hold(rm *room) {
+// hold takes one more hold of ms, member m, in rm (locked).
+func (ms *membership) hold(rm *room, m Member) *Hold {
 	if ms.holds == 0 {
 		ms.heldAt = rm.events
 	}
 	ms.holds++
+	return &Hold{rm: rm, m: m, ms: ms, view: ms.view}
 }
 
 func (h *Hub) shard(name string) *shard {
@@ -108,15 +121,18 @@ func (h *Hub) lookup(name string) *room {
 	}
 }
 
-// Join adds m to room (if it is not a member yet) and holds it: room events
-// for m are buffered until [Hub.Release]. A new member counts one
+// Join adds m to room (if it is not a member yet) with view v (nil: every
+// typist but m's own user) and holds it: room events for m are buffered
+// until [Hub.Release]. A member already there takes v as its new view
+// (a re-join turning "typing" off or on); v must hide the same users as
+// its view before. A new member counts one
 // subscriber of the room's channel and waits, bounded by ctx, until the
 // broker confirmed the subscription. existed reports whether m was a
 // member already. On error m is not added (an existing membership is kept
 // and its hold released), its subscriber count is dropped (a later join
 // subscribes again), and the error wraps [ErrUnavailable] (and
 // [ErrRefused] when Redis refused the subscription) or is [ErrClosed].
-func (h *Hub) Join(ctx context.Context, name string, m Member) (hd *Hold, existed bool, err error) {
+func (h *Hub) Join(ctx context.Context, name string, m Member, v *filter.View) (hd *Hold, existed bool, err error) {
 	if h.closed.Load() {
 		return nil, false, ErrClosed
 	}
@@ -129,9 +145,9 @@ func (h *Hub) Join(ctx context.Context, name string, m Member) (hd *Hold, existe
 		h.met.JoinedRooms.Inc()
 		h.enterSummary(rm)
 	}
-	ms.hold(rm)
+	ms.view = v
+	hd = ms.hold(rm, m)
 	rm.mu.Unlock()
-	hd = &Hold{rm: rm, m: m, ms: ms}
 	if existed {
 		return hd, true, nil
 	}
@@ -154,8 +170,7 @@ func (h *Hub) Hold(name string, m Member) *Hold {
 	if ms == nil {
 		return nil
 	}
-	ms.hold(rm)
-	return &Hold{rm: rm, m: m, ms: ms}
+	return ms.hold(rm, m)
 }
 
 // Release ends a hold. It queues frame (of server frame type typ; nil for
@@ -163,7 +178,9 @@ func (h *Hub) Hold(name string, m Member) *Hold {
 // meanwhile, all under the room's lock, so no event of the room
 // interleaves. It reports whether events were dropped while held (the
 // caller pushes a fresh snapshot). A hold whose member left the room
-// meanwhile is ignored. Release must be called once per hold.
+// meanwhile is ignored. A member whose view is off (now) gets only an
+// answer's frame, no buffered event, and never reports an overflow.
+// Release must be called once per hold.
 func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
 	rm := hd.rm
 	rm.mu.Lock()
@@ -172,6 +189,10 @@ func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
 		return false
 	}
 	ms := hd.ms
+	off := ms.view.Off()
+	if off && !hd.answer {
+		frame = nil // turned off since the hold: no unasked snapshot
+	}
 	if frame != nil {
 		send := hd.m.SendSnapshot
 		if hd.summary {
@@ -191,11 +212,13 @@ func (h *Hub) Release(hd *Hold, frame []byte, typ string) (overflowed bool) {
 	if rm.mode != modeEvents && rm.events != ms.heldAt {
 		rm.dirty = true // the next summary brings it what it missed
 	}
-	for _, b := range ms.buf {
-		h.deliver(hd.m, rm.name, b.key, b.frame, b.typ)
+	if !off {
+		for _, b := range ms.buf {
+			h.deliver(hd.m, rm.name, b.key, b.frame, b.typ)
+		}
 	}
 	ms.buf = nil
-	overflowed, ms.overflow = ms.overflow, false
+	overflowed, ms.overflow = ms.overflow && !off, false
 	return overflowed
 }
 
@@ -285,8 +308,10 @@ func (h *Hub) lockRoom(name string) *room {
 }
 
 // fanOut sends one room event, as received, to every local member of its
-// room except those of the event's own user (self filter), and marks the
-// room dirty for its watchers (watch.go). It holds that room's lock only.
+// room except those of the event's own user (self filter) and those whose
+// view drops it (filter.View: the user hidden, typing off; a member
+// without a view pays one nil check), and marks the room dirty for its
+// watchers (watch.go). It holds that room's lock only.
 func (h *Hub) fanOut(channel, payload string) {
 	name, ok := h.opts.Names.RoomFromChannel(channel)
 	if !ok {
@@ -318,7 +343,7 @@ func (h *Hub) fanOut(channel, payload string) {
 	frame := []byte(payload) // shared, read-only, by every member's queue
 	key := EventKey(ev.User, ev.Thread)
 	for m, ms := range rm.members {
-		if m.User() == ev.User {
+		if m.User() == ev.User || ms.view != nil && ms.view.Drops(ev.User) {
 			continue
 		}
 		if ms.holds > 0 {

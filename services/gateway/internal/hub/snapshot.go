@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -19,10 +20,13 @@ const (
 	SyncAsked
 )
 
-// Sync holds m in room (joining it first for SyncJoin) and answers with
-// the room's snapshot through [Hub.syncHolds]: a "joined" or "typing"
+// Sync holds m in room (joining it first for SyncJoin, with view v: see
+// [Hub.Join]; SyncAsked keeps the member's view and ignores v) and answers
+// with the room's snapshot through [Hub.syncHolds]: a "joined" or "typing"
 // frame (id echoed) carrying the snapshot without m's own user
-// (protocol.Snapshot.WithoutUser). Subscription and snapshot share one
+// (protocol.Snapshot.WithoutUser) and the users its view hides. A member
+// whose view is off is answered at once with an empty list and total 0,
+// asking no snapshot (docs/protocol.md, "Per-viewer filters"). Subscription and snapshot share one
 // deadline: ctx's, capped at ReadyTimeout. commit, when not nil, runs
 // after the snapshot succeeded and before the frame is queued; if it
 // returns false the join is undone and Sync returns [ErrAborted]. If
@@ -33,19 +37,20 @@ const (
 // snapshot's error, [ErrNotMember] (SyncAsked of a room not joined),
 // [ErrAborted], [ErrClosed]. On error nothing is queued to m, and a
 // membership created by this call is removed.
-func (h *Hub) Sync(ctx context.Context, kind SyncKind, room string, m Member, id string, commit func() bool) error {
+func (h *Hub) Sync(ctx context.Context, kind SyncKind, room string, m Member, v *filter.View, id string, commit func() bool) error {
 	ctx, cancel := context.WithTimeout(ctx, h.opts.ReadyTimeout)
 	defer cancel()
 	var hd *Hold
 	existed := true
 	if kind == SyncJoin {
 		var err error
-		if hd, existed, err = h.Join(ctx, room, m); err != nil {
+		if hd, existed, err = h.Join(ctx, room, m, v); err != nil {
 			return err
 		}
 	} else if hd = h.Hold(room, m); hd == nil {
 		return ErrNotMember
 	}
+	hd.answer = true
 	overflowed, err := h.syncHolds(ctx, room, []*Hold{hd}, kind, id, commit)
 	if err != nil {
 		if existed {
@@ -68,20 +73,27 @@ func (h *Hub) Sync(ctx context.Context, kind SyncKind, room string, m Member, id
 // askers), runs commit (nil: none), and releases every hold with
 // a frame of kind ("joined" for SyncJoin, else "typing", id echoed)
 // carrying the snapshot without that member's own user, encoded once per
-// user. It reports whether events overflowed while any member was held
+// user, and without the users its view hides (encoded apart only when
+// that removes a listed typist); a member whose view is off gets an
+// empty frame if the hold is its answer, else none, and when every hold
+// is off no snapshot is asked. It reports whether events overflowed while any member was held
 // (the caller pushes or resyncs again).
 //
 // Errors: [ErrSnapshot] wrapping the snapshot's or the encoding's error,
 // [ErrAborted] when commit returns false, [ErrClosed]. On error no hold is released:
 // the caller releases or undoes them.
 func (h *Hub) syncHolds(ctx context.Context, room string, holds []*Hold, kind SyncKind, id string, commit func() bool) (overflowed bool, err error) {
-	// Every hold was taken (and a joining member's subscription confirmed)
-	// before now: a flight started after it read the room after them.
-	snap, err := h.flights.get(ctx, room, time.Now())
-	if errors.Is(err, ErrClosed) {
-		return false, err
-	} else if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrSnapshot, err)
+	var snap protocol.Snapshot
+	if !allOff(holds) {
+		// Every hold was taken (and a joining member's subscription
+		// confirmed) before now: a flight started after it read the room
+		// after them.
+		snap, err = h.flights.get(ctx, room, time.Now())
+		if errors.Is(err, ErrClosed) {
+			return false, err
+		} else if err != nil {
+			return false, fmt.Errorf("%w: %w", ErrSnapshot, err)
+		}
 	}
 	if commit != nil && !commit() {
 		return false, ErrAborted
@@ -90,30 +102,60 @@ func (h *Hub) syncHolds(ctx context.Context, room string, holds []*Hold, kind Sy
 	if kind == SyncJoin {
 		typ = protocol.TypeJoined
 	}
-	frames := make(map[string][]byte, len(holds)) // user -> that user's frame
-	for _, hd := range holds {
-		u := hd.m.User()
-		if frames[u] != nil {
-			continue
-		}
-		own := snap.WithoutUser(u)
+	encode := func(s protocol.Snapshot) ([]byte, error) {
 		var f []byte
+		var err error
 		if kind == SyncJoin {
-			f, err = protocol.Encode(protocol.NewJoined(room, own, id))
+			f, err = protocol.Encode(protocol.NewJoined(room, s, id))
 		} else {
-			f, err = protocol.Encode(protocol.NewTypingSnapshot(room, own, id))
+			f, err = protocol.Encode(protocol.NewTypingSnapshot(room, s, id))
 		}
 		if err != nil {
-			return false, fmt.Errorf("%w: encode: %w", ErrSnapshot, err)
+			return nil, fmt.Errorf("%w: encode: %w", ErrSnapshot, err)
 		}
-		frames[u] = f
+		return f, nil
 	}
-	for _, hd := range holds {
-		if h.Release(hd, frames[hd.m.User()], typ) {
+	frames := make(map[string][]byte, len(holds)) // user -> that user's frame
+	own := make([][]byte, len(holds))             // each hold's frame
+	for i, hd := range holds {
+		if hd.view.Off() {
+			if hd.answer {
+				if own[i], err = encode(protocol.Snapshot{}); err != nil {
+					return false, err
+				}
+			}
+			continue
+		}
+		u := hd.m.User()
+		if frames[u] == nil {
+			if frames[u], err = encode(snap.WithoutUser(u)); err != nil {
+				return false, err
+			}
+		}
+		own[i] = frames[u]
+		if hd.view.HidesListed(snap) {
+			viewed, _ := hd.view.Snapshot(snap.WithoutUser(u))
+			if own[i], err = encode(viewed); err != nil {
+				return false, err
+			}
+		}
+	}
+	for i, hd := range holds {
+		if h.Release(hd, own[i], typ) {
 			overflowed = true
 		}
 	}
 	return overflowed, nil
+}
+
+// allOff reports whether every hold's view is off: no snapshot is needed.
+func allOff(holds []*Hold) bool {
+	for _, hd := range holds {
+		if !hd.view.Off() {
+			return false
+		}
+	}
+	return true
 }
 
 // push sends m an unasked typing snapshot of room, after events for it

@@ -75,6 +75,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -214,10 +215,17 @@ func (h *Hub) summarizeRoom(name string) {
 	h.met.RoomSummaries.Inc()
 	n := 0
 	for m, ms := range rm.members {
-		if ms.holds > 0 || !ms.joined {
-			continue // its own snapshot comes with its release
+		if ms.holds > 0 || !ms.joined || ms.view.Off() {
+			continue // its own snapshot comes with its release; or it takes no typing
 		}
-		if m.SendRoomSummary(name, frames.of(m.User())) {
+		frame := frames.of(m.User())
+		if ms.view != nil {
+			if frame, err = frames.viewed(name, snap, m.User(), ms.view); err != nil {
+				h.log.Error("encode summary", zap.String("room", name), zap.Error(err))
+				return
+			}
+		}
+		if m.SendRoomSummary(name, frame) {
 			n++
 		} else {
 			h.met.EventsDropped.Inc()
@@ -248,10 +256,14 @@ func (h *Hub) leaveSummary(rm *room) {
 			}
 			continue
 		}
-		ms.hold(rm)
+		if ms.view.Off() {
+			continue // no summary for it
+		}
 		// Its last summary, not an answer: a frozen reader in rooms that
 		// switch again and again is not closed for them (1013).
-		holds = append(holds, &Hold{rm: rm, m: m, ms: ms, summary: true})
+		hd := ms.hold(rm, m)
+		hd.summary = true
+		holds = append(holds, hd)
 	}
 	name := rm.name
 	rm.mu.Unlock()
@@ -340,6 +352,16 @@ func newSummaryFrames(room string, snap protocol.Snapshot) (summaryFrames, error
 		}
 	}
 	return f, nil
+}
+
+// viewed is the frame of a member of user with view v (not off): the
+// shared one when v hides nobody snap lists, else its own encoding.
+func (f summaryFrames) viewed(room string, snap protocol.Snapshot, user string, v *filter.View) ([]byte, error) {
+	if !v.HidesListed(snap) {
+		return f.of(user), nil
+	}
+	own, _ := v.Snapshot(snap.WithoutUser(user))
+	return protocol.Encode(protocol.NewTypingSnapshot(room, own, ""))
 }
 
 func (f summaryFrames) of(user string) []byte {

@@ -59,6 +59,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -83,9 +84,10 @@ type Watcher interface {
 
 // watch is one watcher of one room; under room.mu.
 type watch struct {
-	armed bool   // Arm was called: summaries may be sent
-	sent  bool   // a summary was sent (sum is set)
-	sum   uint64 // maphash of the last summary frame sent
+	armed bool         // Arm was called: summaries may be sent
+	sent  bool         // a summary was sent (sum is set)
+	sum   uint64       // maphash of the last summary frame sent
+	view  *filter.View // the users hidden from the watcher (nil: none); never off
 }
 
 // watchTicker serves the dirty watched rooms every WatchInterval; mu
@@ -117,13 +119,15 @@ func (h *Hub) markWatchDirty(rm *room) {
 	t.mu.Unlock()
 }
 
-// Watch adds w as a watcher of room (not armed yet: no summary until
+// Watch adds w as a watcher of room with view v (the users hidden from
+// it: nil for none; its Off is not used, a watch always gets summaries;
+// not armed yet: no summary until
 // [Hub.Arm]) and waits, bounded by ctx, until the broker confirmed the
 // room's subscription. A room w watches already returns nil at once (the
 // caller serves one watch of a connection at a time, each room once). On
 // error w does not watch room and the error wraps [ErrUnavailable] (and
 // [ErrRefused]) or is [ErrClosed].
-func (h *Hub) Watch(ctx context.Context, name string, w Watcher) error {
+func (h *Hub) Watch(ctx context.Context, name string, w Watcher, v *filter.View) error {
 	if h.closed.Load() {
 		return ErrClosed
 	}
@@ -136,7 +140,7 @@ func (h *Hub) Watch(ctx context.Context, name string, w Watcher) error {
 		rm.watchers = map[Watcher]*watch{}
 		h.met.WatchedRooms.Inc()
 	}
-	rm.watchers[w] = &watch{}
+	rm.watchers[w] = &watch{view: v}
 	h.met.Watches.Inc()
 	rm.mu.Unlock()
 	if err := h.broker.Subscribe(ctx, h.opts.Names.RoomChannel(name)); err != nil {
@@ -301,6 +305,16 @@ func (h *Hub) summarizeWatched(name string) {
 			self = ""
 		}
 		e, ok := frames[self]
+		if ws.view.HidesListed(snap) {
+			// Its own summary: its hidden users are among those listed.
+			own, _ := ws.view.Snapshot(snap.WithoutUser(w.User()))
+			b, err := protocol.Encode(protocol.NewSummary(name, own))
+			if err != nil {
+				h.log.Error("encode summary", zap.String("room", name), zap.Error(err))
+				return
+			}
+			e, ok = encoded{b, maphash.Bytes(h.watch.seed, b)}, true
+		}
 		if !ok {
 			b, err := protocol.Encode(protocol.NewSummary(name, snap.WithoutUser(self)))
 			if err != nil {

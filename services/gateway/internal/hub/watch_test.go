@@ -49,7 +49,7 @@ func (f *fixture) watch(t testing.TB, w Watcher, rooms ...string) {
 			f.snap.typing[r] = nil // listed: nobody types yet
 		}
 		f.snap.mu.Unlock()
-		if err := f.h.Watch(context.Background(), r, w); err != nil {
+		if err := f.h.Watch(context.Background(), r, w, nil); err != nil {
 			t.Fatalf("watch %s: %v", r, err)
 		}
 	}
@@ -208,7 +208,7 @@ func TestWatchNothingBeforeArm(t *testing.T) {
 	f := watchFixture(t)
 	w := &member{user: "w"}
 	f.snap.typing["r"] = nil
-	if err := f.h.Watch(context.Background(), "r", w); err != nil {
+	if err := f.h.Watch(context.Background(), "r", w, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.change(t, "r", "x", true)
@@ -335,7 +335,7 @@ func TestWatchSubscriptionFailure(t *testing.T) {
 	f := watchFixture(t)
 	w := &member{user: "w"}
 	f.b.SetDown(true)
-	if err := f.h.Watch(context.Background(), "r", w); err == nil {
+	if err := f.h.Watch(context.Background(), "r", w, nil); err == nil {
 		t.Fatal("watch with the link down succeeded")
 	}
 	f.b.SetDown(false)

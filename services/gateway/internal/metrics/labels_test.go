@@ -127,7 +127,7 @@ func TestSecurityAndNATSLabels(t *testing.T) {
 	for _, r := range []string{RejectShutdown, RejectOrigin, RejectUnauthorized, RejectBadIdentity, RejectMaxConns, RejectMaxConnsPerUser} {
 		s.HandshakeRejected(r)
 	}
-	for _, r := range []string{AuthzAllow, AuthzDeny, AuthzNoAnswer, AuthzError} {
+	for _, r := range []string{AuthzAllow, AuthzDeny, AuthzNoAnswer, AuthzBadReply, AuthzError} {
 		s.Authz(r)
 	}
 	n.Error(NATSAsync)
@@ -139,10 +139,10 @@ func TestSecurityAndNATSLabels(t *testing.T) {
 	for _, f := range families {
 		total += len(f.GetMetric())
 	}
-	// 6 reasons, 4 results, 3 NATS kinds (exported at zero), and the
+	// 6 reasons, 5 results, 3 NATS kinds (exported at zero), and the
 	// unlabelled jwks_refresh_failures_total and nats_connected.
-	if total != 6+4+3+2 {
-		t.Fatalf("%d series, want 15", total)
+	if total != 6+5+3+2 {
+		t.Fatalf("%d series, want 16", total)
 	}
 }
 
@@ -231,7 +231,7 @@ func TestSecuritySeriesStartAtZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"ellipsis_gateway_handshakes_rejected_total": 6, "ellipsis_gateway_authz_total": 4}
+	want := map[string]int{"ellipsis_gateway_handshakes_rejected_total": 6, "ellipsis_gateway_authz_total": 5}
 	for _, f := range families {
 		n, ok := want[f.GetName()]
 		if !ok {

@@ -29,6 +29,7 @@ const (
 	AuthzDeny     = "deny"
 	AuthzNoAnswer = "no_answer" // authz nats: no answer in time (denied, fail closed)
 	AuthzError    = "error"     // the decision could not be made (unavailable)
+	AuthzBadReply = "bad_reply" // authz nats: a reply the gateway cannot read, e.g. an invalid hide_typing_from (denied, fail closed)
 )
 
 // NewSecurity creates the security metrics and registers them on reg.
@@ -40,7 +41,7 @@ func NewSecurity(reg prometheus.Registerer) (*Security, error) {
 		}, []string{"reason"}),
 		authz: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: Subsystem, Name: "authz_total",
-			Help: "Room authorisation decisions (join and HTTP snapshot), by result (allow, deny, no_answer, error); cached answers included.",
+			Help: "Room authorisation decisions (join, watch and HTTP snapshot), by result (allow, deny, no_answer, bad_reply, error); cached answers included.",
 		}, []string{"result"}),
 		jwksRefreshFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: Subsystem, Name: "jwks_refresh_failures_total",
@@ -57,7 +58,7 @@ func NewSecurity(reg prometheus.Registerer) (*Security, error) {
 	for _, r := range []string{RejectShutdown, RejectOrigin, RejectUnauthorized, RejectBadIdentity, RejectMaxConns, RejectMaxConnsPerUser} {
 		s.handshakesRejected.WithLabelValues(r)
 	}
-	for _, r := range []string{AuthzAllow, AuthzDeny, AuthzNoAnswer, AuthzError} {
+	for _, r := range []string{AuthzAllow, AuthzDeny, AuthzNoAnswer, AuthzBadReply, AuthzError} {
 		s.authz.WithLabelValues(r)
 	}
 	return s, nil

@@ -18,11 +18,11 @@ import (
 // denyRooms forbids the rooms it lists and allows the others.
 type denyRooms map[string]bool
 
-func (d denyRooms) Authorize(_ context.Context, _ auth.Identity, room string) error {
+func (d denyRooms) Authorize(_ context.Context, _ auth.Identity, room string) (authz.Grant, error) {
 	if d[room] {
-		return authz.ErrForbidden
+		return authz.Grant{}, authz.ErrForbidden
 	}
-	return nil
+	return authz.Grant{}, nil
 }
 
 // The connections of a user share its budget: the free joins the first

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -19,9 +20,9 @@ type pushRooms struct {
 	done  chan struct{} // closed by the test: the push returns
 }
 
-func (r *pushRooms) Sync(ctx context.Context, kind hub.SyncKind, room string, m hub.Member, id string, commit func() bool) error {
+func (r *pushRooms) Sync(ctx context.Context, kind hub.SyncKind, room string, m hub.Member, v *filter.View, id string, commit func() bool) error {
 	if kind != hub.SyncAsked {
-		return r.fakeRooms.Sync(ctx, kind, room, m, id, commit)
+		return r.fakeRooms.Sync(ctx, kind, room, m, v, id, commit)
 	}
 	r.asked <- struct{}{}
 	<-r.done

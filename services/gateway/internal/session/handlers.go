@@ -13,6 +13,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/backend"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -92,15 +93,24 @@ func (c *Conn) join(f protocol.ClientFrame) {
 	if !free && !c.takeSnapshot(f) {
 		return
 	}
+	// The room's hide list: the authoriser's for a new room, the one its
+	// first join got for a re-join (which asks no authoriser).
+	var roomHidden filter.Set
 	if !already {
-		if ok, denied := c.authorize(f); !ok {
+		var ok, denied bool
+		if roomHidden, ok, denied = c.authorize(f); !ok {
 			if denied && free {
 				free = false
 				c.budget.spendFree(time.Now())
 			}
 			return
 		}
+	} else {
+		c.mu.Lock()
+		roomHidden = c.roomHidden[f.Room]
+		c.mu.Unlock()
 	}
+	view := filter.New(c.ident.HideTypingFrom, roomHidden, !f.TypingOff())
 	// The room is added to c.rooms only once the snapshot is in, and not
 	// after the disconnect command went out (shutdown) or a close began
 	// (Serve has taken or is about to take the list of rooms to leave).
@@ -119,27 +129,34 @@ func (c *Conn) join(f protocol.ClientFrame) {
 			c.budget.spendFree(time.Now())
 		}
 		c.rooms[f.Room] = struct{}{}
+		if roomHidden.Len() > 0 {
+			if c.roomHidden == nil {
+				c.roomHidden = map[string]filter.Set{}
+			}
+			c.roomHidden[f.Room] = roomHidden
+		}
 		return true
 	}
-	c.answerSync(f, c.deps.Hub.Sync(c.ctx, hub.SyncJoin, f.Room, c, f.ID, commit))
+	c.answerSync(f, c.deps.Hub.Sync(c.ctx, hub.SyncJoin, f.Room, c, view, f.ID, commit))
 }
 
 // authorize asks the authoriser whether the user may join f's room, within
-// SnapshotTimeout. When not, it answers f forbidden (denied) or
-// unavailable (the authoriser could not tell) and returns ok false.
-func (c *Conn) authorize(f protocol.ClientFrame) (ok, denied bool) {
+// SnapshotTimeout, and returns the users its grant hides in the room. When
+// not, it answers f forbidden (denied) or unavailable (the authoriser
+// could not tell) and returns ok false.
+func (c *Conn) authorize(f protocol.ClientFrame) (hidden filter.Set, ok, denied bool) {
 	actx, cancel := context.WithTimeout(c.ctx, c.cfg.SnapshotTimeout)
-	err := c.deps.Authorizer.Authorize(actx, c.ident, f.Room)
+	g, err := c.deps.Authorizer.Authorize(actx, c.ident, f.Room)
 	cancel()
 	switch {
 	case errors.Is(err, authz.ErrForbidden):
 		c.sendError(protocol.CodeForbidden, "not allowed to join room "+strconv.Quote(f.Room), f.Room, f.ID)
-		return false, true
+		return filter.Set{}, false, true
 	case err != nil:
 		c.unavailable(f, "authorisation unavailable; retry")
-		return false, false
+		return filter.Set{}, false, false
 	}
-	return true, false
+	return g.HideTypingFrom, true, false
 }
 
 // answerSync answers a join or sync that the hub could not serve.
@@ -165,6 +182,7 @@ func (c *Conn) leave(f protocol.ClientFrame) {
 	var cmd *protocol.Command
 	if joined {
 		delete(c.rooms, f.Room)
+		delete(c.roomHidden, f.Room)
 		c.threads.leaveRoom(f.Room) // the leave ends every scope of the room
 		if c.ident.ShareTyping && !c.disconnected {
 			cmd = c.commandLocked(protocol.OpLeave, f.Room)
@@ -276,7 +294,7 @@ func (c *Conn) sync(f protocol.ClientFrame) {
 		c.unavailable(f, "presence backend unavailable (NATS); retry")
 		return
 	}
-	c.answerSync(f, c.deps.Hub.Sync(c.ctx, hub.SyncAsked, f.Room, c, f.ID, nil))
+	c.answerSync(f, c.deps.Hub.Sync(c.ctx, hub.SyncAsked, f.Room, c, nil, f.ID, nil))
 }
 
 // Disconnect publishes the connection's one disconnect command now (if it

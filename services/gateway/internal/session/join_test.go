@@ -13,6 +13,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -26,7 +27,7 @@ type fakeRooms struct {
 	synced []hub.SyncKind
 }
 
-func (r *fakeRooms) Sync(_ context.Context, kind hub.SyncKind, room string, m hub.Member, id string, commit func() bool) error {
+func (r *fakeRooms) Sync(_ context.Context, kind hub.SyncKind, room string, m hub.Member, v *filter.View, id string, commit func() bool) error {
 	r.synced = append(r.synced, kind)
 	if r.err != nil {
 		return r.err
@@ -44,9 +45,9 @@ func (r *fakeRooms) LeaveAll(_ hub.Member, rooms ...string) int {
 	return len(rooms)
 }
 
-func (r *fakeRooms) Watch(context.Context, string, hub.Watcher) error { return r.err }
-func (r *fakeRooms) Arm(hub.Watcher, ...string)                       {}
-func (r *fakeRooms) Unwatch(_ hub.Watcher, rooms ...string) int       { return len(rooms) }
+func (r *fakeRooms) Watch(context.Context, string, hub.Watcher, *filter.View) error { return r.err }
+func (r *fakeRooms) Arm(hub.Watcher, ...string)                                     {}
+func (r *fakeRooms) Unwatch(_ hub.Watcher, rooms ...string) int                     { return len(rooms) }
 
 type fakeBackend struct{}
 

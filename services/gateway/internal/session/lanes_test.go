@@ -16,6 +16,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -39,7 +40,7 @@ func newGateRooms() *gateRooms {
 	return &gateRooms{gate: make(chan struct{}), members: map[string]bool{}}
 }
 
-func (r *gateRooms) Sync(ctx context.Context, kind hub.SyncKind, room string, m hub.Member, id string, commit func() bool) error {
+func (r *gateRooms) Sync(ctx context.Context, kind hub.SyncKind, room string, m hub.Member, v *filter.View, id string, commit func() bool) error {
 	r.mu.Lock()
 	gate := r.gate
 	existed := r.members[room]
@@ -95,9 +96,9 @@ func (r *gateRooms) LeaveAll(_ hub.Member, rooms ...string) int {
 	return n
 }
 
-func (r *gateRooms) Watch(context.Context, string, hub.Watcher) error { return nil }
-func (r *gateRooms) Arm(hub.Watcher, ...string)                       {}
-func (r *gateRooms) Unwatch(_ hub.Watcher, rooms ...string) int       { return len(rooms) }
+func (r *gateRooms) Watch(context.Context, string, hub.Watcher, *filter.View) error { return nil }
+func (r *gateRooms) Arm(hub.Watcher, ...string)                                     {}
+func (r *gateRooms) Unwatch(_ hub.Watcher, rooms ...string) int                     { return len(rooms) }
 
 func (r *gateRooms) stats() (inFlight, maxIn int, members []string) {
 	r.mu.Lock()

@@ -44,6 +44,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -138,8 +139,9 @@ type Backend interface {
 // Rooms is the hub as a connection sees it (*hub.Hub implements it).
 type Rooms interface {
 	// Sync does hold → snapshot → self filter → release for m in room,
-	// joining it first for hub.SyncJoin; see hub.Hub.Sync.
-	Sync(ctx context.Context, kind hub.SyncKind, room string, m hub.Member, id string, commit func() bool) error
+	// joining it first for hub.SyncJoin with view v (the users hidden,
+	// typing off; ignored by hub.SyncAsked); see hub.Hub.Sync.
+	Sync(ctx context.Context, kind hub.SyncKind, room string, m hub.Member, v *filter.View, id string, commit func() bool) error
 	// Leave removes m from room without waiting on the network.
 	Leave(room string, m hub.Member) bool
 	// LeaveAll removes m from rooms without waiting on the network.
@@ -147,7 +149,7 @@ type Rooms interface {
 	// Watch adds w as a watcher of room once its subscription is
 	// confirmed (bounded by ctx); Arm lets its summaries be sent; Unwatch
 	// ends watches without waiting on the network. See hub.Hub.Watch.
-	Watch(ctx context.Context, room string, w hub.Watcher) error
+	Watch(ctx context.Context, room string, w hub.Watcher, v *filter.View) error
 	Arm(w hub.Watcher, rooms ...string)
 	Unwatch(w hub.Watcher, rooms ...string) int
 }
@@ -193,12 +195,15 @@ type Conn struct {
 	watched map[string]struct{}
 	lanes   lanes // per-room FIFOs of joins and syncs in flight (lanes.go)
 
-	mu           sync.Mutex
-	rooms        map[string]struct{} // joined rooms (joined frame queued)
-	joining      int                 // joins in flight of rooms not in rooms (count against MaxRooms)
-	budget       *userBudget         // the user's snapshot budget (budget.go), held until Serve ends; its own lock
-	seq          uint64              // last seq published
-	disconnected bool                // disconnect published: publish nothing more
+	mu    sync.Mutex
+	rooms map[string]struct{} // joined rooms (joined frame queued)
+	// roomHidden is the authoriser's hide list of each joined room that
+	// has one (nil map: none), kept for the room's re-joins.
+	roomHidden   map[string]filter.Set
+	joining      int         // joins in flight of rooms not in rooms (count against MaxRooms)
+	budget       *userBudget // the user's snapshot budget (budget.go), held until Serve ends; its own lock
+	seq          uint64      // last seq published
+	disconnected bool        // disconnect published: publish nothing more
 	// threads is the threads typed in per joined room (scopes.go).
 	threads threadsTyped
 }
@@ -306,7 +311,7 @@ func (c *Conn) leaveAll() []string {
 	c.Disconnect()
 	c.mu.Lock()
 	rooms := c.joinedRooms()
-	c.rooms = map[string]struct{}{}
+	c.rooms, c.roomHidden = map[string]struct{}{}, nil
 	c.mu.Unlock()
 	c.deps.Hub.LeaveAll(c, rooms...)
 	return rooms
@@ -473,7 +478,7 @@ func (c *Conn) pushRoom(room string, push uint64) {
 	awaited := func() bool { return c.w.pushAwaited(room, push) }
 	go func() {
 		for awaited() {
-			err := c.deps.Hub.Sync(c.ctx, hub.SyncAsked, room, c, "", awaited)
+			err := c.deps.Hub.Sync(c.ctx, hub.SyncAsked, room, c, nil, "", awaited)
 			if err == nil || errors.Is(err, hub.ErrAborted) || c.closing() {
 				return
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
@@ -163,7 +164,7 @@ func (c *Conn) watchTries(tries []*watchTry) {
 
 // watchOne is one room of watchTries.
 func (c *Conn) watchOne(ctx context.Context, t *watchTry) {
-	err := c.deps.Authorizer.Authorize(ctx, c.ident, t.room)
+	g, err := c.deps.Authorizer.Authorize(ctx, c.ident, t.room)
 	switch {
 	case errors.Is(err, authz.ErrForbidden):
 		t.code, t.msg = protocol.CodeForbidden, "not allowed to watch room "+strconv.Quote(t.room)
@@ -174,7 +175,7 @@ func (c *Conn) watchOne(ctx context.Context, t *watchTry) {
 	case err != nil:
 		t.code, t.msg = protocol.CodeUnavailable, "authorisation unavailable; retry"
 	default:
-		err = c.deps.Hub.Watch(ctx, t.room, c)
+		err = c.deps.Hub.Watch(ctx, t.room, c, filter.New(c.ident.HideTypingFrom, g.HideTypingFrom, true))
 		switch {
 		case err == nil:
 			c.budget.spendWatch(time.Now())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/auth"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/authz"
+	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/filter"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/hub"
 	"github.com/ellipsis-chat/ellipsis/services/gateway/internal/metrics"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -31,7 +32,7 @@ type watchRooms struct {
 	armed   []string
 }
 
-func (r *watchRooms) Watch(ctx context.Context, room string, _ hub.Watcher) error {
+func (r *watchRooms) Watch(ctx context.Context, room string, _ hub.Watcher, _ *filter.View) error {
 	r.mu.Lock()
 	fail, block := r.fail[room], r.block[room]
 	r.mu.Unlock()
@@ -83,11 +84,11 @@ func (r *watchRooms) count() int {
 // denyNoRooms forbids the rooms starting with "no".
 type denyNoRooms struct{}
 
-func (denyNoRooms) Authorize(_ context.Context, _ auth.Identity, room string) error {
+func (denyNoRooms) Authorize(_ context.Context, _ auth.Identity, room string) (authz.Grant, error) {
 	if strings.HasPrefix(room, "no") {
-		return authz.ErrForbidden
+		return authz.Grant{}, authz.ErrForbidden
 	}
-	return nil
+	return authz.Grant{}, nil
 }
 
 // watchConn serves a Conn of alice over a fake transport with MaxWatched
