@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -203,4 +204,73 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// Thread ids at the limits of the id rules (256 bytes; characters JSON
+// escapes; ':' and '%', which the keys' encoding escapes; multi-byte
+// UTF-8 and U+2028) come back exactly, decoded, on every event a scope
+// can end with (a stop, a leave's and a disconnect's stops built by the
+// scripts, an expiry) and in snapshots.
+func TestHostileThreadIDsRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 1, 1, func(c *config.Config) { c.MaxThreadsPerUser = 8 })
+	const room = "ids"
+	threads := []string{
+		strings.Repeat("<", 256),
+		strings.Repeat("é", 128),
+		`a:b`, `%3A%`, `"\` + "\u2028" + `</script>`, "u:alice", ".", strings.Repeat(`\`, 255) + "x",
+	}
+	bob := dial(t, s.wsURL(0, "bob", ""), "bob")
+	bob.join(room)
+	sorted := append([]string(nil), threads...)
+	slices.Sort(sorted)
+	wantSnap := ""
+	for i, th := range sorted {
+		if i > 0 {
+			wantSnap += ";"
+		}
+		wantSnap += th + ":alice/"
+	}
+	for _, end := range []string{"stopped", "left", "disconnected", "expired"} {
+		alice := dial(t, s.wsURL(0, "alice", ""), "alice-"+end)
+		alice.join(room)
+		for _, th := range threads {
+			alice.startIn(room, th)
+			bob.next(isScopeStart(room, th, "alice"), 5*time.Second, "start in "+th[:1])
+		}
+		if got := threadsOf(bob.syncFrame(room).Threads); got != wantSnap {
+			t.Fatalf("%s: snapshot threads\n%q\nwant\n%q", end, got, wantSnap)
+		}
+		switch end {
+		case "stopped":
+			for _, th := range threads {
+				alice.send(map[string]any{"type": "typing_stop", "room": room, "thread": th})
+			}
+		case "left":
+			alice.send(map[string]any{"type": "leave", "room": room})
+		case "disconnected":
+			alice.close()
+		}
+		within := 5 * time.Second
+		if end == "expired" {
+			within = expiryBound + 2*time.Second
+		}
+		left := map[string]bool{}
+		for _, th := range threads {
+			left[th] = true
+		}
+		for len(left) > 0 {
+			f := bob.next(func(f frame) bool { return f.Type == "typing_stop" && f.User == "alice" }, within, end+" stops")
+			if f.Reason != end || !left[f.Thread] {
+				t.Fatalf("%s: stop %q reason %s; still expecting %d threads", end, f.Thread, f.Reason, len(left))
+			}
+			delete(left, f.Thread)
+		}
+		if snap := bob.syncFrame(room); snap.Threads != nil {
+			t.Fatalf("%s: threads left %q", end, threadsOf(snap.Threads))
+		}
+		if end != "disconnected" {
+			alice.close()
+		}
+	}
 }
