@@ -82,7 +82,7 @@ const (
 // was left out); Activity (typing_start) is a name of [ValidateActivity]'s
 // shape ("" = left out, [ActivityTyping]); the gateway checks it against
 // its set (the standard activities and ELLIPSIS_ACTIVITIES). Both are
-// dropped from the other frame types. A field sent empty ("thread":"") is
+// ignored on the other frame types, whatever their JSON type. A field sent empty ("thread":"") is
 // an error, not the room itself (docs/protocol.md, "Threads and
 // activities").
 //
@@ -108,15 +108,17 @@ type ClientFrame struct {
 // ("typing":false).
 func (f ClientFrame) TypingOff() bool { return f.Typing != nil && !*f.Typing }
 
-// clientFrameJSON is the encoding/json form of a client frame: the
-// pointers tell a field left out (or null) from one sent empty; typing is
-// kept raw, so that only a join's typing is checked and a frame of another
-// type that happens to carry one is read as before.
+// clientFrameJSON is the encoding/json form of a client frame: thread and
+// activity are kept raw, read only on the frame types that take them
+// (elsewhere they are unknown fields, ignored whatever their JSON type),
+// and a field left out or null is told from one sent empty; typing is
+// kept raw too, so that only a join's typing is checked and a frame of
+// another type that happens to carry one is read as before.
 type clientFrameJSON struct {
 	Type     string          `json:"type"`
 	Room     string          `json:"room"`
-	Thread   *string         `json:"thread"`
-	Activity *string         `json:"activity"`
+	Thread   json.RawMessage `json:"thread"`
+	Activity json.RawMessage `json:"activity"`
 	Rooms    []string        `json:"rooms"`
 	ID       string          `json:"id"`
 	Typing   json.RawMessage `json:"typing"`
@@ -129,16 +131,54 @@ func decodeClientFrameJSON(data []byte) (ClientFrame, error) {
 	var w clientFrameJSON
 	err := json.Unmarshal(data, &w)
 	f := ClientFrame{Type: w.Type, Room: w.Room, Rooms: w.Rooms, ID: w.ID}
-	if w.Thread != nil {
-		f.Thread, f.threadSet = *w.Thread, true
+	if err != nil {
+		return f, err
 	}
-	if w.Activity != nil {
-		f.Activity, f.activitySet = *w.Activity, true
+	if w.Type == TypeTypingStart || w.Type == TypeTypingStop {
+		if f.Thread, f.threadSet, err = optionalString("thread", w.Thread); err != nil {
+			return f, err
+		}
 	}
-	if err == nil && f.Type == TypeJoin {
+	if w.Type == TypeTypingStart {
+		if f.Activity, f.activitySet, err = optionalString("activity", w.Activity); err != nil {
+			return f, err
+		}
+	}
+	if f.Type == TypeJoin {
 		f.Typing, err = decodeJoinTyping(w.Typing)
 	}
 	return f, err
+}
+
+// takenScope is f without the thread and activity its type does not take
+// (as decodeClientFrameJSON reads them).
+func takenScope(f ClientFrame) ClientFrame {
+	if f.Type != TypeTypingStart && f.Type != TypeTypingStop {
+		f.Thread, f.threadSet = "", false
+	}
+	if f.Type != TypeTypingStart {
+		f.Activity, f.activitySet = "", false
+	}
+	return f
+}
+
+// optionalString decodes field's raw JSON value: set false when it was
+// left out or null, else the string; another JSON type is a
+// *json.UnmarshalTypeError naming field (decodeErr's "thread: must be a
+// string, got number").
+func optionalString(field string, raw json.RawMessage) (s string, set bool, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", false, nil
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			te.Field, te.Struct = field, "clientFrameJSON"
+			return "", false, te
+		}
+		return "", false, err
+	}
+	return s, true, nil
 }
 
 // FrameError is a client frame that cannot be served. Code is one of the

@@ -4,7 +4,8 @@ package protocol
 // every client sends: a JSON object whose members are only "type", "room",
 // "thread", "activity" and "id" (exact lower-case keys), each a string of printable ASCII with
 // no escape, with JSON whitespace between tokens. It fills f exactly as
-// encoding/json would (a repeated key: the last one wins) and reports ok;
+// decodeClientFrameJSON would (a repeated key: the last one wins; thread
+// and activity only on the types that take them, takenScope) and reports ok;
 // anything else (another key, an escape, a non-ASCII byte, another value
 // type, trailing data) returns ok false, and the caller decodes with
 // encoding/json, which gives the same answer or the precise error. It
@@ -19,7 +20,7 @@ func scanClientFrame(data []byte) (f ClientFrame, ok bool) {
 	}
 	i = skipWS(data, i+1)
 	if i < len(data) && data[i] == '}' {
-		return f, skipWS(data, i+1) == len(data)
+		return takenScope(f), skipWS(data, i+1) == len(data)
 	}
 	for {
 		key, j, ok := scanPlainString(data, i)
@@ -56,7 +57,7 @@ func scanClientFrame(data []byte) (f ClientFrame, ok bool) {
 		case ',':
 			i = skipWS(data, i+1)
 		case '}':
-			return f, skipWS(data, i+1) == len(data)
+			return takenScope(f), skipWS(data, i+1) == len(data)
 		default:
 			return f, false
 		}
