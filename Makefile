@@ -108,7 +108,7 @@ unit:
 	  if [ -n "$$failed" ]; then echo "== FAILED in:$$failed"; exit 1; fi
 
 fuzz-smoke:
-	@set -e; cd shared; for t in FuzzDecodeClientFrame FuzzDecodeCommand FuzzDecodeRoomEvent FuzzClientFrameScan FuzzCommandScan FuzzRoomEventScan FuzzAppendCommand FuzzDecodeSnapshotReply; do \
+	@set -e; cd shared; for t in FuzzDecodeClientFrame FuzzDecodeCommand FuzzDecodeCommands FuzzDecodeRoomEvent FuzzClientFrameScan FuzzCommandScan FuzzRoomEventScan FuzzAppendCommand FuzzDecodeSnapshotReply; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./protocol; done; \
 	  for t in FuzzEnc FuzzNames FuzzRoomToken; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./names; done
