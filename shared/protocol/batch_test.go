@@ -195,3 +195,35 @@ func FuzzDecodeCommands(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeCommands64: 64 gateway commands decoded as one batch
+// (batch) or as 64 payloads (single); per command.
+func BenchmarkDecodeCommands64(b *testing.B) {
+	cmds := make([]Command, 64)
+	singles := make([][]byte, 64)
+	for i := range cmds {
+		cmds[i] = Command{V: 1, Op: OpStart, Room: "room-42", User: "alice", Name: "Alice", Conn: "gw-a1b2-5f3c:17", Seq: uint64(i + 1), TsMs: 1764480000000}
+		singles[i], _ = AppendCommand(nil, &cmds[i])
+	}
+	batch := appendBatch(b, cmds)
+	b.Run("batch", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := DecodeCommands(batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/cmd")
+	})
+	b.Run("single", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, p := range singles {
+				if _, _, err := DecodeCommands(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/cmd")
+	})
+}
