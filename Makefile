@@ -56,7 +56,8 @@ bench:
 
 ## bench-peers: the same typing workload against Ellipsis, then against Centrifugo v6 (built from the Go module proxy
 ## into bin/peers, cached), back to back, and one table with the ratios (docs/BENCHMARKS.md, "Against Centrifugo").
-## LOAD=L1 (default: 2,000 conns) | L2 (10,000) | L3 (15,000) | custom with CONNS= ROOMS= RATE=; DURATION=15s; PEERS_ARGS= go to the load generator
+## LOAD=L1 (default: 2,000 conns) | L2 (10,000) | L3 (15,000) | custom with CONNS= ROOMS= RATE=; DURATION=15s; PEERS_ARGS= go to the load generator;
+## BATCH_WINDOW=2ms sets ELLIPSIS_BATCH_WINDOW of gateway and worker (default 0s)
 bench-peers:
 	tools/loadgen/peers.sh $(PEERS_ARGS)
 
@@ -108,7 +109,7 @@ unit:
 	  if [ -n "$$failed" ]; then echo "== FAILED in:$$failed"; exit 1; fi
 
 fuzz-smoke:
-	@set -e; cd shared; for t in FuzzDecodeClientFrame FuzzDecodeCommand FuzzDecodeRoomEvent FuzzClientFrameScan FuzzCommandScan FuzzRoomEventScan FuzzAppendCommand FuzzDecodeSnapshotReply FuzzDecodeUserIDs; do \
+	@set -e; cd shared; for t in FuzzDecodeClientFrame FuzzDecodeCommand FuzzDecodeCommands FuzzDecodeRoomEvent FuzzClientFrameScan FuzzCommandScan FuzzRoomEventScan FuzzAppendCommand FuzzDecodeSnapshotReply FuzzDecodeUserIDs; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./protocol; done; \
 	  for t in FuzzEnc FuzzNames FuzzRoomToken; do \
 	  $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./names; done

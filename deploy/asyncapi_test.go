@@ -162,6 +162,21 @@ var goDecoders = map[string]func(t *testing.T, example []byte) error{
 		}
 		return roundTrip(t, c, ex)
 	},
+	"commandBatch": func(t *testing.T, ex []byte) error {
+		cmds, errs, err := protocol.DecodeCommands(ex)
+		if err != nil {
+			return err
+		}
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		if len(cmds) < 2 {
+			return errors.New("a batch example should hold several commands")
+		}
+		return nil
+	},
 	"snapshotRequest": func(t *testing.T, ex []byte) error {
 		r, err := protocol.DecodeSnapshotRequest(ex)
 		if err != nil {
@@ -406,6 +421,7 @@ func (m *goMessages) addRoomEvents(room, long string) {
 // worker build them.
 func (m *goMessages) addNATSPayloads(room string, snaps []protocol.Snapshot) {
 	m.t.Helper()
+	var batch []protocol.Command
 	for _, c := range []protocol.Command{
 		{V: protocol.Version, Op: protocol.OpStart, Room: room, User: "alice", Name: "Alice", Conn: "gw-a1b2-5f3c:17", Seq: 1, TsMs: 1764480000000},
 		{V: protocol.Version, Op: protocol.OpStop, Room: room, User: "alice", Conn: "gw-a1b2-5f3c:17", Seq: 1<<64 - 1, TsMs: 1764480000000},
@@ -417,7 +433,20 @@ func (m *goMessages) addNATSPayloads(room string, snaps []protocol.Snapshot) {
 			m.t.Fatalf("test command %+v: %v", c, err)
 		}
 		m.add("command", m.enc(c))
+		batch = append(batch, c)
 	}
+	// The same commands as a gateway batches them (AppendBatchHead, ',', AppendBatchTail).
+	b := protocol.AppendBatchHead(nil)
+	for i := range batch {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = protocol.AppendCommand(b, &batch[i]); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+	m.add("commandBatch", protocol.AppendBatchTail(b))
 	m.add("snapshotRequest", m.enc(protocol.SnapshotRequest{V: protocol.Version, Room: room}))
 	for _, s := range snaps {
 		m.add("snapshotReply", m.enc(protocol.SnapshotReply{V: protocol.Version, Room: room, Users: s.Users, Total: s.Total}))

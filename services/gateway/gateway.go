@@ -108,6 +108,7 @@ type Server struct {
 	reg       *prometheus.Registry
 	met       *metrics.Metrics
 	natsMet   *metrics.NATS
+	batchMet  *metrics.Batches // command batches on NATS (ELLIPSIS_BATCH_WINDOW)
 	names     names.Names
 	gatewayID string
 	authn     auth.Authenticator
@@ -188,6 +189,11 @@ func New(opts Options) (*Server, error) {
 		sec.close()
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
+	batchMet, err := metrics.NewBatches(reg)
+	if err != nil {
+		sec.close()
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
 	id := bootID(cfg.GatewayID)
 	s := &Server{
 		cfg:       cfg,
@@ -195,6 +201,7 @@ func New(opts Options) (*Server, error) {
 		reg:       reg,
 		met:       met,
 		natsMet:   natsMet,
+		batchMet:  batchMet,
 		names:     names.New(cfg.KeyPrefix, cfg.SubjectPrefix),
 		gatewayID: id,
 		authn:     sec.authn,
@@ -318,6 +325,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if !pres.Connected() {
 		s.log.Warn("nats not connected at start; retrying in the background", zap.String("urls", natsconn.RedactURLs(s.cfg.NATSURL)))
 	}
+	pres.EnableBatching(s.cfg.BatchWindow, s.batchMet)
 	s.pres = pres
 	s.natsMet.WatchConnection(pres.Connected)
 	s.startHub(pres)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,21 @@ type env struct {
 
 type envOpt func(*config.Config)
 
+// testBatchWindow is ELLIPSIS_TEST_BATCH_WINDOW (a duration, e.g. 2ms),
+// the ELLIPSIS_BATCH_WINDOW every test gateway runs with, so the package's
+// contract can be run with batching on; unset: 0, the default.
+func testBatchWindow(t testing.TB) time.Duration {
+	v := os.Getenv("ELLIPSIS_TEST_BATCH_WINDOW")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("ELLIPSIS_TEST_BATCH_WINDOW: %v", err)
+	}
+	return d
+}
+
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
 	id := testkit.RandHex(6)
@@ -68,6 +84,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	cfg.ShutdownDrain = 0
 	cfg.LameDuck = 0
 	cfg.SnapshotTimeout = time.Second
+	cfg.BatchWindow = testBatchWindow(t)
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -133,12 +150,18 @@ func (e *env) startWorker(natsURL string) {
 		e.t.Fatal(err)
 	}
 	if _, err := nc.Subscribe(e.names.CommandSubject(), func(m *nats.Msg) {
-		cmd, err := protocol.DecodeCommand(m.Data)
+		cmds, errs, err := protocol.DecodeCommands(m.Data) // a command or a batch
 		if err != nil {
 			e.t.Errorf("gateway published an invalid command %s: %v", m.Data, err)
 			return
 		}
-		e.cmds <- cmd
+		for i, cmd := range cmds {
+			if errs[i] != nil {
+				e.t.Errorf("gateway published an invalid command in %s: %v", m.Data, errs[i])
+				continue
+			}
+			e.cmds <- cmd
+		}
 	}); err != nil {
 		e.t.Fatal(err)
 	}

@@ -95,6 +95,8 @@ func (c *Config) table() []Setting {
 			Doc: "how often each Redis Pub/Sub connection is PINGed"},
 		{Env: "ELLIPSIS_PUBSUB_PING_TIMEOUT", For: ForGateway, V: dur(&c.PubSubPingTimeout, 2*time.Second, atLeast(10*time.Millisecond)),
 			Doc: "a Pub/Sub connection silent this long after a PING (a health PING, its first one, dial included, or the one confirming a batch of subscriptions) is closed and redialed, `/readyz` 503 meanwhile; joins on it fail at once (must be < interval)"},
+		{Env: "ELLIPSIS_BATCH_WINDOW", For: ForBoth, V: dur(&c.BatchWindow, 0, between(0, maxBatchWindow)),
+			Doc: "how long a typing command may wait to travel with others, per hop: the gateway sends the commands of all its connections that fall in one window as one NATS message (a `batch`, docs/protocol.md \"Command batches\"), and a worker shard waits this long after a command for more to send in the same Redis pipeline. `0s`: each goes at once (a busy worker still pipelines what is already queued). At most 50ms: two hops of it stay within half of the 200 ms end-to-end budget of a typing change"},
 		{Env: "ELLIPSIS_MAX_FRAME_BYTES", For: ForGateway, V: integer(&c.MaxFrameBytes, 4096, between(minFrameBytes, 1<<20)),
 			Doc: "largest inbound WebSocket message (over: close 1009). At least 1024: the longest frame a client may need, `typing_start` with a room id and a request id at their limits (256 and 128 bytes, each byte a quote or backslash that JSON escapes to 2), is 809 bytes as `JSON.stringify` writes it (an encoder escaping non-ASCII or HTML as `\\uXXXX` may need up to 2345, which the default takes)"},
 		{Env: "ELLIPSIS_MAX_ROOMS_PER_CONN", For: ForGateway, V: integer(&c.MaxRoomsPerConn, 100, between(1, 1000)),

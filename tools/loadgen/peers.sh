@@ -41,6 +41,9 @@
 # quota with automaxprocs; empty: every CPU of this machine); the
 # gateway (GATEWAY_GOMAXPROCS, empty by default: its limit is 2) and
 # Centrifugo use every CPU.
+# BATCH_WINDOW (default 0s: send at once) is ELLIPSIS_BATCH_WINDOW for the
+# gateway and the worker (0..50ms: docs/protocol.md, "Command batches"),
+# e.g. BATCH_WINDOW=2ms; a sweep runs one invocation per window.
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 cd "$(dirname "$0")/../.."
@@ -62,6 +65,7 @@ DURATION=${DURATION:-15s}
 WORKER_GOMAXPROCS=${WORKER_GOMAXPROCS:-1}
 NATS_GOMAXPROCS=${NATS_GOMAXPROCS-1}
 GATEWAY_GOMAXPROCS=${GATEWAY_GOMAXPROCS:-}
+BATCH_WINDOW=${BATCH_WINDOW:-0s}
 SYSTEMS=${SYSTEMS:-ellipsis,centrifugo}
 case "$SYSTEMS" in
 ellipsis | ellipsis,centrifugo) ;;
@@ -175,7 +179,7 @@ nats=$!
 wait_port "$NATS_PORT" nats-server
 el_env=(ELLIPSIS_REDIS_URL="redis://127.0.0.1:$EL_REDIS_PORT" ELLIPSIS_NATS_URL="nats://127.0.0.1:$NATS_PORT"
 	ELLIPSIS_KEY_PREFIX="peers$$:" ELLIPSIS_SUBJECT_PREFIX="peers$$" ELLIPSIS_LOG_LEVEL=warn
-	ELLIPSIS_AUTH=jwt ELLIPSIS_JWT_SECRET="$SECRET" ELLIPSIS_DEMO_PAGE=false)
+	ELLIPSIS_AUTH=jwt ELLIPSIS_JWT_SECRET="$SECRET" ELLIPSIS_DEMO_PAGE=false ELLIPSIS_BATCH_WINDOW="$BATCH_WINDOW")
 env "${el_env[@]}" GOMAXPROCS="$WORKER_GOMAXPROCS" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" "$BIN/presence-worker" >"$OUT_DIR/worker.log" 2>&1 &
 pids+=($!)
 worker=$!

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -69,13 +70,19 @@ func (s *Server) startShards() {
 }
 
 // runShard applies commands until quit is closed, then applies what is
-// still queued and returns. It waits for the first command of a batch
-// only: fill takes what else is queued without waiting.
+// still queued and returns. It waits for the first command of a batch,
+// then, with ELLIPSIS_BATCH_WINDOW above 0, up to the window for more
+// (fill); without one, fill takes only what is queued already.
 func (s *Server) runShard(ch chan protocol.Command) {
 	defer s.shardWG.Done()
 	batch := make([]protocol.Command, 0, s.commandBatch)
+	var window *time.Timer
+	if s.cfg.BatchWindow > 0 {
+		window = time.NewTimer(s.cfg.BatchWindow)
+		window.Stop()
+	}
 	run := func(first protocol.Command) {
-		batch = s.fill(ch, append(batch[:0], first))
+		batch = s.fill(ch, append(batch[:0], first), window)
 		s.m.queued.Sub(float64(len(batch)))
 		s.applyBatch(s.runCtx, batch)
 		clear(batch) // drop the commands' strings until the next batch
@@ -85,6 +92,7 @@ func (s *Server) runShard(ch chan protocol.Command) {
 		case cmd := <-ch:
 			run(cmd)
 		case <-s.quit:
+			window = nil // shutting down: no more waiting
 			for {
 				select {
 				case cmd := <-ch:
@@ -97,10 +105,14 @@ func (s *Server) runShard(ch chan protocol.Command) {
 	}
 }
 
-// fill appends to batch the commands waiting in ch, never waiting for one,
-// until the batch holds s.commandBatch script calls (see
-// DefaultCommandBatch) or ch is empty.
-func (s *Server) fill(ch <-chan protocol.Command, batch []protocol.Command) []protocol.Command {
+// fill appends to batch the commands waiting in ch until the batch holds
+// s.commandBatch script calls (see DefaultCommandBatch) or ch is empty.
+// With window (the shard's timer; nil: no window) it then waits, until
+// ELLIPSIS_BATCH_WINDOW after it was called, for more commands to arrive,
+// so the commands of one window go to Redis in one pipeline; quit (the
+// shutdown) ends the wait at once. A command therefore waits at most one
+// window before its pipeline is sent, plus the pipeline's round trip.
+func (s *Server) fill(ch <-chan protocol.Command, batch []protocol.Command, window *time.Timer) []protocol.Command {
 	calls := 0
 	for _, c := range batch {
 		calls += callCount(c)
@@ -110,7 +122,24 @@ func (s *Server) fill(ch <-chan protocol.Command, batch []protocol.Command) []pr
 		case cmd := <-ch:
 			batch = append(batch, cmd)
 			calls += callCount(cmd)
+			continue
 		default:
+		}
+		break // ch is empty
+	}
+	if window == nil || calls >= s.commandBatch {
+		return batch
+	}
+	window.Reset(s.cfg.BatchWindow)
+	defer window.Stop()
+	for calls < s.commandBatch {
+		select {
+		case cmd := <-ch:
+			batch = append(batch, cmd)
+			calls += callCount(cmd)
+		case <-window.C:
+			return batch
+		case <-s.quit:
 			return batch
 		}
 	}

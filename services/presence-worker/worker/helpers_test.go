@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +33,21 @@ const (
 	// matters when a test fails.
 	waitLong = 5 * time.Second
 )
+
+// testBatchWindow is ELLIPSIS_TEST_BATCH_WINDOW (a duration, e.g. 2ms),
+// the ELLIPSIS_BATCH_WINDOW every test worker runs with, so the package's
+// contract can be run with batching on; unset: 0, the default.
+func testBatchWindow(t testing.TB) time.Duration {
+	v := os.Getenv("ELLIPSIS_TEST_BATCH_WINDOW")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("ELLIPSIS_TEST_BATCH_WINDOW: %v", err)
+	}
+	return d
+}
 
 // requireServices fails the test when the test Redis or NATS is not
 // reachable (never a skip: a skipped contract test would read as a pass).
@@ -77,6 +93,7 @@ func newEnv(t *testing.T, be storetest.Backend, mods ...func(*config.Config)) *e
 	cfg.SweepInterval = testSweep
 	cfg.WorkerShards = 4
 	cfg.LogLevel = "warn"
+	cfg.BatchWindow = testBatchWindow(t)
 	var mr *miniredis.Miniredis
 	cfg.RedisURL, mr = storetest.RedisURLFor(t, be)
 	cfg.RedisPubSub = be.PubSub

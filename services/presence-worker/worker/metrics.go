@@ -148,7 +148,7 @@ var (
 		protocol.OpDisconnect: true, "unknown": true}
 	fieldLabels = map[string]bool{"json": true, "v": true, "op": true, "room": true, "rooms": true,
 		"user": true, "name": true, "conn": true, "seq": true, "ts_ms": true,
-		"thread": true, "activity": true, "ttl_ms": true}
+		"thread": true, "activity": true, "ttl_ms": true, "cmds": true}
 	snapshotLabels = map[string]bool{"ok": true, protocol.CodeBadRequest: true,
 		protocol.CodeUnavailable: true, protocol.CodeInternal: true}
 )

@@ -103,20 +103,32 @@ func (s *Server) connectNATS(ctx context.Context) error {
 	return nil
 }
 
-// onCommand decodes one command and hands it to its shard. It runs on the
+// onCommand decodes one payload of the command subject, a command or a
+// batch of them (docs/protocol.md, "Command batches"), and hands each
+// valid command to its shard, in the payload's order. It runs on the
 // subscription's delivery goroutine and never waits for a shard: a command
 // its shard has no room for is dropped and counted (see dispatch), so one
-// slow shard never holds up the others' commands.
+// slow shard never holds up the others' commands. An invalid element of a
+// batch is dropped and counted on its own (dropInvalid), the batch's
+// other commands are applied; a batch refused whole (malformed, wrong
+// "v", "cmds" empty or too long) counts once.
 func (s *Server) onCommand(msg *nats.Msg) {
-	cmd, err := protocol.DecodeCommand(msg.Data)
-	if err == nil {
-		err = s.checkCommand(cmd)
-	}
+	cmds, errs, err := protocol.DecodeCommands(msg.Data)
 	if err != nil {
 		s.dropInvalid(msg, err)
 		return
 	}
-	s.dispatch(cmd)
+	for i, cmd := range cmds {
+		err := errs[i]
+		if err == nil {
+			err = s.checkCommand(cmd)
+		}
+		if err != nil {
+			s.dropInvalid(msg, err)
+			continue
+		}
+		s.dispatch(cmd)
+	}
 }
 
 // checkCommand checks what DecodeCommand cannot, the worker's settings

@@ -80,7 +80,7 @@ func TestFillTakesOnlyWhatIsQueued(t *testing.T) {
 			ch <- cmdN(i + 1)
 		}
 		done := make(chan []protocol.Command)
-		go func() { done <- s.fill(ch, []protocol.Command{tc.first}) }()
+		go func() { done <- s.fill(ch, []protocol.Command{tc.first}, nil) }()
 		select {
 		case got := <-done:
 			if len(got) != tc.want || len(ch) != tc.queued-(tc.want-1) {

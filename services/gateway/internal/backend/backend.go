@@ -101,6 +101,10 @@ type NATS struct {
 
 	mu          sync.Mutex
 	onReconnect func()
+
+	// batches gathers commands into batches when EnableBatching set a
+	// window (batch.go); nil: each command is published at once.
+	batches *batcher
 }
 
 // Connect dials NATS (urls as in ELLIPSIS_NATS_URL, auth the credential
@@ -172,8 +176,43 @@ func (c *NATS) Connected() bool { return c.conn.Connected() }
 // holds a secret.
 func (c *NATS) Status() string { return c.conn.Status() }
 
-// Publish sends cmd on the command subject. It fails with an error wrapping
-// [ErrUnavailable] when NATS is not connected; nothing is buffered for later.
+// EnableBatching makes Publish gather the commands of a window (>0,
+// ELLIPSIS_BATCH_WINDOW) into batches (docs/protocol.md, "Command
+// batches"): the first command of a batch waits at most window, a batch
+// holds at most MaxBatchCommands commands and min(max_payload,
+// MaxBatchBytes) bytes, and Close sends the pending batch before draining.
+// m counts the batches. Call it once, after Connect and before the first
+// Publish; a window of 0 leaves Publish sending each command at once.
+func (c *NATS) EnableBatching(window time.Duration, m BatchMetrics) {
+	if window <= 0 {
+		return
+	}
+	c.batches = newBatcher(window, c.maxPayload, c.publishData, m)
+}
+
+// maxPayload is the server's max_payload in bytes, or NATS's default
+// (1 MiB) before the first INFO.
+func (c *NATS) maxPayload() int {
+	if n := c.nc.MaxPayload(); n > 0 {
+		return int(n)
+	}
+	return 1 << 20
+}
+
+// publishData sends one payload on the command subject (a command or a
+// batch); with ReconnectBufSize(-1) it fails (never buffers) once nats.go
+// has noticed the connection is gone.
+func (c *NATS) publishData(data []byte) error {
+	return c.nc.Publish(c.names.CommandSubject(), data)
+}
+
+// Publish sends cmd on the command subject, or, with batching enabled
+// (EnableBatching), adds it to the batch being filled, which goes out
+// within the window. It fails with an error wrapping [ErrUnavailable] when
+// NATS is not connected, and, batching, when [batchQueue] full batches are
+// waiting for a blocked NATS write; nothing is buffered for later. A batch
+// that NATS refuses later is counted (BatchMetrics.BatchFailed) and its
+// commands are lost, as a command published just before a disconnect is.
 func (c *NATS) Publish(cmd *protocol.Command) error {
 	if !c.Connected() {
 		return unavailable("NATS not connected", nil)
@@ -189,10 +228,19 @@ func (c *NATS) Publish(cmd *protocol.Command) error {
 		return fmt.Errorf("backend: encode command: %w", err)
 	}
 	*bp = data
-	// With ReconnectBufSize(-1) this fails (never buffers) once nats.go
-	// has noticed the connection is gone. nats.go copies data into its
-	// write buffer before Publish returns, so the buffer is reused.
-	if err := c.nc.Publish(c.names.CommandSubject(), data); err != nil {
+	if c.batches != nil {
+		added, stopped := c.batches.add(data) // copies data
+		if added {
+			return nil
+		}
+		if !stopped {
+			return unavailable("NATS write blocked", nil)
+		}
+		// Closing: the pending batch went out; this one goes alone.
+	}
+	// nats.go copies data into its write buffer before Publish returns,
+	// so the buffer is reused.
+	if err := c.publishData(data); err != nil {
 		return unavailable("NATS not connected", err)
 	}
 	return nil
@@ -266,9 +314,13 @@ func (c *NATS) Flush(timeout time.Duration) error {
 	return c.nc.FlushTimeout(timeout)
 }
 
-// Close drains the connection (pending publishes are flushed) and waits
+// Close sends the pending batch (with batching), drains the connection
+// (pending publishes are flushed) and waits
 // until it is closed or ctx ends, then closes it hard. Safe to call twice.
 func (c *NATS) Close(ctx context.Context) error {
+	if c.batches != nil {
+		c.batches.stop(ctx.Done()) // the pending batch goes out before the drain
+	}
 	if err := c.nc.Drain(); err != nil {
 		// Not connected (or already closed): nothing to drain.
 		c.nc.Close()
