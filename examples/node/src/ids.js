@@ -5,6 +5,8 @@ import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const MAX_ID_BYTES = 256;
+/** The most user ids one hide_typing_from list may hold (docs/protocol.md, "Per-viewer filters"; Go: protocol.MaxHideTypingFrom). */
+export const MAX_HIDE_TYPING_FROM = 1000;
 const encoder = new TextEncoder();
 
 /**
@@ -19,6 +21,21 @@ export function checkId(field, s) {
   if (n < 1 || n > MAX_ID_BYTES) throw new RangeError(`${field}: must be 1..${MAX_ID_BYTES} bytes, got ${n}`);
   if (/[\u0000-\u001f\u007f-\u009f]/.test(s)) throw new RangeError(`${field}: must not contain control characters`);
   if (s.isWellFormed && !s.isWellFormed()) throw new RangeError(`${field}: must be valid UTF-8 (lone surrogate)`);
+}
+
+/**
+ * Throws unless ids is a valid hide list (docs/protocol.md, "Per-viewer
+ * filters"; the gateway's rules, Go: protocol.ValidateUserIDs): an array
+ * of at most 1000 user ids (duplicates count), each valid by checkId. The
+ * error names the field, the index and the limit
+ * ("hide_typing_from[3]: must be 1..256 bytes, got 300").
+ * @param {string} field
+ * @param {unknown} ids
+ */
+export function checkUserIds(field, ids) {
+  if (!Array.isArray(ids)) throw new TypeError(`${field}: must be an array of user ids`);
+  if (ids.length > MAX_HIDE_TYPING_FROM) throw new RangeError(`${field}: at most ${MAX_HIDE_TYPING_FROM} user ids, got ${ids.length}`);
+  ids.forEach((id, i) => checkId(`${field}[${i}]`, id));
 }
 
 /** The deployment's subjects for ELLIPSIS_SUBJECT_PREFIX `prefix` ("ellipsis" by default). */

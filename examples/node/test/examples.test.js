@@ -1,7 +1,8 @@
 // Each example against a private stack (test/stack.js): a user types over
 // the WebSocket, the example acts over NATS, and the effect is checked end
 // to end. (a) and (b) run the example scripts as a platform team would;
-// (c) runs the authoriser script beside a gateway with ELLIPSIS_AUTHZ=nats;
+// (c) runs the authoriser script beside a gateway with ELLIPSIS_AUTHZ=nats
+// (with --hide: a hidden user's typing does not reach the joiner);
 // (d) follows the events that the worker publishes with
 // ELLIPSIS_NATS_EVENTS=true.
 
@@ -14,7 +15,7 @@ import { fileURLToPath } from "node:url";
 import { connect } from "@nats-io/transport-node";
 
 import { startStack, dial, natsURL } from "./stack.js";
-import { roomToken, subjects, checkId, parseAllow } from "../src/index.js";
+import { roomToken, subjects, checkId, checkUserIds, parseAllow, parseHide, serveJoinAuthz, MAX_HIDE_TYPING_FROM } from "../src/index.js";
 import { whoIsTyping } from "../src/who-is-typing.js";
 import { followRoomEvents } from "../src/room-events.js";
 
@@ -113,10 +114,11 @@ test("(b) who is typing in room R: the snapshot lists Alice", async () => {
   }
 });
 
-test("(c) join authoriser: the gateway lets Alice into her room and nowhere else", async (t) => {
+/** Starts a stack with ELLIPSIS_AUTHZ=nats and the join-authz script with args beside it, both stopped when t ends. */
+async function startAuthz(t, args) {
   const authzStack = await startStack({ ELLIPSIS_AUTHZ: "nats" });
   t.after(() => authzStack.stop());
-  const proc = spawn(process.execPath, [script("join-authz.js"), "alice=team:42"], {
+  const proc = spawn(process.execPath, [script("join-authz.js"), ...args], {
     env: { ...process.env, ELLIPSIS_NATS_URL: natsURL, ELLIPSIS_SUBJECT_PREFIX: authzStack.prefix },
     stdio: ["ignore", "pipe", "inherit"],
   });
@@ -138,7 +140,11 @@ test("(c) join authoriser: the gateway lets Alice into her room and nowhere else
     });
     proc.on("exit", (code) => rej(new Error(`join-authz exited ${code}: ${out}`)));
   });
+  return authzStack;
+}
 
+test("(c) join authoriser: the gateway lets Alice into her room and nowhere else", async (t) => {
+  const authzStack = await startAuthz(t, ["alice=team:42"]);
   const alice = await dial(authzStack.wsURL, "alice", "Alice");
   const bob = await dial(authzStack.wsURL, "bob", "Bob");
   try {
@@ -152,6 +158,68 @@ test("(c) join authoriser: the gateway lets Alice into her room and nowhere else
   } finally {
     alice.close();
     bob.close();
+  }
+});
+
+// Bob's typing is hidden from Alice by the authoriser's reply: her joined
+// snapshot leaves him out, and she gets none of his events, while Carol
+// (no list) does. Carol sees Bob's stop before Dave's start is sent, and
+// the gateway forwards a room's events in order, so Alice would have got
+// Bob's stop before Dave's start.
+test("(c) join authoriser --hide: a hidden user's typing does not reach the joining user", async (t) => {
+  const authzStack = await startAuthz(t, ["", "--hide", "alice=bob,mallory"]);
+  const room = "public-hall";
+  const [bob, carol, dave] = await Promise.all(["bob", "carol", "dave"].map((u) => dial(authzStack.wsURL, u)));
+  const users = [bob, carol, dave];
+  try {
+    for (const u of users) assert.equal((await u.join(room)).type, "joined");
+    bob.send({ type: "typing_start", room });
+    await carol.until((f) => f.type === "typing_start" && f.user === "bob");
+
+    const alice = await dial(authzStack.wsURL, "alice", "Alice");
+    users.push(alice);
+    const joined = await alice.join(room);
+    assert.equal(joined.type, "joined");
+    assert.deepEqual([joined.typing, joined.total], [[], 0]);
+
+    bob.send({ type: "typing_stop", room });
+    await carol.until((f) => f.type === "typing_stop" && f.user === "bob");
+    dave.send({ type: "typing_start", room });
+    await carol.until((f) => f.type === "typing_start" && f.user === "dave");
+    await alice.until((f) => f.type === "typing_start" && f.user === "dave");
+    assert.deepEqual(alice.frames.filter((f) => f.user === "bob"), []);
+  } finally {
+    for (const u of users) u.close();
+  }
+});
+
+test("parseHide and checkUserIds: the gateway's rules, errors naming the part", () => {
+  assert.deepEqual(parseHide("alice=bob,carol;;dave=eve,;alice=mallory"), new Map([["alice", ["bob", "carol", "mallory"]], ["dave", ["eve"]]]));
+  assert.deepEqual(parseHide(undefined), new Map());
+  assert.throws(() => parseHide("alice"), /^Error: --hide "alice": no "=" between the user and the hidden users$/);
+  assert.throws(() => parseHide("=bob"), /^Error: --hide "=bob": user: must be 1\.\.256 bytes, got 0$/);
+  assert.throws(() => parseHide("alice=,"), /^Error: --hide "alice=,": no hidden users after "="$/);
+  assert.throws(() => parseHide("alice=bob,c\u0007"), /^Error: --hide "alice": hide_typing_from\[1\]: must not contain control characters$/);
+  assert.throws(() => parseHide("alice=" + "x".repeat(257)), /hide_typing_from\[0\]: must be 1\.\.256 bytes, got 257$/);
+  assert.throws(() => parseHide("alice=" + "b,".repeat(MAX_HIDE_TYPING_FROM + 1)), /^Error: --hide "alice": hide_typing_from: at most 1000 user ids, got 1001$/);
+  assert.equal(parseHide("alice=" + "b,".repeat(MAX_HIDE_TYPING_FROM)).get("alice").length, 1000);
+  assert.throws(() => checkUserIds("hide_typing_from", "bob"), /hide_typing_from: must be an array of user ids/);
+});
+
+test("(c) join authoriser: an allow carries its list; a list the gateway would refuse is a denial", async (t) => {
+  const lists = { r: ["bob", "carol"], empty: [], long: Array(1001).fill("u"), "bad-id": ["bob", ""], "not-array": "bob" };
+  const sub = serveJoinAuthz(nc, { prefix: stack.prefix, policy: (user, room) => ({ allow: true, hideTypingFrom: lists[room] }) });
+  t.after(() => sub.unsubscribe());
+  const want = {
+    r: { allow: true, hide_typing_from: ["bob", "carol"] },
+    empty: { allow: true },
+    long: { allow: false },
+    "bad-id": { allow: false },
+    "not-array": { allow: false },
+  };
+  for (const [room, reply] of Object.entries(want)) {
+    const msg = await nc.request(subjects(stack.prefix).authzJoin, JSON.stringify({ v: 1, user: "alice", room }), { timeout: 10000 });
+    assert.deepEqual(msg.json(), reply, room);
   }
 });
 

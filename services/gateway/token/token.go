@@ -4,7 +4,8 @@
 // production the identity provider issues the tokens.
 //
 // Claims written are the ones the gateway reads (internal/auth): sub, name,
-// rooms, share_typing, exp, iat, iss and aud; the kid header names the key.
+// rooms, share_typing, hide_typing_from, exp, iat, iss and aud; the kid
+// header names the key.
 // Signing is github.com/golang-jwt/jwt/v5, the JWKs are
 // github.com/MicahParks/jwkset, the libraries the gateway verifies with.
 package token
@@ -52,6 +53,12 @@ type Claims struct {
 	// the gateway publish none of the user's typing. Nil omits the claim
 	// (the gateway then shares).
 	ShareTyping *bool
+	// HideTypingFrom is written as hide_typing_from: the users whose typing
+	// the user's connections never get, in any room (docs/protocol.md,
+	// "Per-viewer filters"): at most protocol.MaxHideTypingFrom (1,000)
+	// user ids, each valid by protocol.ValidateID (duplicates count).
+	// Omitted when empty.
+	HideTypingFrom []string
 	// TTL sets exp = Now + TTL (seconds are kept, RFC 7519 NumericDate).
 	TTL time.Duration
 	// Issuer (iss) and Audience (aud), omitted when empty; they must match
@@ -68,6 +75,8 @@ type claims struct {
 	Name        string   `json:"name,omitempty"`
 	Rooms       []string `json:"rooms,omitempty"`
 	ShareTyping *bool    `json:"share_typing,omitempty"`
+	// HideTypingFrom is protocol.HideTypingFrom.
+	HideTypingFrom []string `json:"hide_typing_from,omitempty"`
 }
 
 // Signer signs tokens with one key.
@@ -148,8 +157,10 @@ func (s *Signer) Alg() string { return s.alg }
 
 // Mint returns a signed token for c. It fails, naming the claim, on what
 // the gateway would refuse: a sub, name or room outside the protocol's
-// limits (protocol.ValidateID, ValidateName), or a TTL that is not
-// positive.
+// limits (protocol.ValidateID, ValidateName), a hide list outside them
+// (protocol.ValidateUserIDs, the rules of the gateway's decoder
+// protocol.DecodeUserIDs: "token: hide_typing_from: at most 1000 user
+// ids, got 1001"), or a TTL that is not positive.
 func (s *Signer) Mint(c Claims) (string, error) {
 	if err := protocol.ValidateID("sub", c.Subject); err != nil {
 		return "", fmt.Errorf("token: %w", err)
@@ -165,6 +176,9 @@ func (s *Signer) Mint(c Claims) (string, error) {
 			return "", fmt.Errorf("token: %w", err)
 		}
 	}
+	if err := protocol.ValidateUserIDs(protocol.HideTypingFrom, c.HideTypingFrom); err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
 	now := c.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -176,9 +190,10 @@ func (s *Signer) Mint(c Claims) (string, error) {
 			IssuedAt:  jwt.NewNumericDate(now),
 			ExpiresAt: jwt.NewNumericDate(now.Add(c.TTL)),
 		},
-		Name:        c.Name,
-		Rooms:       c.Rooms,
-		ShareTyping: c.ShareTyping,
+		Name:           c.Name,
+		Rooms:          c.Rooms,
+		ShareTyping:    c.ShareTyping,
+		HideTypingFrom: c.HideTypingFrom,
 	}
 	if len(c.Audience) > 0 {
 		pl.Audience = jwt.ClaimStrings(c.Audience)

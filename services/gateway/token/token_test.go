@@ -25,7 +25,8 @@ func TestMintedTokensVerifyWithTheGateway(t *testing.T) {
 	now := time.Now()
 	claims := token.Claims{
 		Subject: "alice", Name: "Alice", Rooms: []string{"lobby", "team-7/*"}, ShareTyping: &no,
-		TTL: time.Hour, Issuer: "https://id.example", Audience: []string{"ellipsis"}, Now: now,
+		HideTypingFrom: []string{"bob", "carol"},
+		TTL:            time.Hour, Issuer: "https://id.example", Audience: []string{"ellipsis"}, Now: now,
 	}
 	hs, err := token.NewHS256([]byte(secret), "")
 	if err != nil {
@@ -82,12 +83,13 @@ func TestMintedTokensVerifyWithTheGateway(t *testing.T) {
 			t.Fatalf("%s: the gateway refuses the token: %v", alg, err)
 		}
 		if id.User != "alice" || id.Name != "Alice" || id.ShareTyping || !slices.Equal(id.Rooms, claims.Rooms) ||
+			id.HideTypingFrom.Len() != 2 || !id.HideTypingFrom.Has("bob") || !id.HideTypingFrom.Has("carol") ||
 			id.Expires.Unix() != now.Add(time.Hour).Unix() {
 			t.Errorf("%s: identity %+v", alg, id)
 		}
 		// Without share_typing the gateway shares; a wrong audience is refused.
 		tok, _ = s.Mint(token.Claims{Subject: "bob", TTL: time.Minute, Issuer: "https://id.example", Audience: []string{"ellipsis"}})
-		if id, err := a.Verify(tok); err != nil || !id.ShareTyping || id.Rooms != nil {
+		if id, err := a.Verify(tok); err != nil || !id.ShareTyping || id.Rooms != nil || id.HideTypingFrom.Len() != 0 {
 			t.Errorf("%s: minimal token: %+v %v", alg, id, err)
 		}
 		tok, _ = s.Mint(token.Claims{Subject: "bob", TTL: time.Minute, Issuer: "https://id.example", Audience: []string{"other"}})
@@ -116,6 +118,19 @@ func TestRefusals(t *testing.T) {
 		if _, err := hs.Mint(c); err == nil {
 			t.Errorf("%s: minted", name)
 		}
+	}
+	// A hide list the gateway would refuse is refused with its rule.
+	for want, hide := range map[string][]string{
+		"token: hide_typing_from: at most 1000 user ids, got 1001":  slices.Repeat([]string{"b"}, 1001),
+		"token: hide_typing_from[1]: is required":                   {"bob", ""},
+		"token: hide_typing_from[0]: must be 1..256 bytes, got 257": {strings.Repeat("x", 257)},
+	} {
+		if _, err := hs.Mint(token.Claims{Subject: "a", TTL: time.Hour, HideTypingFrom: hide}); err == nil || err.Error() != want {
+			t.Errorf("hide list: %v, want %s", err, want)
+		}
+	}
+	if _, err := hs.Mint(token.Claims{Subject: "a", TTL: time.Hour, HideTypingFrom: slices.Repeat([]string{"b"}, 1000)}); err != nil {
+		t.Errorf("1000 hidden ids (the limit): %v", err)
 	}
 	if _, err := token.GenerateKey("hs256"); err == nil {
 		t.Error("generated an hs256 key")

@@ -108,6 +108,7 @@ func openHint(mode, url string) string {
   in each, join the same room, and type in one: the other shows
   "… is typing". Send the message: it appears in every tab, and the
   indicator clears through the platform's stop (examples/go/chat).
+  The thread pane types in a thread; a message with @assistant gets an agent's reply.
   Or run the scripted users: make demo
 `, url)
 	}

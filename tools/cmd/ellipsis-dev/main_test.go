@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/testkit"
 	"github.com/ellipsis-chat/ellipsis/tools/embedded"
 )
@@ -141,5 +142,20 @@ func TestServesUntilSignal(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("still running 30 s after SIGINT")
+	}
+}
+
+// The banner of auth none points at the demo page's thread pane and its
+// assistant (the chat service, which runs with auth none only); jwt's
+// names no assistant.
+func TestOpenHint(t *testing.T) {
+	none := openHint(config.AuthNone, "http://localhost:8080")
+	for _, want := range []string{"http://localhost:8080", "thread pane", "@assistant"} {
+		if !strings.Contains(none, want) {
+			t.Errorf("auth none banner lacks %q:\n%s", want, none)
+		}
+	}
+	if jwt := openHint(config.AuthJWT, "http://localhost:8080"); strings.Contains(jwt, "@assistant") {
+		t.Errorf("auth jwt banner names the assistant, which runs with auth none only:\n%s", jwt)
 	}
 }

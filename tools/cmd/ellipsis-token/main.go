@@ -18,6 +18,14 @@
 //	ELLIPSIS_AUTH=jwt ELLIPSIS_JWKS_FILE=jwks.json make run
 //	go run ./tools/cmd/ellipsis-token -key dev-es256.pem -sub alice -rooms 'lobby,team-7/*'
 //
+// -hide-typing-from writes the hide_typing_from claim, the users whose
+// typing alice's connections never get (docs/protocol.md, "Per-viewer
+// filters"); repeat it or give a comma list (ids holding a comma cannot be
+// given), checked with the gateway's rules (at most 1,000 user ids, each
+// 1..256 bytes of UTF-8 without control characters):
+//
+//	ELLIPSIS_JWT_SECRET=... go run ./tools/cmd/ellipsis-token -sub alice -hide-typing-from bob,carol -hide-typing-from mallory
+//
 // The token goes to stdout (one line); everything else to stderr.
 package main
 
@@ -48,6 +56,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		sub         = fs.String("sub", "", "user id (sub claim), required to mint")
 		name        = fs.String("name", "", "display name (name claim)")
 		rooms       = fs.String("rooms", "", "rooms the user may join with ELLIPSIS_AUTHZ=claims (rooms claim), comma-separated; \"prefix*\" patterns allowed")
+		hide        listFlag
 		shareTyping = fs.Bool("share-typing", true, "share_typing claim; -share-typing=false opts the user out (the claim is only written when the flag is given)")
 		exp         = fs.Duration("exp", time.Hour, "lifetime: exp = now + this")
 		iss         = fs.String("iss", "", "issuer (iss claim); must equal the gateway's ELLIPSIS_JWT_ISSUER when that is set")
@@ -60,8 +69,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		keyOut      = fs.String("key-out", "", "-gen-key: private key PEM file to write (default ellipsis-<alg>.pem); never overwritten")
 		jwksOut     = fs.String("jwks-out", "jwks.json", "-gen-key: JWK Set file to write (for ELLIPSIS_JWKS_FILE); never overwritten")
 	)
+	fs.Var(&hide, "hide-typing-from", "users whose typing the user never gets (hide_typing_from claim), comma-separated; repeatable; at most 1000")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ellipsis-token -sub ID [-name N] [-rooms a,b] [-exp 1h] [-iss I] [-aud A] [-key FILE | -secret-file FILE | $ELLIPSIS_JWT_SECRET]")
+		fmt.Fprintln(stderr, "usage: ellipsis-token -sub ID [-name N] [-rooms a,b] [-hide-typing-from u,v] [-exp 1h] [-iss I] [-aud A] [-key FILE | -secret-file FILE | $ELLIPSIS_JWT_SECRET]")
 		fmt.Fprintln(stderr, "       ellipsis-token -gen-key rs256|es256|eddsa [-key-out FILE] [-jwks-out FILE]")
 		fs.PrintDefaults()
 	}
@@ -96,7 +106,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if *alg != "" && !strings.EqualFold(*alg, signer.Alg()) {
 		return fail(2, "-alg %s does not match the key, which signs %s", *alg, signer.Alg())
 	}
-	c := token.Claims{Subject: *sub, Name: *name, TTL: *exp, Issuer: *iss, Rooms: splitList(*rooms), Audience: splitList(*aud)}
+	c := token.Claims{Subject: *sub, Name: *name, TTL: *exp, Issuer: *iss, Rooms: splitList(*rooms), HideTypingFrom: hide, Audience: splitList(*aud)}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "share-typing" {
 			c.ShareTyping = shareTyping
@@ -192,6 +202,17 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 		os.Remove(path)
 		return err
 	}
+	return nil
+}
+
+// listFlag is a repeatable flag of comma-separated values, in order (each
+// trimmed, empty ones dropped, as splitList).
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	*l = append(*l, splitList(s)...)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/ellipsis-chat/ellipsis/services/gateway/token"
+	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
 const secret = "a-dev-secret-of-more-than-32-bytes!"
@@ -123,6 +124,47 @@ func TestHS256(t *testing.T) {
 		}
 		if strings.Contains(errOut, secret) || strings.Contains(errOut, "s3cret") {
 			t.Errorf("%s: the secret is printed: %s", name, errOut)
+		}
+	}
+}
+
+// -hide-typing-from, repeated and comma-separated, writes the
+// hide_typing_from claim in order, which the gateway's decoder
+// (protocol.DecodeUserIDs) reads back; a list it would refuse is refused
+// with the rule.
+func TestHideTypingFrom(t *testing.T) {
+	env := map[string]string{"ELLIPSIS_JWT_SECRET": secret}
+	code, out, errOut := runTool(t, env, "-sub", "alice", "-hide-typing-from", "bob, carol", "-hide-typing-from", "mallory,")
+	if code != 0 {
+		t.Fatalf("%d %s", code, errOut)
+	}
+	var c struct {
+		jwt.RegisteredClaims
+		Hide json.RawMessage `json:"hide_typing_from"`
+	}
+	if _, err := jwt.ParseWithClaims(strings.TrimSpace(out), &c, func(*jwt.Token) (any, error) { return []byte(secret), nil },
+		jwt.WithValidMethods([]string{"HS256"})); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := protocol.DecodeUserIDs(protocol.HideTypingFrom, c.Hide)
+	if err != nil || !slices.Equal(ids, []string{"bob", "carol", "mallory"}) {
+		t.Fatalf("hide_typing_from %s: %v %v", c.Hide, ids, err)
+	}
+	// Without the flag the claim is not written.
+	code, out, _ = runTool(t, env, "-sub", "alice")
+	c.Hide = nil
+	if _, err := jwt.ParseWithClaims(strings.TrimSpace(out), &c, func(*jwt.Token) (any, error) { return []byte(secret), nil }); code != 0 || err != nil || c.Hide != nil {
+		t.Fatalf("no flag: %d %v, claim %s", code, err, c.Hide)
+	}
+
+	for want, args := range map[string][]string{
+		"hide_typing_from: at most 1000 user ids, got 1001":       {"-hide-typing-from", strings.Repeat("b,", 1000), "-hide-typing-from", "one-more"},
+		"hide_typing_from[1]: control character U+0007 at byte 1": {"-hide-typing-from", "bob,c\x07"},
+		"hide_typing_from[0]: must be 1..256 bytes, got 257":      {"-hide-typing-from", strings.Repeat("x", 257)},
+	} {
+		code, out, errOut := runTool(t, env, append([]string{"-sub", "alice"}, args...)...)
+		if code != 1 || out != "" || !strings.Contains(errOut, want) {
+			t.Errorf("%.40q: %d %q %q, want exit 1 and %q", args, code, out, errOut, want)
 		}
 	}
 }

@@ -96,11 +96,14 @@ async function screenshot(user, file) {
 /**
  * Screenshots the users' tabs and lays them side by side, each under a
  * caption, in one PNG (the README's picture of the product working,
- * docs/img/two-tabs.png; `make readme-images` copies it there).
+ * docs/img/two-tabs.png; `make readme-images` copies it there). Every tab
+ * has the same viewport.
  */
 async function sideBySide(users, file) {
   const shots = await Promise.all(users.map(async (u) => ({ caption: u.caption, png: (await u.page.screenshot()).toString("base64") })));
-  const context = await browser.newContext({ viewport: { width: 1480, height: 600 } });
+  const { width, height } = users[0].page.viewportSize();
+  // 12 px of padding each side, a 16 px gap, a 1 px border around each shot.
+  const context = await browser.newContext({ viewport: { width: 24 + users.length * (width + 2) + (users.length - 1) * 16, height: height + 60 } });
   try {
     const page = await context.newPage();
     const cells = shots
@@ -118,24 +121,34 @@ async function sideBySide(users, file) {
   }
 }
 
-test("README picture: Alice types in one tab, Bob's tab shows it (two-tabs.png)", { timeout: 90_000 }, async (t) => {
+// The README's picture: the demo page wide enough for its thread pane
+// beside the channel (the page's two columns start above 760 px); Alice
+// types in the thread, and Bob's tab shows it on both lines.
+test("README picture: Alice types in a thread in one tab, Bob's tab shows it (two-tabs.png)", { timeout: 90_000 }, async (t) => {
   const r = room();
   const [bob, alice] = await Promise.all([openUser("bob", "Bob", r), openUser("alice", "Alice", r)]);
   try {
+    for (const u of [alice, bob]) {
+      await u.page.setViewportSize({ width: 960, height: 600 });
+      await u.page.waitForFunction(() => window.ellipsisDemo.thread, null, { timeout: 10_000 });
+    }
+    await alice.page.focus("#thread-text");
     // Alice keeps typing while the pictures are taken, so her indicator
     // stays up however slow the screenshots are on a loaded machine.
     const typing = typeSlowly(alice.page, "Hello Bob, how was the trip?", 250);
-    await lineBecomes(bob.page, "Alice is typing…", 5000);
+    await lineBecomes(bob.page, "Alice is typing in a thread…", 5000);
+    await bob.page.waitForFunction(() => document.getElementById("thread-typing").dataset.text === "Alice is typing…", null, { timeout: 5000, polling: 20 });
     await new Promise((res) => setTimeout(res, 1500));
     const both = await sideBySide(
       [
-        { caption: "Alice's tab: she types", page: alice.page },
-        { caption: "Bob's tab: he sees it", page: bob.page },
+        { caption: "Alice's tab: she types in a thread", page: alice.page },
+        { caption: "Bob's tab: he sees it, in the channel and in the thread", page: bob.page },
       ],
       "two-tabs.png",
     );
     t.diagnostic(`two tabs side by side: ${both}`);
-    assert.equal(await bob.page.locator("#typing").getAttribute("data-text"), "Alice is typing…", "the indicator went away while the picture was taken");
+    assert.equal(await bob.page.locator("#typing").getAttribute("data-text"), "Alice is typing in a thread…", "the indicator went away while the picture was taken");
+    assert.equal(await bob.page.locator("#thread-typing").getAttribute("data-text"), "Alice is typing…", "the thread's indicator went away while the picture was taken");
     await typing;
     assert.deepEqual([...alice.errors, ...bob.errors], []);
   } finally {
