@@ -103,7 +103,7 @@ func (m *metrics) addWorkerMetrics(set *promreg.Set) {
 		"Typing commands handled, by op (start, stop, leave, disconnect, unknown; other) and outcome ("+outcomeLabels()+"; shed and overflow: dropped because the command's shard queue was past its start room or full).",
 		"op", "outcome")
 	m.invalidPayloads = counters("invalid_payloads_total",
-		"NATS payloads dropped by validation, by the first bad field (json, v, op, room, rooms, user, name, conn, seq, ts_ms; other).", "field")
+		"NATS payloads dropped by validation, by the first bad field (json, v, op, room, rooms, thread, user, name, activity, conn, seq, ts_ms, ttl_ms, cmds; other).", "field")
 	m.snapshots = counters("snapshots_total", "Snapshot requests answered, by outcome (ok, bad_request, unavailable, internal; other).", "outcome")
 	m.snapshotsCut = counters("snapshots_cut_total",
 		"Snapshot replies listing fewer typists than total, by reason: max (ELLIPSIS_SNAPSHOT_MAX), payload (cut further to fit the NATS max_payload).", "reason")
