@@ -357,10 +357,15 @@ func TestSnapshot(t *testing.T) {
 		// snapshot must leave it out by its score.
 		e.startWorkerWith(Options{sweepInterval: time.Hour})
 		e.send(start("r", "carol", "Carol", "c", 1))
-		carolDone := time.Now() // her entry expires before carolDone + ttl
-		time.Sleep(testTTL / 2)
-		e.send(start("r", "bob", "", "b", 1), start("r", "alice", "Alice", "a1", 1), start("r", "alice", "Alice", "a2", 1))
-		// Carol expired; bob and alice live until at least carolDone + 1.5 ttl.
+		users := func() int64 { return e.rdb.ZCard(context.Background(), e.names.UsersKey("r")).Val() }
+		e.eventually("carol's start applied", func() bool { return users() == 1 })
+		carolDone := time.Now() // applied: her entry expires before carolDone + ttl
+		// Bob and alice get a service ttl of 30 ttls, so that however late
+		// a loaded machine serves the snapshot, they are live and carol is
+		// the only entry that expired.
+		long := func(c protocol.Command) protocol.Command { c.TTLMs = 30 * testTTL.Milliseconds(); return c }
+		e.send(long(start("r", "bob", "", "b", 1)), long(start("r", "alice", "Alice", "a1", 1)), long(start("r", "alice", "Alice", "a2", 1)))
+		e.eventually("bob's and alice's starts applied", func() bool { return users() == 3 })
 		time.Sleep(time.Until(carolDone.Add(testTTL + 50*time.Millisecond)))
 		if c := e.rdb.ZCard(context.Background(), e.names.UsersKey("r")).Val(); c != 3 {
 			t.Fatalf("room holds %d users, want 3 (carol's expired entry unswept)", c)
