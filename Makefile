@@ -12,6 +12,10 @@ FUZZTIME ?= 50000x
 # The version stamped into binaries by `make build`: the git tag, or the
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The commit stamped beside it (Go's own vcs stamping is off where
+# GOFLAGS=-buildvcs=false, and an image build has no .git).
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/ellipsis-chat/ellipsis/shared/buildinfo
 
 .PHONY: run demo build test test-quick quick-go quick-js check-tools test-all vet tidy-check readme-images config-doc unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle loadgen-bigroom loadgen-stall loadgen-watch plots plots-sweep fmt
 
@@ -60,10 +64,10 @@ bench:
 bench-peers:
 	tools/loadgen/peers.sh $(PEERS_ARGS)
 
-## build: build every binary into bin/, stamped with VERSION (-version, ellipsis_build_info)
+## build: build every binary into bin/, stamped with VERSION and REVISION (-version, ellipsis_build_info)
 build:
 	mkdir -p bin
-	$(GO) build -ldflags "-X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=$(VERSION)" -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen ./tools/cmd/ellipsis-token
+	$(GO) build -ldflags "-X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION)" -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen ./tools/cmd/ellipsis-token
 
 ## test: vet, go.mod tidiness, every module's tests with -race, a short run of each fuzz target, and the JS SDK's
 ## unit, replay and Chromium tests, against a private Redis and NATS that scripts/testenv.sh starts on spare ports.
