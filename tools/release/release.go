@@ -129,7 +129,8 @@ type Config struct {
 	ImageRepo string
 	// Push sends each image index to ImageRepo.
 	Push bool
-	// PushTimeout bounds each push (ms-scale round trips, MB-scale blobs).
+	// PushTimeout bounds each HTTP request of a push, its body included
+	// (a layer is up to ~10 MB).
 	PushTimeout time.Duration
 	// ModCache is the module cache (go env GOMODCACHE) the SBOMs' licences
 	// are read from; "" leaves dependencies' licences out.
@@ -193,11 +194,15 @@ func Run(ctx context.Context, c Config) (Manifest, error) {
 		return m, err
 	}
 	binDir := filepath.Join(c.Dist, "bin")
+	var lic *sbom.Licenser
+	if c.ModCache != "" {
+		lic = sbom.NewLicenser(c.ModCache)
+	}
 	for _, s := range c.Services {
 		var linux []image.Platform
 		for _, p := range c.Platforms {
 			binPath := filepath.Join(binDir, p.OS+"_"+p.Arch, s.Name)
-			arts, err := c.binary(ctx, s, p, binPath)
+			arts, err := c.binary(ctx, s, p, binPath, lic)
 			if err != nil {
 				return m, err
 			}
@@ -251,7 +256,7 @@ func (c Config) check() error {
 }
 
 // binary builds one service for one platform, then its archive and SBOM.
-func (c Config) binary(ctx context.Context, s Service, p Platform, binPath string) ([]Artifact, error) {
+func (c Config) binary(ctx context.Context, s Service, p Platform, binPath string, lic *sbom.Licenser) ([]Artifact, error) {
 	c.logf("build %s %s", s.Name, p)
 	t := gobuild.Target{ModuleDir: filepath.Join(c.Root, s.ModuleDir), Package: s.Package, GOOS: p.OS, GOARCH: p.Arch,
 		Version: c.Version, Revision: c.Revision, Out: binPath}
@@ -269,7 +274,7 @@ func (c Config) binary(ctx context.Context, s Service, p Platform, binPath strin
 		return nil, err
 	}
 	bom := base + ".cdx.json"
-	if err := sbom.Write(binPath, filepath.Join(c.Dist, bom), sbom.Options{Version: c.Version, Timestamp: c.Created, Project: Project(), ModCache: c.ModCache, Log: c.Log}); err != nil {
+	if err := sbom.Write(binPath, filepath.Join(c.Dist, bom), sbom.Options{Version: c.Version, Timestamp: c.Created, Project: Project(), Licenser: lic, Log: c.Log}); err != nil {
 		return nil, err
 	}
 	return []Artifact{
@@ -301,9 +306,7 @@ func (c Config) image(ctx context.Context, s Service, linux []image.Platform) (A
 		a.Platforms = append(a.Platforms, p.Platform.String())
 	}
 	if c.Push {
-		pctx, cancel := context.WithTimeout(ctx, c.PushTimeout)
-		defer cancel()
-		if _, err := image.Push(pctx, idx, ref); err != nil {
+		if _, err := image.Push(ctx, idx, ref, c.PushTimeout); err != nil {
 			return a, err
 		}
 		a.Pushed = true

@@ -46,7 +46,7 @@ func run(args []string) error {
 	imageRepo := fs.String("image-repo", "ghcr.io/ellipsis-chat", "registry and namespace of the images: <repo>/ellipsis-<service>:<version>")
 	licenses := fs.Bool("sbom-licenses", true, "detect each dependency's licence for the SBOMs (from the module cache)")
 	goBin := fs.String("go", "go", "the go command that builds the binaries")
-	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each network step: a base image pull, an image push")
+	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each registry request (base image pull, image push), its body included")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

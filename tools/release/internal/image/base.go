@@ -103,22 +103,18 @@ func ScratchBase(caPEM []byte, mtime time.Time) Base {
 
 // RemoteBase pulls ref (gcr.io/distroless/static-debian12:nonroot, say;
 // better by digest) for each platform from its registry, with the
-// credentials of the docker/podman config, each pull bounded by timeout.
+// credentials of the docker/podman config. Layers are fetched lazily, when
+// the image is written or pushed, so each HTTP request (and the reading
+// of its body) is bounded by timeout rather than the call.
 func RemoteBase(ref string, timeout time.Duration) (Base, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("base image %q: %w", ref, err)
 	}
+	tr := TimeoutTransport(remote.DefaultTransport, timeout)
 	return func(ctx context.Context, p v1.Platform) (v1.Image, error) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(p), remote.WithAuthFromKeychain(authn.DefaultKeychain))
+		img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(p), remote.WithTransport(tr), remote.WithAuthFromKeychain(authn.DefaultKeychain))
 		if err != nil {
-			return nil, fmt.Errorf("base image %s for %s: %w", ref, p, err)
-		}
-		// Read it all now, within the timeout, not later when the
-		// layout is written.
-		if _, err := img.Manifest(); err != nil {
 			return nil, fmt.Errorf("base image %s for %s: %w", ref, p, err)
 		}
 		return img, nil

@@ -76,13 +76,15 @@ func WriteArchive(idx v1.ImageIndex, ref string, out string, mtime time.Time) er
 
 // Push writes idx and every image in it to the registry as ref, with the
 // credentials of the docker/podman config (~/.docker/config.json,
-// $REGISTRY_AUTH_FILE...), bounded by ctx. It returns the index's digest.
-func Push(ctx context.Context, idx v1.ImageIndex, ref string) (v1.Hash, error) {
+// $REGISTRY_AUTH_FILE...), each HTTP request bounded by timeout. It
+// returns the index's digest.
+func Push(ctx context.Context, idx v1.ImageIndex, ref string, timeout time.Duration) (v1.Hash, error) {
+	tr := TimeoutTransport(remote.DefaultTransport, timeout)
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("image reference %q: %w", ref, err)
 	}
-	if err := remote.WriteIndex(r, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+	if err := remote.WriteIndex(r, idx, remote.WithContext(ctx), remote.WithTransport(tr), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 		return v1.Hash{}, fmt.Errorf("push %s: %w", ref, err)
 	}
 	return idx.Digest()

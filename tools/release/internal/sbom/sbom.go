@@ -15,7 +15,6 @@ import (
 
 	cdx "github.com/CycloneDX/cyclonedx-go"
 	"github.com/CycloneDX/cyclonedx-gomod/pkg/generate/bin"
-	"github.com/CycloneDX/cyclonedx-gomod/pkg/licensedetect/local"
 	"github.com/rs/zerolog"
 )
 
@@ -29,10 +28,11 @@ type Options struct {
 	// Project names the repository's own modules (their path and
 	// licence) and the source repository.
 	Project Project
-	// ModCache, when set, turns on licence detection: each dependency's
-	// licence files are read from this module cache (GOMODCACHE), where
-	// the build has put them. Nothing is downloaded.
-	ModCache string
+	// Licenser, when set, gives each dependency its licence (the
+	// project's own modules and the standard library get theirs always), read from
+	// the module cache where the build has put the module. Nothing is
+	// downloaded.
+	Licenser *Licenser
 	// Log receives cyclonedx-gomod's warnings (a module it could not
 	// fetch, say); nil drops them.
 	Log io.Writer
@@ -61,13 +61,11 @@ func Write(binPath, out string, o Options) error {
 	if err := nameOwnModules(bom, binPath, o.Version, o.Project); err != nil {
 		return err
 	}
-	if o.ModCache != "" {
-		addLicenses(bom, o.Project, o.ModCache, local.NewDetector(logger), func(msg string) {
-			if o.Log != nil {
-				fmt.Fprintf(o.Log, "sbom %s: %s\n", out, msg)
-			}
-		})
-	}
+	addLicenses(bom, o.Project, o.Licenser, func(msg string) {
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, "sbom %s: %s\n", out, msg)
+		}
+	})
 	data, err := os.ReadFile(binPath)
 	if err != nil {
 		return err
