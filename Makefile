@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 # Every module of the workspace (go.work); `go test ./...` at the root would
 # test none of them.
-MODULES := shared deploy services/gateway services/presence-worker clients/js tools test examples/go testkit testkit/inproc
+MODULES := shared deploy services/gateway services/presence-worker clients/js tools tools/release test examples/go testkit testkit/inproc
 # A count, not a duration: with a duration, Go 1.26's fuzz coordinator can
 # fail a clean run with "context deadline exceeded" at the deadline on a
 # loaded machine (golang/go#75804, fixed in Go 1.27). 50000 inputs: 1-10 s each.
@@ -12,8 +12,12 @@ FUZZTIME ?= 50000x
 # The version stamped into binaries by `make build`: the git tag, or the
 # commit, "-dirty" when the tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The commit stamped beside it (Go's own vcs stamping is off where
+# GOFLAGS=-buildvcs=false, and an image build has no .git).
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/ellipsis-chat/ellipsis/shared/buildinfo
 
-.PHONY: run demo build test test-quick quick-go quick-js check-tools test-all vet tidy-check readme-images config-doc unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle loadgen-bigroom loadgen-stall loadgen-watch plots plots-sweep fmt
+.PHONY: run demo build release-snapshot release test test-quick quick-go quick-js check-tools test-all vet tidy-check readme-images config-doc unit fuzz-smoke js examples-node bench bench-peers loadgen loadgen-replay loadgen-fanout loadgen-idle loadgen-bigroom loadgen-stall loadgen-watch plots plots-sweep fmt
 
 ## run: start the dev stack (gateway + worker, embedded NATS, Redis or an embedded one) on :8080, admin :9090
 run:
@@ -61,10 +65,23 @@ bench:
 bench-peers:
 	tools/loadgen/peers.sh $(PEERS_ARGS)
 
-## build: build every binary into bin/, stamped with VERSION (-version, ellipsis_build_info)
+## build: build every binary into bin/, stamped with VERSION and REVISION (-version, ellipsis_build_info)
 build:
 	mkdir -p bin
-	$(GO) build -ldflags "-X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=$(VERSION)" -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen ./tools/cmd/ellipsis-token
+	$(GO) build -ldflags "-X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION)" -o bin/ ./services/gateway/cmd/gateway ./services/presence-worker/cmd/presence-worker ./tools/cmd/ellipsis-dev ./tools/cmd/ellipsis-demo ./tools/cmd/ellipsis-loadgen ./tools/cmd/ellipsis-token
+
+## release-snapshot: the release, dry run: into dist/, nothing published, any commit (VERSION: git describe + -snapshot).
+## Binaries for linux and darwin on amd64 and arm64 (.tar.gz), a CycloneDX SBOM each, a multi-arch OCI image per
+## service (an OCI archive: podman load -i), SHA256SUMS and artifacts.json; tools/release, docs/releasing.md.
+## RELEASE_ARGS go to the tool (e.g. -platforms linux/amd64 -services gateway, -base REF).
+release-snapshot:
+	cd tools/release && $(GO) run ./cmd/ellipsis-release -root ../.. -snapshot $(RELEASE_ARGS)
+
+## release: the same for a commit tagged vX.Y.Z with a clean tree, and push both images to IMAGE_REPO
+## (docs/releasing.md: then upload dist/*.tar.gz, *.cdx.json, *_oci.tar and SHA256SUMS to the GitHub release)
+IMAGE_REPO ?= ghcr.io/ellipsis-chat
+release:
+	cd tools/release && $(GO) run ./cmd/ellipsis-release -root ../.. -push -image-repo $(IMAGE_REPO) $(RELEASE_ARGS)
 
 ## test: vet, go.mod tidiness, every module's tests with -race, a short run of each fuzz target, and the JS SDK's
 ## unit, replay and Chromium tests, against a private Redis and NATS that scripts/testenv.sh starts on spare ports.
@@ -97,7 +114,7 @@ test-all: vet tidy-check unit fuzz-smoke js examples-node
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
-	@set -e; for m in shared services/gateway services/presence-worker tools examples/go testkit testkit/inproc; do (cd $$m && GOWORK=off $(GO) build ./...); done; echo "== every module builds alone (GOWORK=off)"
+	@set -e; for m in shared services/gateway services/presence-worker tools tools/release examples/go testkit testkit/inproc; do (cd $$m && GOWORK=off $(GO) build ./...); done; echo "== every module builds alone (GOWORK=off)"
 
 ## tidy-check: every module's go.mod and go.sum are as `go mod tidy` leaves them
 tidy-check:

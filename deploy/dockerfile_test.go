@@ -305,7 +305,7 @@ func checkGoBuild(t *testing.T, p string, svc service, env map[string]string, sc
 		t.Fatalf("%s: no RUN go build", p)
 	}
 	b := strings.Join(sc.buildRun.args, " ")
-	for _, want := range []string{"-trimpath", `-ldflags="-s -w -X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=${VERSION}"`, "./cmd/" + svc.name} {
+	for _, want := range []string{"-trimpath", `-ldflags="-s -w -X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=${VERSION} -X github.com/ellipsis-chat/ellipsis/shared/buildinfo.revision=${REVISION}"`, "GOOS=${TARGETOS} GOARCH=${TARGETARCH}", "./cmd/" + svc.name} {
 		if !strings.Contains(b, want) {
 			t.Errorf("%s:%d: go build lacks %s", p, sc.buildRun.line, want)
 		}
@@ -332,8 +332,18 @@ func checkRuntimeStage(t *testing.T, p string, svc service, build, final stage) 
 		t.Errorf("%s: runtime stage does not set GOTRACEBACK=single", p)
 	}
 	var user, entry string
+	labels := map[string]string{}
+	args := map[string]bool{}
 	for _, in := range final.body {
 		switch in.cmd {
+		case "ARG":
+			name, _, _ := strings.Cut(in.args[0], "=")
+			args[name] = true
+		case "LABEL":
+			for _, kv := range in.args {
+				k, v, _ := strings.Cut(kv, "=")
+				labels[k] = strings.Trim(v, `"`)
+			}
 		case "USER":
 			user = in.args[0]
 		case "ENTRYPOINT":
@@ -351,6 +361,29 @@ func checkRuntimeStage(t *testing.T, p string, svc service, build, final stage) 
 	}
 	if !strings.HasSuffix(entry, "/"+svc.name) {
 		t.Errorf("%s: ENTRYPOINT %q does not run %s", p, entry, svc.name)
+	}
+	checkOCILabels(t, p, labels, args)
+}
+
+// checkOCILabels checks the runtime stage's OCI labels: the source and
+// licence fixed, the version and revision from the build args, which the
+// runtime stage must declare again (an ARG ends with its stage).
+func checkOCILabels(t *testing.T, p string, labels map[string]string, args map[string]bool) {
+	t.Helper()
+	for k, want := range map[string]string{
+		"org.opencontainers.image.source":   "https://github.com/ellipsis-chat/ellipsis",
+		"org.opencontainers.image.licenses": "Apache-2.0",
+		"org.opencontainers.image.version":  "${VERSION}",
+		"org.opencontainers.image.revision": "${REVISION}",
+	} {
+		if labels[k] != want {
+			t.Errorf("%s: runtime LABEL %s=%q, want %q", p, k, labels[k], want)
+		}
+	}
+	for _, a := range []string{"VERSION", "REVISION"} {
+		if !args[a] {
+			t.Errorf("%s: the runtime stage has no ARG %s, so its label is empty", p, a)
+		}
 	}
 }
 

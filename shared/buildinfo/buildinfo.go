@@ -1,14 +1,19 @@
 // Package buildinfo tells which build of Ellipsis is running: the version
-// stamped at link time, the VCS revision and the Go version, for the
+// and VCS revision stamped at link time, and the Go version, for the
 // binaries' -version flag and the ellipsis_build_info metric.
 //
-// The version is set by the linker:
+// The version and revision are set by the linker:
 //
-//	go build -ldflags "-X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=v0.2.0" ./cmd/gateway
+//	go build -ldflags "-X github.com/ellipsis-chat/ellipsis/shared/buildinfo.version=v0.2.0 \
+//	  -X github.com/ellipsis-chat/ellipsis/shared/buildinfo.revision=$(git rev-parse HEAD)" ./cmd/gateway
 //
-// (the Makefile's build target and the Dockerfiles do this). Without it the
-// version is the main module's version from the Go build info, which is
-// "(devel)" for a build inside a checkout, reported as "dev".
+// (the Makefile's build target, the release tool tools/release and the
+// Dockerfiles do this). Without a stamped version it is the main module's
+// version from the Go build info, which is "(devel)" for a build inside a
+// checkout, reported as "dev". Without a stamped revision it is Go's own
+// vcs.revision, which Go records only when it builds inside a git checkout
+// without -buildvcs=false; an image build has no .git, so the revision is
+// passed in (docs/releasing.md).
 package buildinfo
 
 import (
@@ -20,16 +25,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// version is written by the linker (-X); it is never assigned at run time.
-var version string
+// version and revision are written by the linker (-X); they are never
+// assigned at run time.
+var (
+	version  string
+	revision string
+)
 
 // Info describes one build.
 type Info struct {
 	// Version is the release version ("v0.2.0"), a `git describe` string,
 	// or "dev".
 	Version string
-	// Revision is the VCS commit the binary was built from, "" when the
-	// build had no VCS information (e.g. go build -buildvcs=false).
+	// Revision is the VCS commit the binary was built from: the stamped
+	// revision, else Go's vcs.revision; "" when the build had neither
+	// (e.g. go build -buildvcs=false without -X ...revision).
 	Revision string
 	// Modified is true when the working tree had uncommitted changes.
 	Modified bool
@@ -39,7 +49,7 @@ type Info struct {
 
 // Get returns the running binary's build information.
 func Get() Info {
-	in := Info{Version: version, GoVersion: runtime.Version()}
+	in := Info{Version: version, Revision: revision, GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if ok {
 		if in.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
@@ -48,7 +58,9 @@ func Get() Info {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				in.Revision = s.Value
+				if revision == "" {
+					in.Revision = s.Value
+				}
 			case "vcs.modified":
 				in.Modified = s.Value == "true"
 			}

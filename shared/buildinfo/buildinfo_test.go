@@ -59,3 +59,33 @@ func TestCollector(t *testing.T) {
 		t.Fatalf("value %v", v)
 	}
 }
+
+// A revision stamped by the linker (-X ...buildinfo.revision) is reported
+// by Get, -version and the metric's revision label.
+func TestStampedRevision(t *testing.T) {
+	defer func(v, r string) { version, revision = v, r }(version, revision)
+	version, revision = "v0.1.0", "a5e364d0123456789abcdef0123456789abcdef0"
+	in := Get()
+	if in.Version != "v0.1.0" || in.Revision != revision {
+		t.Fatalf("%+v", in)
+	}
+	var b bytes.Buffer
+	if !HandleFlag("presence-worker", []string{"-version"}, &b) || !strings.HasPrefix(b.String(), "presence-worker v0.1.0 (revision a5e364d01234, ") {
+		t.Fatalf("-version: %q", b.String())
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(Collector("presence-worker"))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for _, l := range mfs[0].GetMetric()[0].GetLabel() {
+		if l.GetName() == "revision" {
+			got = l.GetValue()
+		}
+	}
+	if got != revision {
+		t.Fatalf("revision label %q, want %q", got, revision)
+	}
+}
