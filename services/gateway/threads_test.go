@@ -115,11 +115,15 @@ func TestTypingFrameValidation(t *testing.T) {
 // nothing; a refresh of a counted thread, the room itself and another
 // room are never refused; a stop, a leave or the ttl without a refresh
 // frees a thread.
+//
+// The limit's checks run under a ttl of an hour, so no slow step lets a
+// counted thread expire in between; the ttl's own check runs in a second
+// gateway with a short one (TestTooManyThreadsFreedByTTL).
 func TestTooManyThreads(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *config.Config) {
 		c.MaxThreadsPerUser = 2
-		c.TypingTTL, c.TypingThrottle, c.TypingRefresh, c.TypingIdleStop = 1500*time.Millisecond, 300*time.Millisecond, time.Second, 800*time.Millisecond
+		c.TypingTTL = time.Hour
 	})
 	e.startWorker("")
 	c := e.dial("alice", "")
@@ -176,13 +180,40 @@ func TestTooManyThreads(t *testing.T) {
 	wantCmd("r", "t6")
 	start("r", "t7")
 	wantRefused("t7")
-	// No refresh: after the ttl the worker's entries are gone, and so is
-	// the gateway's count of them.
-	testkit.WaitFor(t, 10*time.Second, "a thread start accepted once the ttl passed without a refresh", func() bool {
-		start("r", "t7")
+}
+
+// Without a refresh, a thread stops counting TypingTTL after its last
+// start (the worker's entry is gone then): a start refused for the limit
+// is accepted once the ttl passed, and never before it. A slow machine
+// may see the first try after the ttl already; the test then checks only
+// that the acceptance came no earlier than the ttl allows.
+func TestTooManyThreadsFreedByTTL(t *testing.T) {
+	t.Parallel()
+	const ttl = 1500 * time.Millisecond
+	e := newEnv(t, func(c *config.Config) {
+		c.MaxThreadsPerUser = 2
+		c.TypingTTL, c.TypingThrottle, c.TypingRefresh, c.TypingIdleStop = ttl, 300*time.Millisecond, time.Second, 800*time.Millisecond
+	})
+	e.startWorker("")
+	c := e.dial("alice", "")
+	c.join("r")
+	// t1's start is counted from no earlier than sent: t3 may be accepted
+	// only once sent+ttl has passed.
+	sent := time.Now()
+	for _, th := range []string{"t1", "t2"} {
+		c.send(map[string]string{"type": "typing_start", "room": "r", "thread": th})
+		if cmd := e.nextCommand(); cmd.Op != protocol.OpStart || cmd.Thread != th {
+			t.Fatalf("command %+v, want a start in r/%s", cmd, th)
+		}
+	}
+	refused, acceptedAfter := 0, time.Duration(0)
+	testkit.WaitFor(t, 10*time.Second+ttl, "a thread start accepted once the ttl passed without a refresh", func() bool {
+		c.send(`{"type":"typing_start","room":"r","thread":"t3"}`)
 		c.send(`{"type":"ping","id":"p"}`)
 		f, _ := c.readServerFrame()
+		acceptedAfter = time.Since(sent) // at or after the gateway's answer
 		if f.Type == protocol.TypeError && f.Code == protocol.CodeTooManyThreads {
+			refused++
 			c.expect(protocol.TypePong)
 			time.Sleep(100 * time.Millisecond)
 			return false
@@ -192,6 +223,12 @@ func TestTooManyThreads(t *testing.T) {
 		}
 		return true
 	})
+	if acceptedAfter < ttl {
+		t.Fatalf("a third thread accepted %s after the first two's starts, before their ttl of %s (%d refusals before)", acceptedAfter, ttl, refused)
+	}
+	if cmd := e.nextCommand(); cmd.Op != protocol.OpStart || cmd.Thread != "t3" {
+		t.Fatalf("command %+v, want the start in r/t3", cmd)
+	}
 }
 
 // joined, typing (sync) and the HTTP snapshot carry the worker's threads

@@ -226,6 +226,7 @@ func (c *Conn) typing(f protocol.ClientFrame) {
 	var why string
 	var cmd *protocol.Command
 	tooMany := false
+	var startedAt, prevStart time.Time // a thread start recorded, to undo if unpublished
 	switch {
 	case !joined:
 	case !c.ident.ShareTyping:
@@ -234,7 +235,7 @@ func (c *Conn) typing(f protocol.ClientFrame) {
 		why = "gateway shutting down; reconnect"
 	case !c.deps.Backend.Connected():
 		why = "presence backend unavailable (NATS); retry"
-	case f.Thread != "" && op == protocol.OpStart && !c.threads.startThread(f.Room, f.Thread, time.Now(), c.cfg.maxThreads(), c.cfg.typingTTL()):
+	case f.Thread != "" && op == protocol.OpStart && !c.startThreadLocked(f.Room, f.Thread, &startedAt, &prevStart):
 		tooMany = true
 	default:
 		if f.Thread != "" && op == protocol.OpStop {
@@ -246,6 +247,11 @@ func (c *Conn) typing(f protocol.ClientFrame) {
 	c.mu.Unlock()
 	if err := c.publish(cmd); err != nil {
 		why = "presence backend unavailable (NATS); retry"
+		if !startedAt.IsZero() {
+			c.mu.Lock()
+			c.threads.undoStart(f.Room, f.Thread, startedAt, prevStart)
+			c.mu.Unlock()
+		}
 	}
 	switch {
 	case !joined:
@@ -255,6 +261,18 @@ func (c *Conn) typing(f protocol.ClientFrame) {
 	case why != "":
 		c.unavailable(f, why)
 	}
+}
+
+// startThreadLocked records a start in thread of room now (scopes.go),
+// setting *at to now and *prev to the thread's previous start; false when
+// it would pass MaxThreads. c.mu is held.
+func (c *Conn) startThreadLocked(room, thread string, at, prev *time.Time) bool {
+	now := time.Now()
+	p, ok := c.threads.startThread(room, thread, now, c.cfg.maxThreads(), c.cfg.typingTTL())
+	if ok {
+		*at, *prev = now, p
+	}
+	return ok
 }
 
 // commandLocked builds a start, stop or leave command with the next seq;

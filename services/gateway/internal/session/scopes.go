@@ -28,17 +28,20 @@ type threadsTyped map[string]map[string]time.Time
 
 // startThread records a start in thread of room at now, unless it would
 // make the room's live threads more than max: then it reports false and
-// changes nothing. A start in a thread already counted is a refresh.
-// Threads whose last start is ttl old are forgotten first.
-func (tt *threadsTyped) startThread(room, thread string, now time.Time, max int, ttl time.Duration) bool {
+// changes nothing. A start in a thread already counted is a refresh;
+// prev is that thread's last start before this one (zero: a new thread),
+// for [threadsTyped.undoStart]. Threads whose last start is ttl old are
+// forgotten first.
+func (tt *threadsTyped) startThread(room, thread string, now time.Time, max int, ttl time.Duration) (prev time.Time, ok bool) {
 	live := (*tt)[room]
 	for t, at := range live {
 		if !now.Before(at.Add(ttl)) {
 			delete(live, t)
 		}
 	}
-	if _, ok := live[thread]; !ok && len(live) >= max {
-		return false
+	prev, counted := live[thread]
+	if !counted && len(live) >= max {
+		return time.Time{}, false
 	}
 	if live == nil {
 		if *tt == nil {
@@ -48,7 +51,24 @@ func (tt *threadsTyped) startThread(room, thread string, now time.Time, max int,
 		(*tt)[room] = live
 	}
 	live[thread] = now
-	return true
+	return prev, true
+}
+
+// undoStart takes back the start of thread in room recorded at at, whose
+// command was not published (NATS refused it): the thread counts as it did
+// before, from prev (zero: not at all), so a refused start holds no slot
+// of MaxThreads for TypingTTL. A later start of the thread (at changed) is
+// kept.
+func (tt threadsTyped) undoStart(room, thread string, at, prev time.Time) {
+	live := tt[room]
+	if cur, ok := live[thread]; !ok || !cur.Equal(at) {
+		return
+	}
+	if prev.IsZero() {
+		tt.stopThread(room, thread)
+		return
+	}
+	live[thread] = prev
 }
 
 // stopThread forgets thread of room (its stop was published).
