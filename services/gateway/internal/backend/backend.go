@@ -305,8 +305,9 @@ func (c *NATS) request(ctx context.Context, subject string, data []byte, timeout
 	return msg.Data, nil
 }
 
-// Flush waits until everything published so far reached the server, at most
-// timeout.
+// Flush waits until everything handed to the NATS connection so far reached
+// the server, at most timeout. With batching, a batch still filling is not
+// handed over yet, so it is not flushed (Close sends it).
 func (c *NATS) Flush(timeout time.Duration) error {
 	if !c.nc.IsConnected() {
 		return unavailable("NATS not connected", nil)

@@ -306,7 +306,7 @@ func TestBatchPerConnectionOrder(t *testing.T) {
 }
 
 // Against NATS: a pending batch goes out within Close's drain, and a
-// publish after Close's batch stop is sent alone.
+// publish after Close is refused unavailable (the connection is closed).
 func TestBatchSentAtClose(t *testing.T) {
 	t.Parallel()
 	c, nc, n := newNATS(t, time.Second)
