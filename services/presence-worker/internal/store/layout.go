@@ -225,8 +225,7 @@ func (keysLayout) typistPrefix(n names.Names, room string) string { return n.Typ
 // keys' users-set scores (ZMSCORE); then the user hashes of those whose
 // score is not above now (a throttled refresh lags it: live while an entry
 // is) and the published state, name, activity and non-standard ttl (t) of
-// the first typists in enc(user)
-// order. As scripts/snapshot.lua, a typist is listed when receivers were
+// the first typists in enc(user) order. As scripts/snapshot.lua, a typist is listed when receivers were
 // told they type (p = '1') and an entry is live, and total counts the live
 // ones less the unshown among those read (limit + heldReadMax of the live
 // ones, and every one whose score passed). The cost grows with the
