@@ -372,10 +372,18 @@ func jsonErrText(err error) string {
 // when it is not typing ("" = [ActivityTyping]), on the gateway's frames
 // (joined, typing, summary, the HTTP snapshot); a [Snapshot] and a
 // [SnapshotReply] keep activities in their Activities maps instead.
+//
+// TTLMs (ms) is set only for a typist whose entry was started with a ttl
+// other than the standard ttl (a platform service's ttl_ms, at most
+// ELLIPSIS_SERVICE_MAX_TTL): that entry's ttl, which receivers treat as a
+// typing_start's ttl_ms (shown until ttl_ms from now unless refreshed or
+// stopped); 0, left out, is the standard ttl (GET /v1/config ttl_ms).
+// docs/protocol.md, "Threads and activities".
 type Typist struct {
 	User     string `json:"user"`
 	Name     string `json:"name,omitempty"`
 	Activity string `json:"activity,omitempty"`
+	TTLMs    int64  `json:"ttl_ms,omitempty"`
 }
 
 // ThreadTypists is one thread of a room in a gateway's snapshot frame

@@ -234,7 +234,8 @@ func FuzzRoomEventScan(f *testing.F) {
 }
 
 // FuzzDecodeSnapshotReply: the snapshot reply decoder (threads, entries'
-// activities) never panics, keeps every total at least its list, and what
+// activities and ttl_ms) never panics, keeps every total at least its
+// list, accepts no negative ttl_ms, and what
 // it accepts encodes and decodes to the same reply.
 func FuzzDecodeSnapshotReply(f *testing.F) {
 	for _, s := range []string{
@@ -242,6 +243,9 @@ func FuzzDecodeSnapshotReply(f *testing.F) {
 		`{"v":1,"room":"42","users":[{"user":"bot","activity":"thinking"}],"total":3,"threads":[{"thread":"t1","users":[{"user":"a","activity":"typing"}],"total":2}]}`,
 		`{"v":1,"room":"42","users":[],"threads":[{"thread":"t1","users":[{"user":"a"}]}]}`,
 		`{"v":1,"room":"42","users":[],"total":0,"threads":[{"thread":"t","users":[],"total":-1}]}`,
+		`{"v":1,"room":"42","users":[{"user":"bot","activity":"thinking","ttl_ms":30000}],"total":1,"threads":[{"thread":"t","users":[{"user":"bot","ttl_ms":60000}],"total":1}]}`,
+		`{"v":1,"room":"42","users":[{"user":"bot","ttl_ms":-5}],"total":1}`,
+		`{"v":1,"room":"42","users":[],"total":0,"threads":[{"thread":"t","users":[{"user":"a","ttl_ms":-1}],"total":1}]}`,
 		`{"v":1,"error":{"code":"unavailable","message":"retry"}}`, `{"v":1,"threads":{}}`, `[]`,
 	} {
 		f.Add([]byte(s))
@@ -254,9 +258,19 @@ func FuzzDecodeSnapshotReply(f *testing.F) {
 		if r.Total < len(r.Users) {
 			t.Fatalf("total %d below %d users", r.Total, len(r.Users))
 		}
+		for _, u := range r.Users {
+			if u.TTLMs < 0 {
+				t.Fatalf("negative ttl_ms %d of %q accepted", u.TTLMs, u.User)
+			}
+		}
 		for _, th := range r.Threads {
 			if th.Total < len(th.Users) {
 				t.Fatalf("thread %q: total %d below %d users", th.Thread, th.Total, len(th.Users))
+			}
+			for _, u := range th.Users {
+				if u.TTLMs < 0 {
+					t.Fatalf("thread %q: negative ttl_ms %d of %q accepted", th.Thread, u.TTLMs, u.User)
+				}
 			}
 			for u, a := range th.Activities {
 				if a == "" || a == ActivityTyping {

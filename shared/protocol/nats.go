@@ -273,8 +273,8 @@ func (r SnapshotReply) MarshalJSON() ([]byte, error) {
 
 // DecodeSnapshotReply parses a reply; a reply carrying an error is returned
 // as that *[ReplyError]. A reply without "total" (a worker older than the
-// field) gets Total = len(Users), in each scope; a negative total is an
-// error.
+// field) gets Total = len(Users), in each scope; a negative total or
+// entry ttl_ms is an error.
 func DecodeSnapshotReply(data []byte) (SnapshotReply, error) {
 	var r SnapshotReply
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -292,6 +292,9 @@ func DecodeSnapshotReply(data []byte) (SnapshotReply, error) {
 	}
 	if r.Total < 0 {
 		return SnapshotReply{}, &FieldError{"total", fmt.Sprintf("must be >= 0, got %d", r.Total)}
+	}
+	if err := checkTTLs("users.ttl_ms", r.Users); err != nil {
+		return SnapshotReply{}, err
 	}
 	r.Total = max(r.Total, len(r.Users))
 	return r, nil
@@ -333,13 +336,14 @@ type ThreadSnapshot struct {
 }
 
 // MarshalJSON writes {"thread":T,"users":[...],"total":n}, users never
-// null, each entry with its "activity" unless typing.
+// null, each entry with its "activity" unless typing and its "ttl_ms"
+// when set.
 func (t ThreadSnapshot) MarshalJSON() ([]byte, error) {
 	return json.Marshal(threadWire{Thread: t.Thread, Users: entries(t.Users, t.Activities), Total: t.Total})
 }
 
-// UnmarshalJSON reads what MarshalJSON writes; a negative total is an
-// error, a missing one is len(users).
+// UnmarshalJSON reads what MarshalJSON writes; a negative total or entry
+// ttl_ms is an error, a missing total is len(users).
 func (t *ThreadSnapshot) UnmarshalJSON(data []byte) error {
 	var w threadWire
 	if err := json.Unmarshal(data, &w); err != nil {
@@ -349,6 +353,9 @@ func (t *ThreadSnapshot) UnmarshalJSON(data []byte) error {
 		return &FieldError{"threads.total", fmt.Sprintf("must be >= 0, got %d", w.Total)}
 	}
 	users, acts := fromEntries(w.Users)
+	if err := checkTTLs("threads.users.ttl_ms", users); err != nil {
+		return err
+	}
 	*t = ThreadSnapshot{Thread: w.Thread, Users: users, Activities: acts, Total: max(w.Total, len(users))}
 	return nil
 }
@@ -360,20 +367,32 @@ type threadWire struct {
 }
 
 // scopeEntry is a snapshot entry on NATS: a [Typist] with its activity
-// ("" = typing, left out).
+// ("" = typing, left out) and its ttl_ms (0 = the standard ttl, left out).
 type scopeEntry struct {
 	User     string `json:"user"`
 	Name     string `json:"name,omitempty"`
 	Activity string `json:"activity,omitempty"`
+	TTLMs    int64  `json:"ttl_ms,omitempty"`
 }
 
 // entries builds the wire entries of users, never nil.
 func entries(users []Typist, acts map[string]string) []scopeEntry {
 	out := make([]scopeEntry, len(users))
 	for i, u := range users {
-		out[i] = scopeEntry{User: u.User, Name: u.Name, Activity: acts[u.User]}
+		out[i] = scopeEntry{User: u.User, Name: u.Name, Activity: acts[u.User], TTLMs: u.TTLMs}
 	}
 	return out
+}
+
+// checkTTLs returns a *[FieldError] named field for the first of users
+// with a negative TTLMs (0 is the standard ttl), nil when there is none.
+func checkTTLs(field string, users []Typist) error {
+	for _, u := range users {
+		if u.TTLMs < 0 {
+			return &FieldError{field, fmt.Sprintf("must be >= 0, got %d", u.TTLMs)}
+		}
+	}
+	return nil
 }
 
 // fromEntries splits wire entries into typists and their activities (nil
@@ -382,7 +401,7 @@ func fromEntries(es []scopeEntry) ([]Typist, map[string]string) {
 	users := make([]Typist, len(es))
 	var acts map[string]string
 	for i, e := range es {
-		users[i] = Typist{User: e.User, Name: e.Name}
+		users[i] = Typist{User: e.User, Name: e.Name, TTLMs: e.TTLMs}
 		if e.Activity != "" && e.Activity != ActivityTyping {
 			if acts == nil {
 				acts = map[string]string{}

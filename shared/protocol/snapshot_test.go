@@ -101,3 +101,46 @@ func TestCommandThreadFields(t *testing.T) {
 		t.Fatalf("AppendCommand %s, json %s", b, want)
 	}
 }
+
+// A typist's ttl_ms (a service's own ttl) survives the NATS reply, the
+// self filter and every gateway frame; without it the bytes are as
+// before; a negative one is refused naming the field.
+func TestSnapshotTypistTTL(t *testing.T) {
+	r := SnapshotReply{V: 1, Room: "42", Users: []Typist{{User: "alice"}, {User: "bot", Name: "Assistant", TTLMs: 30000}}, Total: 2,
+		Activities: map[string]string{"bot": ActivityThinking},
+		Threads:    []ThreadSnapshot{{Thread: "t1", Users: []Typist{{User: "alice"}, {User: "bot", TTLMs: 30000}}, Total: 2}}}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"v":1,"room":"42","users":[{"user":"alice"},{"user":"bot","name":"Assistant","activity":"thinking","ttl_ms":30000}],"total":2,` +
+		`"threads":[{"thread":"t1","users":[{"user":"alice"},{"user":"bot","ttl_ms":30000}],"total":2}]}`
+	if string(b) != want {
+		t.Fatalf("encoded %s\nwant    %s", b, want)
+	}
+	got, err := DecodeSnapshotReply(b)
+	if err != nil || !reflect.DeepEqual(got, r) {
+		t.Fatalf("decoded %+v, %v; want %+v", got, err, r)
+	}
+	s := got.Snapshot().WithoutUser("alice")
+	frames := map[string]any{
+		"joined":  NewJoined("42", s, "j"),
+		"typing":  NewTypingSnapshot("42", s, ""),
+		"summary": NewSummary("42", s),
+	}
+	for name, f := range frames {
+		b, _ := Encode(f)
+		if strings.Count(string(b), `"ttl_ms":30000`) < 1 || name != "summary" && strings.Count(string(b), `"ttl_ms":30000`) != 2 {
+			t.Errorf("%s: %s, want the bot's ttl_ms in each scope", name, b)
+		}
+	}
+	for _, bad := range []string{
+		`{"v":1,"room":"42","users":[{"user":"bot","ttl_ms":-1}],"total":1}`,
+		`{"v":1,"room":"42","users":[],"total":0,"threads":[{"thread":"t","users":[{"user":"bot","ttl_ms":-1}],"total":1}]}`,
+	} {
+		var fe *FieldError
+		if _, err := DecodeSnapshotReply([]byte(bad)); !errors.As(err, &fe) || !strings.Contains(fe.Error(), "ttl_ms") {
+			t.Errorf("%s: %v, want a field error naming ttl_ms", bad, err)
+		}
+	}
+}

@@ -13,6 +13,13 @@ export interface Typist {
    * operator's (ELLIPSIS_ACTIVITIES), so any string the gateway sends.
    */
   activity?: string;
+  /**
+   * On a snapshot entry (joined, typing) only: the entry's own ttl in ms when
+   * it is not the standard ttl (a platform service's, e.g. an agent
+   * thinking); shown until ttl_ms from the snapshot unless refreshed, as for
+   * a typing_start's ttl_ms. Typists the SDK hands out never carry it.
+   */
+  ttl_ms?: number;
 }
 
 /** The activities every gateway of protocol v1 accepts (docs/protocol.md, "Threads and activities"). */

@@ -54,7 +54,7 @@ func TestThreadsAndActivitiesOverNATS(t *testing.T) {
 		}
 		want := `{"v":1,"room":"r","users":[{"user":"alice","name":"Alice"}],"total":1,"threads":[` +
 			`{"thread":"t1","users":[{"user":"bob","activity":"drawing"}],"total":1},` +
-			`{"thread":"t2","users":[{"user":"agent","activity":"thinking"}],"total":1}]}`
+			`{"thread":"t2","users":[{"user":"agent","activity":"thinking","ttl_ms":15000}],"total":1}]}`
 		if string(msg.Data) != want {
 			t.Fatalf("snapshot reply %s\nwant           %s", msg.Data, want)
 		}

@@ -164,3 +164,15 @@ test("per-entry expiry: an event's long ttl_ms is kept across snapshots; a snaps
   timers.tick(1);
   assert.ok(!store.has("bot"));
 });
+
+test("a snapshot typist's ttl_ms is its lifetime from the snapshot: shown past the standard ttl until ttl_ms + grace", (t) => {
+  const { store, timers } = setup(t);
+  store.replace([{ user: "bot", name: "Assistant", activity: "thinking", ttl_ms: 30000 }, { user: "carol" }], 2);
+  timers.tick(6000);
+  assert.deepEqual(store.typists.map((x) => x.user), ["bot"], "carol, without ttl_ms: the standard ttl + grace");
+  assert.deepEqual(store.typists, [{ user: "bot", name: "Assistant", activity: "thinking" }], "ttl_ms is not part of the typist shown");
+  timers.tick(24999);
+  assert.ok(store.has("bot"), "30.999 s after the snapshot");
+  timers.tick(1);
+  assert.ok(!store.has("bot"));
+});

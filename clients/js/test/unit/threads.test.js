@@ -429,3 +429,28 @@ test("thread scopes nobody types in are forgotten (a busy room's threads come an
   assert.equal(room._scopes.size, 2, "a thread with a handle keeps its scope");
   assert.deepEqual(h.typists, []);
 });
+
+test("a joined typist with ttl_ms (an agent's own ttl) stays shown past the standard ttl, in the room and in a thread", async (t) => {
+  const { client, ws, tick } = await setup(t);
+  const room = client.join("42");
+  const agent = { user: "bot", name: "Assistant", activity: "thinking", ttl_ms: 30000 };
+  ws.receive({
+    type: "joined",
+    room: "42",
+    id: ws.framesOf("join")[0].id,
+    typing: [agent, { user: "bob" }],
+    total: 2,
+    threads: [{ thread: "t-9", users: [agent], total: 1 }],
+  });
+  await tick(6000);
+  assert.deepEqual(room.typists, [{ user: "bot", name: "Assistant", activity: "thinking" }], "bob (no ttl_ms) expired at ttl + grace");
+  assert.deepEqual(room.threads.map((x) => x.thread), ["t-9"]);
+  // The agent's refresh (every 15 s) keeps it.
+  await tick(9000);
+  ws.receive({ type: "typing_start", room: "42", user: "bot", name: "Assistant", activity: "thinking", ttl_ms: 30000 });
+  await tick(20000);
+  assert.deepEqual(room.typists.map((x) => x.user), ["bot"], "35 s after joined, 20 s after the refresh");
+  assert.deepEqual(room.threads, [], "the thread's entry, not refreshed, ended 31 s after joined");
+  await tick(11000);
+  assert.deepEqual(room.typists, []);
+});

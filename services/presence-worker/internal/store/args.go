@@ -120,7 +120,7 @@ func (st *redisStore) commandCall(script *redis.Script, a cmdArgs) scriptCall {
 	head, tail := splitStop(a.Event)
 	args := []any{a.Conn, member(a.User, a.Thread), a.Name, strconv.FormatUint(a.Seq, 10), a.TsMs,
 		ttl, st.throttleMs, keyPx, st.guardMs, names.Enc(a.Room), a.Event, flag(a.Leaves),
-		a.Activity, st.maxThreads, names.Enc(a.Thread), head, tail}
+		a.Activity, st.maxThreads, names.Enc(a.Thread), head, tail, st.ttlMs}
 	return scriptCall{script, keys, args}
 }
 

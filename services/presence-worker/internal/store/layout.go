@@ -79,12 +79,17 @@ func (st *redisStore) scopesSnapshot(ctx context.Context, room string, limit int
 	return snap, nil
 }
 
-// decodeEntries reads a snapshot script's {enc(user), name, activity, ...}
-// list: the typists sorted by user and the activities of those not typing.
+// entryWidth is how many values a snapshot script's list gives per
+// typist: member, name, activity, ttl (scripts/snapshot.lua).
+const entryWidth = 4
+
+// decodeEntries reads a snapshot script's {enc(user), name, activity,
+// ttl, ...} list: the typists sorted by user, each with its ttl_ms when
+// not the standard ttl, and the activities of those not typing.
 func (st *redisStore) decodeEntries(room string, list []any) ([]protocol.Typist, map[string]string) {
-	users := make([]protocol.Typist, 0, len(list)/3)
+	users := make([]protocol.Typist, 0, len(list)/entryWidth)
 	var acts map[string]string
-	for i := 0; i+2 < len(list); i += 3 {
+	for i := 0; i+entryWidth-1 < len(list); i += entryWidth {
 		eu, _ := list[i].(string)
 		name, _ := list[i+1].(string)
 		act, _ := list[i+2].(string)
@@ -93,11 +98,40 @@ func (st *redisStore) decodeEntries(room string, list []any) ([]protocol.Typist,
 			st.rl.Warn("snapshot-bad-member", "skipping a malformed room member", zap.String("room", room), zap.Error(err))
 			continue
 		}
-		users = append(users, protocol.Typist{User: u, Name: name})
+		users = append(users, protocol.Typist{User: u, Name: name, TTLMs: entryTTL(list[i+3])})
 		acts = withActivity(acts, u, act)
 	}
 	sortTypists(users)
 	return users, acts
+}
+
+// entryTTL is a typist's ttl_ms from a snapshot's ttl value: the decimal
+// ms of scripts/lib.lua's entry_ttl, 0 (the standard ttl) for "" or
+// anything that is not a positive integer.
+func entryTTL(v any) int64 {
+	s, _ := v.(string)
+	if s == "" {
+		return 0
+	}
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || ms <= 0 {
+		return 0
+	}
+	return ms
+}
+
+// nonStandardTTL is entry_ttl of scripts/lib.lua over a user hash's field
+// t ("<ttl ms> <expiry unix ms>", "" when absent) at nowMs: the ttl while
+// that expiry is after nowMs, else 0.
+func nonStandardTTL(t string, nowMs int64) int64 {
+	ttl, at, ok := strings.Cut(t, " ")
+	if !ok {
+		return 0
+	}
+	if e, err := strconv.ParseInt(at, 10, 64); err != nil || e <= nowMs {
+		return 0
+	}
+	return entryTTL(ttl)
 }
 
 // withActivity records user's activity act in acts (made when needed),
@@ -114,7 +148,7 @@ func withActivity(acts map[string]string, user, act string) map[string]string {
 }
 
 // decodeThreads groups a snapshot script's thread entries
-// {enc(user):enc(thread), name, activity, ...} by thread, with each
+// {enc(user):enc(thread), name, activity, ttl, ...} by thread, with each
 // thread's count from counts {enc(thread), n, ...}: sorted by thread,
 // users sorted by user, nil when no thread has a typist.
 func (st *redisStore) decodeThreads(room string, list, counts []any) []protocol.ThreadSnapshot {
@@ -140,7 +174,7 @@ func (st *redisStore) decodeThreads(room string, list, counts []any) []protocol.
 			t.Total = int(c)
 		}
 	}
-	for i := 0; i+2 < len(list); i += 3 {
+	for i := 0; i+entryWidth-1 < len(list); i += entryWidth {
 		m, _ := list[i].(string)
 		name, _ := list[i+1].(string)
 		act, _ := list[i+2].(string)
@@ -151,7 +185,7 @@ func (st *redisStore) decodeThreads(room string, list, counts []any) []protocol.
 			st.rl.Warn("snapshot-bad-member", "skipping a malformed thread member", zap.String("room", room), zap.String("member", m))
 			continue
 		}
-		t.Users = append(t.Users, protocol.Typist{User: u, Name: name})
+		t.Users = append(t.Users, protocol.Typist{User: u, Name: name, TTLMs: entryTTL(list[i+3])})
 		t.Activities = withActivity(t.Activities, u, act)
 	}
 	if len(out) == 0 {
@@ -190,8 +224,8 @@ func (keysLayout) typistPrefix(n names.Names, room string) string { return n.Typ
 // (scripts/lib.lua, mark), so two pipelines follow: Redis TIME and the
 // keys' users-set scores (ZMSCORE); then the user hashes of those whose
 // score is not above now (a throttled refresh lags it: live while an entry
-// is) and the published state and name of the first typists in enc(user)
-// order. As scripts/snapshot.lua, a typist is listed when receivers were
+// is) and the published state, name, activity and non-standard ttl (t) of
+// the first typists in enc(user) order. As scripts/snapshot.lua, a typist is listed when receivers were
 // told they type (p = '1') and an entry is live, and total counts the live
 // ones less the unshown among those read (limit + heldReadMax of the live
 // ones, and every one whose score passed). The cost grows with the
@@ -228,7 +262,7 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 	var acts map[string]string
 	total := 0
 	for _, t := range ts {
-		counted, shown, name, act := t.state(nowMs)
+		counted, shown, name, act, ttl := t.state(nowMs)
 		if counted {
 			total++
 		}
@@ -240,7 +274,7 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 			st.rl.Warn("snapshot-bad-member", "skipping a malformed typist key", zap.String("room", room), zap.Error(err))
 			continue
 		}
-		users = append(users, protocol.Typist{User: u, Name: name})
+		users = append(users, protocol.Typist{User: u, Name: name, TTLMs: ttl})
 		acts = withActivity(acts, u, act)
 	}
 	sortTypists(users)
@@ -252,7 +286,7 @@ func (l *keysLayout) snapshot(ctx context.Context, st *redisStore, room string, 
 type keysTypist struct {
 	eu   string
 	sure bool
-	read *redis.SliceCmd           // p, n of a sure one among the first
+	read *redis.SliceCmd           // p, n, a, t of a sure one among the first
 	hash *redis.MapStringStringCmd // the whole user hash of an unsure one
 }
 
@@ -288,8 +322,8 @@ func (l *keysLayout) scores(ctx context.Context, st *redisStore, room string, eu
 }
 
 // read fetches, in one pipeline, the whole user hash of every unsure typist
-// and the published state and name (p, n) of the sure ones among the first
-// first.
+// and the published state, name, activity and non-standard ttl (p, n, a,
+// t) of the sure ones among the first first.
 func (l *keysLayout) read(ctx context.Context, st *redisStore, room string, ts []keysTypist, first int) error {
 	prefix := l.n.UserKeyPrefix(room)
 	return st.call(ctx, scriptSnapshot, func(ctx context.Context) error {
@@ -299,7 +333,7 @@ func (l *keysLayout) read(ctx context.Context, st *redisStore, room string, ts [
 			if !ts[i].sure {
 				ts[i].hash = pipe.HGetAll(ctx, key)
 			} else if i < first {
-				ts[i].read = pipe.HMGet(ctx, key, "p", "n", "a")
+				ts[i].read = pipe.HMGet(ctx, key, "p", "n", "a", "t")
 			}
 		}
 		if pipe.Len() == 0 {
@@ -313,26 +347,28 @@ func (l *keysLayout) read(ctx context.Context, st *redisStore, room string, ts [
 // state is what t counts for at nowMs: shown (listed, up to the limit)
 // when an entry is live and receivers were told they type (p = '1');
 // counted in total when shown, or when sure and beyond those read (live,
-// state unknown); and the display name.
-func (t keysTypist) state(nowMs int64) (counted, shown bool, name, activity string) {
-	var p string
+// state unknown); and the display name, activity and ttl_ms (0: the
+// standard ttl; nonStandardTTL).
+func (t keysTypist) state(nowMs int64) (counted, shown bool, name, activity string, ttlMs int64) {
+	var p, ttl string
 	switch {
 	case t.hash != nil:
 		h := t.hash.Val()
 		if liveUntil(h) <= nowMs {
-			return false, false, "", ""
+			return false, false, "", "", 0
 		}
-		p, name, activity = h["p"], h["n"], h["a"]
+		p, name, activity, ttl = h["p"], h["n"], h["a"], h["t"]
 	case t.read != nil:
-		if v := t.read.Val(); len(v) == 3 {
+		if v := t.read.Val(); len(v) == 4 {
 			p, _ = v[0].(string)
 			name, _ = v[1].(string)
 			activity, _ = v[2].(string)
+			ttl, _ = v[3].(string)
 		}
 	default: // live, beyond those read
-		return true, false, "", ""
+		return true, false, "", "", 0
 	}
-	return p == "1", p == "1", name, activity
+	return p == "1", p == "1", name, activity, nonStandardTTL(ttl, nowMs)
 }
 
 // scan returns enc(user) of every typist key of room, each once.

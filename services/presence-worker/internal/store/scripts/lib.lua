@@ -12,6 +12,11 @@
 --   x      Redis TIME of the last stop without conn (the platform's
 --          "message posted"): older starts are superseded
 --   n      display name ('' = none)
+--   t      "<ttl ms> <expiry unix ms>": the scope's latest-expiring entry
+--          started with a ttl other than the standard ttl (a platform
+--          service's own ttl_ms, start.lua), absent when every entry has
+--          the standard ttl; snapshots give its ttl as the typist's ttl_ms
+--          while that expiry is ahead (entry_ttl)
 --   e, z   the typing_start / typing_stop event a suppressed transition
 --          leaves for the sweeper (the trailing edge)
 --   i      the user's score in the room's users zset (unix ms) as last
@@ -261,6 +266,17 @@ local function pct_dec(s)
     return string.char(tonumber(h, 16))
   end)
   return out
+end
+
+-- entry_ttl is the ttl_ms (as a decimal string) a snapshot gives a
+-- typist whose hash field t is t (nil: absent): the ttl of its
+-- non-standard entry while that entry's expiry is after now, else ''
+-- (the standard ttl: the typist carries no ttl_ms).
+local function entry_ttl(t, now)
+  if not t then return '' end
+  local ttl, at = string.match(t, '^(%d+) (%d+)$')
+  if not ttl or tonumber(at) <= now then return '' end
+  return ttl
 end
 
 -- latest_entry returns the latest expiry (unix ms) of the entries

@@ -7,13 +7,16 @@
 -- too, '0': its threads only (store keys lists the room with SCAN)
 --
 -- Returns {total, room, threads, counts}: room is {enc(user)1, name1,
--- activity1, ...} (empty with ARGV[3] '0'), total its users; threads is
--- {member1, name1, activity1, ...} of the threads' typists, members
+-- activity1, ttl1, ...} (empty with ARGV[3] '0'), total its users; threads is
+-- {member1, name1, activity1, ttl1, ...} of the threads' typists, members
 -- enc(user):enc(thread), at most ARGV[2] in all; counts is {enc(thread)1,
 -- n1, ...}: per thread, its shown live typists among those read, exact
 -- when the room's threads have at most ARGV[2] + HELD_READ_MAX typists
 -- with a score above now (the most recent are read). Activity '' is
--- typing. A user is
+-- typing. ttl is '' for a typist whose entries have the standard ttl,
+-- else the ttl (ms, decimal) of its latest-expiring entry started with
+-- another (a platform service's ttl_ms; lib.lua, entry_ttl): read from
+-- the hash each listed typist's HMGET reads anyway. A user is
 -- listed when receivers were told they type (hash field p = '1') and their
 -- entry is live: a snapshot agrees with the event stream. A user whose
 -- typing_start is held by the transition throttle (the sweeper publishes
@@ -49,23 +52,25 @@ local limit = tonumber(ARGV[2])
 local live = '(' .. itoa(now)
 
 -- scope lists the shown live members of zset z, at most limit, as
--- {member, name, activity, ...}, and returns them with the count of
+-- {member, name, activity, ttl, ...}, and returns them with the count of
 -- total (ZCOUNT, corrected as above) and on_count(member) for each shown
 -- live member read.
 local function scope(z, on_count)
   local total = redis.call('ZCOUNT', z, live, '+inf')
   local out, listed = {}, 0
   -- shown reports whether receivers were told live member u types, and
-  -- lists u (with name and activity) while fewer than limit are listed.
+  -- lists u (with name, activity and ttl) while fewer than limit are
+  -- listed.
   local function shown(u)
     if listed >= limit then
       return redis.call('HGET', ARGV[1] .. u, 'p') == '1'
     end
-    local h = redis.call('HMGET', ARGV[1] .. u, 'p', 'n', 'a')
+    local h = redis.call('HMGET', ARGV[1] .. u, 'p', 'n', 'a', 't')
     if h[1] ~= '1' then return false end
     out[#out + 1] = u
     out[#out + 1] = h[2] or ''
     out[#out + 1] = h[3] or ''
+    out[#out + 1] = entry_ttl(h[4], now)
     listed = listed + 1
     return true
   end

@@ -34,6 +34,8 @@
 --   15 enc(thread) ('' = the room itself)
 --   16, 17 stop.lua only: the typing_stop JSON up to and including
 --      "user":<user>, and the rest up to "ts_ms": (a leave's thread stops)
+--   18 the standard ttl ms (ELLIPSIS_TYPING_TTL): a start whose ttl
+--      differs records it in field t (lib.lua's header) for snapshots
 --
 -- ARGV[6] (ttl) and ARGV[8] (key px) are the call's own: a platform
 -- service's start may carry a longer ttl. Keys' expiries therefore only
@@ -72,7 +74,7 @@ local user, typist, users = KEYS[1], KEYS[2], KEYS[3]
 
 local now = now_ms()
 local seqf = 'q:' .. conn
-local f = redis.call('HMGET', user, seqf, 'p', 'w', 'x', 'n', 'g', 'i', 's:' .. conn, 'a', 'b')
+local f = redis.call('HMGET', user, seqf, 'p', 'w', 'x', 'n', 'g', 'i', 's:' .. conn, 'a', 'b', 't')
 if seq ~= '0' and (stale(f[1], f[8], KEYS[9], KEYS[7], conn, seq)
     or (ethread ~= '' and gone(KEYS[9], KEYS[7], conn, seq))) then
   return {'stale', now, 0}
@@ -93,6 +95,19 @@ if seq ~= '0' then kv[#kv + 1] = seqf; kv[#kv + 1] = seq .. ' ' .. itoa(now) end
 if name ~= '' and name ~= f[5] then kv[#kv + 1] = 'n'; kv[#kv + 1] = name end
 kv[#kv + 1] = 'c:' .. conn; kv[#kv + 1] = itoa(expiry)
 local told = f[9] or 'typing'
+-- Field t: the latest-expiring entry with a non-standard ttl, for
+-- snapshots (snapshot.lua). This start's entry replaces it when it
+-- expires as late or later; a standard entry that outlives it makes the
+-- standard ttl right again. An entry that another start of the same
+-- connection shortened may leave t later than the true expiry: a
+-- snapshot then gives the longer ttl, and the expiry stop still ends the
+-- typist in time.
+local t_until = tonumber(string.match(f[11] or '', ' (%d+)$') or '') or 0
+if ttl ~= tonumber(ARGV[18]) then
+  if expiry >= t_until then kv[#kv + 1] = 't'; kv[#kv + 1] = itoa(ttl) .. ' ' .. itoa(expiry) end
+elseif f[11] and expiry >= t_until then
+  redis.call('HDEL', user, 't')
+end
 if act ~= (f[10] or told) then kv[#kv + 1] = 'b'; kv[#kv + 1] = act end
 -- Every entry is written now + ttl, so the user's score grows here (unless
 -- a longer ttl wrote it, below); a new member may be the room's earliest

@@ -66,9 +66,10 @@ local function stop_scope(user, typist, users, member, ev, check_gone)
     dead[#dead + 1] = 's:' .. conn
   end
   local typed = (f[1] or f[5]) and true or false
-  local latest, before, cfields = 0, 0, {}
+  local latest, before, cfields, has_t = 0, 0, {}, false
   for i = 1, #all, 2 do
     local k = all[i]
+    if k == 't' then has_t = true end
     if string.sub(k, 1, 2) == 'c:' then
       local e = tonumber(all[i + 1])
       cfields[#cfields + 1] = k
@@ -100,8 +101,9 @@ local function stop_scope(user, typist, users, member, ev, check_gone)
     return 'noop', due, typed, nil
   end
 
-  -- No live entry remains.
+  -- No live entry remains, nor a non-standard ttl (field t, start.lua).
   for _, k in ipairs(cfields) do dead[#dead + 1] = k end
+  if has_t then dead[#dead + 1] = 't' end
   hdel(user, dead)
   if typist ~= user then redis.call('DEL', typist) end
   redis.call('ZREM', users, member)
