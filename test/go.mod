@@ -8,6 +8,7 @@ require (
 	github.com/ellipsis-chat/ellipsis/shared v0.0.0
 	github.com/ellipsis-chat/ellipsis/testkit v0.0.0
 	github.com/ellipsis-chat/ellipsis/testkit/inproc v0.0.0
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gorilla/websocket v1.5.3
 	github.com/nats-io/jwt/v2 v2.8.2
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -24,7 +25,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/ellipsis-chat/ellipsis/clients/js v0.0.0 // indirect
-	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
