@@ -21,4 +21,8 @@ export ELLIPSIS_EXAMPLES_DEV_BIN="$bindir/ellipsis-dev"
 # behind a flag; 22 and later have it on.
 flags=()
 if [ "$(node -e 'process.stdout.write(typeof WebSocket)')" != function ]; then flags+=(--experimental-websocket); fi
-node "${flags[@]}" --disable-warning=ExperimentalWarning --test --test-reporter=spec --test-concurrency=1 test/*.test.js
+# --test-timeout: a test that hangs fails instead of holding up `make test`;
+# --test-force-exit: once every test has ended, a handle left open (a
+# refresh timer of a showing a failed test never ended) cannot keep the
+# run from finishing.
+node "${flags[@]}" --disable-warning=ExperimentalWarning --test --test-reporter=spec --test-concurrency=1 --test-timeout=120000 --test-force-exit test/*.test.js

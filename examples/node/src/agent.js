@@ -84,8 +84,11 @@ export function createAgent(nc, opts = {}) {
     let timer;
     let inFlight = Promise.resolve();
     let ended;
+    // Each refresh re-arms the next one; none runs or re-arms once the
+    // showing has ended, so an ended showing holds no timer.
     const tick = (ms) => {
       timer = setTimeout(() => {
+        if (ended) return;
         inFlight = start().catch((err) => onRefreshError?.({ room, thread }, err));
         tick(ttlMs / 2);
       }, ms);

@@ -46,6 +46,7 @@ test("(e) the agent thinks in a thread, is listed under threads, and stops there
   const released = new Promise((r) => (release = r));
   let replied;
   const replying = new Promise((r) => (replied = r));
+  t.after(() => release()); // a failed assertion below must not leave the answer (and its refreshes) running
   const answered = agent.answer({ room, thread }, {
     thinkMs: 50,
     reply: async (scope) => {
@@ -63,7 +64,7 @@ test("(e) the agent thinks in a thread, is listed under threads, and stops there
   assert.deepEqual(await replying, { room, thread });
   // Still shown while the reply is being posted.
   const snap = await whoIsTyping(nc, { prefix: stack.prefix, room });
-  assert.deepEqual(snap, { room, users: [], total: 0, threads: [{ thread, users: [{ user: "assistant", name: "Assistant", activity: "thinking" }], total: 1 }] });
+  assert.deepEqual(snap, { room, users: [], total: 0, threads: [{ thread, users: [{ user: "assistant", name: "Assistant", activity: "thinking", ttl_ms: 30000 }], total: 1 }] });
 
   release();
   await answered;
@@ -80,7 +81,7 @@ test("(e) the refreshes keep the agent shown past two ttls; it ends with the pos
   const agent = agentOf(t, { ttlMs, user: "bot-7", name: "Bot", activity: "uploading" });
   let atReply;
   await agent.answer({ room }, { thinkMs: 2 * ttlMs + 500, reply: async () => (atReply = await whoIsTyping(nc, { prefix: stack.prefix, room })) });
-  assert.deepEqual(atReply.users, [{ user: "bot-7", name: "Bot", activity: "uploading" }]);
+  assert.deepEqual(atReply.users, [{ user: "bot-7", name: "Bot", activity: "uploading", ttl_ms: ttlMs }]);
   const start = await alice.until((f) => f.type === "typing_start" && f.user === "bot-7");
   assert.equal(start.thread, undefined);
   assert.equal(start.ttl_ms, ttlMs);
