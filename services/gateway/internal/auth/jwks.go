@@ -440,7 +440,11 @@ func (j *JWKS) Key(t *jwt.Token) (any, error) {
 		j.refresh(refreshLazy)
 	}
 	key, err := j.lookup(t)
-	if errors.Is(err, jwkset.ErrKeyNotFound) && j.refresh(refreshForced) {
+	if errors.Is(err, jwkset.ErrKeyNotFound) {
+		// Looked up again whatever refresh reports: another caller's read
+		// may have brought the key in between the miss and this refresh
+		// (which then finds the forced reads spent and reads nothing).
+		j.refresh(refreshForced)
 		key, err = j.lookup(t)
 	}
 	if errors.Is(err, jwkset.ErrKeyNotFound) {
