@@ -127,13 +127,13 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ws, err := s.upgrader.Upgrade(w, r, nil)
+	tr, err := session.Upgrade(&s.upgrader, w, r)
 	if err != nil {
 		release()
 		return // gorilla has answered with an HTTP error
 	}
 	id := s.gatewayID + ":" + strconv.FormatUint(s.connSeq.Add(1), 10)
-	s.runConn(session.New(session.WebSocket(ws), id, ident, s.sessionConfig(), s.sessionDeps()), release)
+	s.runConn(session.New(tr, id, ident, s.sessionConfig(), s.sessionDeps()), release)
 }
 
 // admitWS runs handleWS's checks before the upgrade, cheapest first, and

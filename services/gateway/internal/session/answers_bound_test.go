@@ -7,21 +7,26 @@ import (
 )
 
 // gateTransport is a fakeTransport whose text writes each wait for one
-// token on allow: a peer that reads, but slower than its answers come.
+// token on allow, frame by frame: a peer that reads, but slower than its answers come.
 type gateTransport struct {
 	*fakeTransport
 	allow chan struct{}
 }
 
-func (t *gateTransport) WriteText(b []byte, d time.Time) error {
-	select {
-	case <-t.allow:
-		return t.fakeTransport.WriteText(b, d)
-	case <-t.closed:
-		return errFakeClosed
-	case <-time.After(time.Until(d)):
-		return errFakeTimeout
+func (t *gateTransport) WriteTexts(frames [][]byte, d time.Time) error {
+	for _, b := range frames {
+		select {
+		case <-t.allow:
+			if err := t.fakeTransport.WriteTexts([][]byte{b}, d); err != nil {
+				return err
+			}
+		case <-t.closed:
+			return errFakeClosed
+		case <-time.After(time.Until(d)):
+			return errFakeTimeout
+		}
 	}
+	return nil
 }
 
 // A peer that keeps reading (no write ever stalls for WriteStall) but

@@ -9,7 +9,7 @@ import (
 // control frames to handlers, frames out with a deadline each, and the
 // hard stop. [WebSocket] adapts a gorilla connection; tests use an
 // in-memory one. The reader (ReadFrame, SetReadLimit, SetReadDeadline,
-// HandleControl) and the writer (WriteText, WritePing, WriteClose) each
+// HandleControl) and the writer (WriteTexts, WritePing, WriteClose) each
 // run on one goroutine at a time; WritePong runs on the reader
 // concurrently with the writer, and CutWrites and Abort may run on any
 // goroutine.
@@ -29,8 +29,10 @@ type Transport interface {
 	// are a [*PeerClose] (the peer's close frame, already answered),
 	// [ErrFrameTooBig], or any other for a broken connection.
 	ReadFrame() (text bool, data []byte, err error)
-	// WriteText writes one text frame by deadline.
-	WriteText(frame []byte, deadline time.Time) error
+	// WriteTexts writes frames, text frames in order, by deadline, in as
+	// few socket writes as the transport can (one, from [Upgrade]). An
+	// error means some of them may not have been written.
+	WriteTexts(frames [][]byte, deadline time.Time) error
 	// WritePing writes a ping (no payload) by deadline.
 	WritePing(deadline time.Time) error
 	// WritePong answers a ping with its payload by deadline; after the

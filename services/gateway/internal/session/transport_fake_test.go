@@ -50,6 +50,7 @@ type fakeTransport struct {
 	wrote  chan frame // every frame written, in order
 	closed chan struct{}
 	stall  atomic.Bool
+	drains atomic.Int64 // WriteTexts calls
 
 	mu           sync.Mutex
 	limit        int64
@@ -177,8 +178,14 @@ func (t *fakeTransport) resume() {
 	close(t.resumed)
 }
 
-func (t *fakeTransport) WriteText(b []byte, d time.Time) error {
-	return t.write(frame{kind: fText, data: string(b), deadline: d}, true)
+func (t *fakeTransport) WriteTexts(frames [][]byte, d time.Time) error {
+	t.drains.Add(1)
+	for _, b := range frames {
+		if err := t.write(frame{kind: fText, data: string(b), deadline: d}, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 func (t *fakeTransport) WritePing(d time.Time) error {
 	return t.write(frame{kind: fPing, deadline: d}, false)

@@ -3,15 +3,34 @@ package session
 import (
 	"errors"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/gorilla/websocket"
 )
 
-// WebSocket is the [Transport] of an upgraded gorilla connection.
-func WebSocket(ws *websocket.Conn) Transport { return wsTransport{ws} }
+// WebSocket is the [Transport] of an upgraded gorilla connection; its
+// WriteTexts writes frame by frame (see [Upgrade] for one write per
+// drain).
+func WebSocket(ws *websocket.Conn) Transport { return wsTransport{ws: ws} }
 
-type wsTransport struct{ ws *websocket.Conn }
+// Upgrade upgrades the request with u (gorilla answers a failed upgrade
+// itself, and its error is returned) and returns the connection's
+// [Transport], whose WriteTexts sends the frames of one writer drain in
+// one socket write (corkConn).
+func Upgrade(u *websocket.Upgrader, w http.ResponseWriter, r *http.Request) (Transport, error) {
+	cw := &corkingWriter{ResponseWriter: w}
+	ws, err := u.Upgrade(cw, r, nil)
+	if err != nil {
+		return nil, err
+	}
+	return wsTransport{ws: ws, cork: cw.conn}, nil
+}
+
+type wsTransport struct {
+	ws   *websocket.Conn
+	cork *corkConn // nil: frames are written one by one
+}
 
 func (t wsTransport) SetReadLimit(n int64)              { t.ws.SetReadLimit(n) }
 func (t wsTransport) SetReadDeadline(d time.Time) error { return t.ws.SetReadDeadline(d) }
@@ -36,9 +55,24 @@ func (t wsTransport) ReadFrame() (bool, []byte, error) {
 	return mt == websocket.TextMessage, data, nil
 }
 
-func (t wsTransport) WriteText(frame []byte, deadline time.Time) error {
+func (t wsTransport) WriteTexts(frames [][]byte, deadline time.Time) error {
 	_ = t.ws.SetWriteDeadline(deadline)
-	return t.ws.WriteMessage(websocket.TextMessage, frame)
+	if len(frames) == 1 || t.cork == nil {
+		for _, f := range frames {
+			if err := t.ws.WriteMessage(websocket.TextMessage, f); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	t.cork.cork()
+	for _, f := range frames {
+		if err := t.ws.WriteMessage(websocket.TextMessage, f); err != nil {
+			_ = t.cork.flush()
+			return err
+		}
+	}
+	return t.cork.flush()
 }
 
 func (t wsTransport) WritePing(deadline time.Time) error {

@@ -617,11 +617,34 @@ func (w *writer) queued() int {
 	return len(w.out) - w.head + w.confN
 }
 
+// maxDrainFrames bounds the frames one drain takes from the queue and
+// writes together (Transport.WriteTexts: one socket write); a drain also
+// stops once its frames reach maxCorked bytes (it then holds at most
+// maxCorked bytes and one frame).
+const maxDrainFrames = 64
+
+// drainLocked takes the queued frames (and conflated events) that one
+// drain writes, oldest first, into batch; mu is held.
+func (w *writer) drainLocked(batch [][]byte) [][]byte {
+	size := 0
+	for len(batch) < maxDrainFrames && size < maxCorked {
+		f, ok := w.dequeueLocked()
+		if !ok {
+			break
+		}
+		batch = append(batch, f)
+		size += len(f)
+	}
+	return batch
+}
+
 // writeLoop is started by startLocked: it writes the queued frames (a due
-// ping first) and ends once the queue is empty; once a close was
+// ping first), those queued together in one drain (drainLocked: one
+// socket write), and ends once the queue is empty; once a close was
 // requested it runs the close sequence instead, and that write loop is
 // the last one (writing stays set).
 func (w *writer) writeLoop() {
+	var batch [][]byte
 	for {
 		w.mu.Lock()
 		if w.closing() {
@@ -630,10 +653,8 @@ func (w *writer) writeLoop() {
 		}
 		ping := w.pingDue
 		w.pingDue = false
-		var f []byte
 		if !ping {
-			var ok bool
-			if f, ok = w.dequeueLocked(); !ok {
+			if batch = w.drainLocked(batch[:0]); len(batch) == 0 {
 				w.writing = false // the next send or ping starts a write loop
 				w.mu.Unlock()
 				return
@@ -647,9 +668,12 @@ func (w *writer) writeLoop() {
 		var err error
 		if ping {
 			err = w.tr.WritePing(deadline)
-		} else if err = w.tr.WriteText(f, deadline); err == nil {
-			w.host.written(f)
+		} else if err = w.tr.WriteTexts(batch, deadline); err == nil {
+			for _, f := range batch {
+				w.host.written(f)
+			}
 		}
+		clear(batch) // the frames are written: drop them until the next drain
 		if err != nil {
 			if !w.closing() && !time.Now().Before(stallBy) {
 				w.host.writeStalled()
@@ -683,7 +707,7 @@ func (w *writer) closeSequence() {
 			deadline := time.Now().Add(closeGrace)
 			for n := w.queued(); n > 0; n-- {
 				f, ok := w.dequeue()
-				if !ok || w.tr.WriteText(f, w.writeDeadline(deadline)) != nil {
+				if !ok || w.tr.WriteTexts([][]byte{f}, w.writeDeadline(deadline)) != nil {
 					break
 				}
 			}
