@@ -180,7 +180,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 				b.Fatal(err)
 			}
 			s := &Server{st: st, m: m, rl: ratelog.New(zap.NewNop(), time.Minute), log: zap.NewNop()}
-			shards := config.Default().WorkerShards
+			shards := Shards(config.Default())
 			var next atomic.Int64
 			b.SetParallelism(max(1, shards/runtime.GOMAXPROCS(0))) // shards goroutines in all
 			b.ReportAllocs()

@@ -7,35 +7,62 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
+	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// shardQueue bounds each shard's command queue, in commands. The NATS
-// delivery goroutine never waits for a shard (see dispatch): a command its
-// shard has no room for is dropped and counted, so a slow shard (a hot
-// connection, one slow Redis master on Cluster) only ever costs its own
-// commands, never the other shards'. 1024 commands is about a second of
-// work for one shard at a typical sub-millisecond script round trip, one
-// command at a time (a few batches when they queue up: see
-// DefaultCommandBatch); a shard that far behind is overloaded, and
-// queueing more would only apply commands later than the typing they
-// describe.
-const shardQueue = 1024
+// shardQueue is the least command queue of a shard, in commands, and
+// commandQueue the most all shards queue together when there are more
+// than 16 of them: a shard queues max(shardQueue, commandQueue / shards)
+// (queueFor). The NATS delivery goroutine never waits for a shard (see
+// dispatch): a command its shard has no room for is dropped and counted,
+// so a slow shard (a hot connection, one slow Redis master on Cluster)
+// only ever costs its own commands, never the other shards'. 1024
+// commands is about a second of work for one shard at a typical
+// sub-millisecond script round trip, one command at a time, and 16384
+// for one shard about a second of pipelines of DefaultCommandBatch calls;
+// a shard that far behind is overloaded, and queueing more would only
+// apply commands later than the typing they describe.
+const (
+	shardQueue   = 1024
+	commandQueue = 16 * shardQueue
+)
 
-// shardStartRoom is the queue depth from which a shard refuses starts
-// (outcome shed) while it still takes stops, leaves and disconnects, up to
-// shardQueue (beyond: outcome overflow). A lost start costs at most one
-// refresh interval (ELLIPSIS_TYPING_REFRESH, 4 s) of "typing" not shown,
-// or nothing when the user is shown already; a lost stop leaves the typist
-// shown until the entry expires (ELLIPSIS_TYPING_TTL, 5 s, plus the
-// sweep), which users notice more, so an overloaded shard keeps its last
-// quarter for the commands that hide someone.
-const shardStartRoom = shardQueue * 3 / 4
+// queueFor is the command queue of each of n shards (see shardQueue).
+func queueFor(n int) int { return max(shardQueue, commandQueue/n) }
+
+// startRoom is the queue depth from which a shard of queue q refuses
+// starts (outcome shed) while it still takes stops, leaves and
+// disconnects, up to q (beyond: outcome overflow): 3/4 of q. A lost start
+// costs at most one refresh interval (ELLIPSIS_TYPING_REFRESH, 4 s) of
+// "typing" not shown, or nothing when the user is shown already; a lost
+// stop leaves the typist shown until the entry expires
+// (ELLIPSIS_TYPING_TTL, 5 s, plus the sweep), which users notice more, so
+// an overloaded shard keeps its last quarter for the commands that hide
+// someone.
+func startRoom(q int) int { return q * 3 / 4 }
+
+// Shards is the number of command shards of a worker: cfg.WorkerShards,
+// or for 0 (the default) 16 without a batch window and 1 with one. With
+// a window, one shard sends the window's commands in one pipeline; 16
+// would cut it into 16 of about one command each, each waiting the whole
+// window (docs/BENCHMARKS.md, "Batching window": at L2, 16 shards cost
+// Redis 85 µs per script call and the worker 114 µs per change, one shard
+// 49 µs and 56 µs).
+func Shards(cfg config.Config) int {
+	switch {
+	case cfg.WorkerShards > 0:
+		return cfg.WorkerShards
+	case cfg.BatchWindow > 0:
+		return 1
+	}
+	return 16
+}
 
 // Dispatch outcomes, in ellipsis_worker_commands_total beside the store's:
 // the command was dropped before reaching Redis (see dispatch).
 const (
-	OutcomeShed     = store.OutcomeShed     // start refused: its shard's queue was past shardStartRoom
+	OutcomeShed     = store.OutcomeShed     // start refused: its shard's queue was past startRoom
 	OutcomeOverflow = store.OutcomeOverflow // any command refused: its shard's queue was full
 )
 
@@ -54,15 +81,16 @@ const (
 // and benchmarks change it through Options.commandBatch.
 const DefaultCommandBatch = 64
 
-// startShards starts cfg.WorkerShards goroutines, each applying the
+// startShards starts Shards(cfg) goroutines, each applying the
 // commands of its queue in order, in batches (see DefaultCommandBatch). A
 // connection's commands always hash to the same shard, so they are applied
 // in the order this worker received them (a pipeline runs its calls in
 // order); across workers, seq restores order (see start.lua).
 func (s *Server) startShards() {
-	s.shards = make([]chan protocol.Command, s.cfg.WorkerShards)
+	s.shards = make([]chan protocol.Command, Shards(s.cfg))
+	q := queueFor(len(s.shards))
 	for i := range s.shards {
-		ch := make(chan protocol.Command, shardQueue)
+		ch := make(chan protocol.Command, q)
 		s.shards[i] = ch
 		s.shardWG.Add(1)
 		go s.runShard(ch)
@@ -157,8 +185,8 @@ func callCount(cmd protocol.Command) int {
 
 // dispatch queues cmd on its shard (see shardOf) and never waits: it runs
 // on the command subscription's delivery goroutine, which a wait would
-// stall for every shard. When the shard's queue holds shardStartRoom
-// commands a start is dropped (outcome shed), and when it is full any
+// stall for every shard. When the shard's queue holds startRoom of its
+// size a start is dropped (outcome shed), and when it is full any
 // command is dropped (outcome overflow); both are counted in
 // ellipsis_worker_commands_total and logged (rate-limited) with the shard.
 // This is nats.go's own rule for a subscription's pending queue (drop the
@@ -176,7 +204,7 @@ func (s *Server) dispatch(cmd protocol.Command) {
 	}
 	i := s.shardOf(cmd)
 	ch := s.shards[i]
-	if cmd.Op == protocol.OpStart && len(ch) >= shardStartRoom {
+	if cmd.Op == protocol.OpStart && len(ch) >= startRoom(cap(ch)) {
 		s.dropCommand(i, cmd, OutcomeShed)
 		return
 	}
@@ -208,7 +236,7 @@ func (s *Server) dropCommand(shard int, cmd protocol.Command, outcome store.Outc
 	s.m.command(cmd.Op, outcome)
 	s.rl.Warn("dispatch-"+outcome.String(), "shard queue full: dropping commands (a dropped stop shows the typist until the entry expires)",
 		zap.Int("shard", shard), zap.Stringer("outcome", outcome), zap.String("op", cmd.Op),
-		zap.Int("queued", len(s.shards[shard])), zap.Int("queue_size", shardQueue))
+		zap.Int("queued", len(s.shards[shard])), zap.Int("queue_size", cap(s.shards[shard])))
 }
 
 const (

@@ -138,12 +138,12 @@ const (
 	slowConns = 30
 	slowCmds  = 100 // per connection: 3000 on the slow shard, far past its queue
 	fastConns = 120
-	fastCmds  = 20 // per connection: about 340 per other shard, well within theirs
+	fastCmds  = 20 // per connection: about 160 per other shard, well within theirs
 )
 
 func testSlowShard(t *testing.T, delay time.Duration) {
 	const (
-		shards = 8
+		shards = 16 // each queues shardQueue (queueFor)
 		// bound on a command's dispatch-to-Apply time on a healthy shard:
 		// generous for a loaded machine under -race, and far below what
 		// waiting on the slow shard costs (for ever, or 2000 commands at
@@ -297,6 +297,7 @@ func checkSlowShardOrder(t *testing.T, f *slowShardStore, conns []string, sent m
 // up to shardQueue, then dropped as overflow; the delivery goroutine never
 // waits; after Shutdown a command counts as an error.
 func TestDispatchOverflowRule(t *testing.T) {
+	const shardStartRoom = shardQueue * 3 / 4 // startRoom(shardQueue)
 	s, reg := dispatchServer(t, &fakeStore{}, 1)
 	s.shards = []chan protocol.Command{make(chan protocol.Command, shardQueue)}
 	count := func(op, outcome string) float64 {
@@ -407,5 +408,32 @@ func BenchmarkOnCommand(b *testing.B) {
 	if d := storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeShed.String()}) +
 		storetest.GatherSum(b, reg, "ellipsis_worker_commands_total", map[string]string{"outcome": OutcomeOverflow.String()}); d != 0 {
 		b.Logf("%v commands dropped (shards slower than the loop)", d)
+	}
+}
+
+// The shard count's default follows the batch window: 16 shards without
+// one, one with one (so a window's commands share a pipeline), and a
+// setting above 0 is taken as it is; every count queues at least
+// shardQueue per shard and commandQueue in all up to 16 shards.
+func TestShardsFollowTheBatchWindow(t *testing.T) {
+	cfg := config.Default()
+	if n := Shards(cfg); n != 16 {
+		t.Fatalf("default shards without a window = %d, want 16", n)
+	}
+	cfg.BatchWindow = 2 * time.Millisecond
+	if n := Shards(cfg); n != 1 {
+		t.Fatalf("default shards with a 2ms window = %d, want 1", n)
+	}
+	cfg.WorkerShards = 4
+	if n := Shards(cfg); n != 4 {
+		t.Fatalf("ELLIPSIS_WORKER_SHARDS=4 gave %d shards", n)
+	}
+	for n, want := range map[int]int{1: commandQueue, 4: commandQueue / 4, 16: shardQueue, 64: shardQueue} {
+		if q := queueFor(n); q != want {
+			t.Errorf("queueFor(%d) = %d, want %d", n, q, want)
+		}
+	}
+	if r := startRoom(commandQueue); r != commandQueue*3/4 {
+		t.Errorf("startRoom(%d) = %d", commandQueue, r)
 	}
 }

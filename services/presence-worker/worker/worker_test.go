@@ -771,7 +771,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	cfg := config.Dev()
 	cfg.TypingTTL = time.Second
 	cfg.TypingThrottle = 2 * time.Second
-	cfg.WorkerShards = 0
+	cfg.WorkerShards = -1
 	cfg.RedisURL = "http://x"
 	cfg.SubjectPrefix = "a.b"
 	cfg.SweepInterval = 30 * time.Second // past ttl + 1 s (docs/protocol.md, "Timing")
