@@ -305,14 +305,19 @@ func (c *NATS) request(ctx context.Context, subject string, data []byte, timeout
 	return msg.Data, nil
 }
 
-// Flush waits until everything handed to the NATS connection so far reached
-// the server, at most timeout. With batching, a batch still filling is not
-// handed over yet, so it is not flushed (Close sends it).
+// Flush waits until everything published so far reached the server, at
+// most timeout. With batching, the batch still filling is closed and
+// sent first, after the batches before it; a sender blocked past timeout
+// is ErrUnavailable (reason "NATS write blocked").
 func (c *NATS) Flush(timeout time.Duration) error {
 	if !c.nc.IsConnected() {
 		return unavailable("NATS not connected", nil)
 	}
-	return c.nc.FlushTimeout(timeout)
+	began := time.Now()
+	if c.batches != nil && !c.batches.flush(began.Add(timeout)) {
+		return unavailable("NATS write blocked", nats.ErrTimeout)
+	}
+	return c.nc.FlushTimeout(max(time.Millisecond, timeout-time.Since(began)))
 }
 
 // Close sends the pending batch (with batching), drains the connection

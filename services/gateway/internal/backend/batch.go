@@ -2,6 +2,7 @@ package backend
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
@@ -75,6 +76,8 @@ type batcher struct {
 	free    chan []byte   // spent buffers for reuse
 	timer   *time.Timer   // closes cur when its window ends
 	stopped bool          // after stop: Publish sends directly
+	queued  uint64        // batches put in ready so far; mu
+	sent    atomic.Uint64 // batches run has handed to send (or failed) so far
 	done    chan struct{} // closed when run returned
 }
 
@@ -117,6 +120,7 @@ func (b *batcher) add(enc []byte) (added, stopped bool) {
 			return false, false
 		}
 		b.ready <- batch{data: append([]byte(nil), enc...), n: 1, single: true}
+		b.queued++
 		return true, false
 	}
 	if b.cur.n == 0 {
@@ -149,6 +153,7 @@ func (b *batcher) closeLocked() bool {
 	}
 	b.cur = batch{}
 	b.gen++
+	b.queued++
 	return true
 }
 
@@ -182,6 +187,7 @@ func (b *batcher) run() {
 		} else {
 			b.m.BatchSent(bt.n)
 		}
+		b.sent.Add(1)
 		if !bt.single {
 			select {
 			case b.free <- data:
@@ -191,27 +197,61 @@ func (b *batcher) run() {
 	}
 }
 
+// flush closes the batch being filled and waits until it and every batch
+// closed before it were handed to NATS (sent or failed), polling every
+// millisecond until deadline; false when deadline came first (the sender
+// is blocked on a stalled socket, or batchQueue batches kept the one
+// being filled from closing). No lock is held while it waits.
+func (b *batcher) flush(deadline time.Time) bool {
+	var target uint64
+	for {
+		b.mu.Lock()
+		closed := b.stopped || b.closeLocked()
+		target = b.queued
+		b.mu.Unlock()
+		if closed {
+			break
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for b.sent.Load() < target {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
 // stop closes the batch being filled, waits until every closed batch was
 // handed to NATS (or until deadline), and makes later adds fail (their
-// callers send alone). Safe to call twice.
+// callers send alone). Safe to call twice. mu is held only to mark the
+// batcher stopped and take the batch being filled: once stopped, no add
+// or expire puts anything in ready, so stop alone may wait for room there
+// (bounded by deadline) and close it, while adds find it stopped at once.
 func (b *batcher) stop(deadline <-chan struct{}) {
 	b.mu.Lock()
-	if !b.stopped {
-		b.stopped = true
-		b.timer.Stop()
-		if b.cur.n > 0 {
+	first := !b.stopped
+	b.stopped = true
+	b.timer.Stop()
+	last := b.cur
+	b.cur = batch{}
+	b.mu.Unlock()
+	if first {
+		if last.n > 0 {
 			// ready has room unless run is stuck; then the batch waits
 			// for it here, bounded by deadline.
 			select {
-			case b.ready <- b.cur:
+			case b.ready <- last:
 			case <-deadline:
-				b.m.BatchFailed(b.cur.n)
+				b.m.BatchFailed(last.n)
 			}
-			b.cur = batch{}
 		}
 		close(b.ready)
 	}
-	b.mu.Unlock()
 	select {
 	case <-b.done:
 	case <-deadline:

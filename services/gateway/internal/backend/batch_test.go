@@ -353,3 +353,97 @@ func TestBatchTailBytes(t *testing.T) {
 		t.Fatalf("tailBytes %d, the tail is %d bytes", tailBytes, n)
 	}
 }
+
+// flush sends the batch being filled (its window is 10 min) after the
+// batches before it, and waits for them; with the sender blocked it gives
+// up at its deadline.
+func TestBatchFlushSendsTheFillingBatch(t *testing.T) {
+	t.Parallel()
+	var s sink
+	m := &countMetrics{}
+	b := newBatcher(10*time.Minute, func() int { return 1 << 20 }, s.send, m)
+	defer stopBatcher(t, b)
+	for i := range MaxBatchCommands + 3 { // one full batch and one filling
+		b.add(cmdOf("c", uint64(i+1), ""))
+	}
+	if !b.flush(time.Now().Add(10 * time.Second)) {
+		t.Fatal("flush timed out with a free sender")
+	}
+	got := s.got()
+	if len(got) != 2 || len(got[1]) != 3 {
+		t.Fatalf("after flush: %d batches (want 2, the second of 3 commands)", len(got))
+	}
+	checkOrder(t, got, []string{"c"}, MaxBatchCommands+3)
+
+	gated := sink{gate: make(chan struct{})}
+	bg := newBatcher(10*time.Minute, func() int { return 1 << 20 }, gated.send, &countMetrics{})
+	bg.add(cmdOf("d", 1, ""))
+	began := time.Now()
+	if bg.flush(began.Add(50 * time.Millisecond)) {
+		t.Fatal("flush reported done with the sender blocked")
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("flush took %v past a 50 ms deadline", d)
+	}
+	close(gated.gate)
+	stopBatcher(t, bg)
+	checkOrder(t, gated.got(), []string{"d"}, 1)
+}
+
+// Shutdown with a batch pending and the sender stuck (a NATS write
+// blocked): stop returns at its deadline, counts the batch it could not
+// queue as failed, and an add meanwhile is never held by stop: it finds
+// the batcher stopped at once (its caller publishes alone).
+func TestBatchStopWithSenderStuck(t *testing.T) {
+	t.Parallel()
+	s := sink{gate: make(chan struct{})}
+	m := &countMetrics{}
+	b := newBatcher(10*time.Minute, func() int { return 1 << 20 }, s.send, m)
+	taken := uint64(0)
+	for range (batchQueue + 2) * MaxBatchCommands { // one in send, batchQueue waiting, one filling
+		if added, _ := b.add(cmdOf("c", taken+1, "")); added {
+			taken++
+		}
+	}
+	b.mu.Lock()
+	pending := b.cur.n
+	b.mu.Unlock()
+	if pending == 0 {
+		t.Fatal("no batch filling with the sender stuck")
+	}
+	deadline := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() { b.stop(deadline); close(stopped) }()
+	waitFor(t, "stop to mark the batcher stopped", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.stopped
+	})
+	addDone := make(chan bool, 1)
+	go func() { _, st := b.add(cmdOf("late", 1, "")); addDone <- st }()
+	select {
+	case st := <-addDone:
+		if !st {
+			t.Fatal("an add during stop was not told the batcher stopped")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an add was held by a stop waiting for the stuck sender")
+	}
+	select {
+	case <-stopped:
+		t.Fatal("stop returned before its deadline with the sender stuck")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(deadline)
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not return at its deadline")
+	}
+	if m.failed.Load() != 1 || m.failedCmds.Load() != int64(pending) {
+		t.Fatalf("the filling batch of %d not counted as failed: %v", pending, m)
+	}
+	close(s.gate) // let run finish what was queued
+	<-b.done
+	checkOrder(t, s.got(), []string{"c"}, taken-uint64(pending))
+}
