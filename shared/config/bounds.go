@@ -55,9 +55,10 @@ const (
 	maxJWKSTimeout     = 15 * time.Second
 	maxSnapshotTimeout = 10 * time.Second
 
-	// maxBatchWindow is ELLIPSIS_BATCH_WINDOW's ceiling: a command waits
-	// at most one window at the gateway (NATS batch) and one at the worker
-	// (Redis pipeline), so two windows of 50 ms keep the added latency
+	// maxBatchWindow is the ceiling of ELLIPSIS_BATCH_WINDOW and
+	// ELLIPSIS_WORKER_BATCH_WINDOW: a command waits at most one window at
+	// the gateway (NATS batch) and one at the worker (Redis pipeline), so
+	// two windows of 50 ms keep the added latency
 	// within half of the 200 ms end-to-end budget of a typing change
 	// (issue 22), far below the throttle and the ttl.
 	maxBatchWindow = 50 * time.Millisecond

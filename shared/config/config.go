@@ -194,7 +194,8 @@ type Config struct {
 	SnapshotTimeout    time.Duration // ELLIPSIS_SNAPSHOT_TIMEOUT
 	PubSubPingInterval time.Duration // ELLIPSIS_PUBSUB_PING_INTERVAL
 	PubSubPingTimeout  time.Duration // ELLIPSIS_PUBSUB_PING_TIMEOUT
-	BatchWindow        time.Duration // ELLIPSIS_BATCH_WINDOW (0: no window)
+	BatchWindow        time.Duration // ELLIPSIS_BATCH_WINDOW (gateway; 0: no window)
+	WorkerBatchWindow  time.Duration // ELLIPSIS_WORKER_BATCH_WINDOW (0: no wait)
 
 	MaxFrameBytes       int           // ELLIPSIS_MAX_FRAME_BYTES
 	MaxRoomsPerConn     int           // ELLIPSIS_MAX_ROOMS_PER_CONN

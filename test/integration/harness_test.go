@@ -54,6 +54,12 @@ func testConfig(t *testing.T, keyPrefix, subjectPrefix string) config.Config {
 	c.TypingRefresh = testRefresh
 	c.TypingIdleStop = testIdle
 	c.ShutdownDrain = 200 * time.Millisecond
+	// The suite's order, loss and shard-queue checks are written for
+	// send-at-once and 16 worker shards (a proxy decodes single commands,
+	// a flood fills one shard's 1024): the batch paths have tests of their
+	// own (gateway internal/backend, worker dispatch and shard_window).
+	c.BatchWindow = 0
+	c.WorkerShards = 16
 	c.LogLevel = "warn"
 	if err := c.Validate(); err != nil {
 		t.Fatalf("test config: %v", err)

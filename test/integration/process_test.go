@@ -99,6 +99,8 @@ func envFor(s *stack, extra map[string]string) []string {
 		"ELLIPSIS_TYPING_IDLE_STOP=" + s.cfg.TypingIdleStop.String(),
 		"ELLIPSIS_SHUTDOWN_DRAIN=200ms",
 		"ELLIPSIS_LAME_DUCK=0s",
+		"ELLIPSIS_BATCH_WINDOW=" + s.cfg.BatchWindow.String(),
+		"ELLIPSIS_WORKER_SHARDS=" + fmt.Sprint(s.cfg.WorkerShards),
 		"ELLIPSIS_LOG_LEVEL=info",
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),

@@ -41,11 +41,11 @@
 # quota with automaxprocs; empty: every CPU of this machine); the
 # gateway (GATEWAY_GOMAXPROCS, empty by default: its limit is 2) and
 # Centrifugo use every CPU.
-# BATCH_WINDOW (default 0s: send at once) is ELLIPSIS_BATCH_WINDOW for the
-# gateway and the worker (0..50ms: docs/protocol.md, "Command batches"),
-# e.g. BATCH_WINDOW=2ms; GATEWAY_BATCH_WINDOW and WORKER_BATCH_WINDOW set
-# one service's apart (each defaults to BATCH_WINDOW). A sweep runs one
-# invocation per window.
+# BATCH_WINDOW is the gateway's ELLIPSIS_BATCH_WINDOW (0..50ms; unset: its
+# default, 5ms; 0s: send at once) and WORKER_BATCH_WINDOW the worker's
+# ELLIPSIS_WORKER_BATCH_WINDOW (unset: 0s); ELLIPSIS_WORKER_SHARDS in the
+# environment reaches the worker (default 1). docs/BENCHMARKS.md,
+# "Batching window", sweeps BATCH_WINDOW one invocation per window.
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 cd "$(dirname "$0")/../.."
@@ -67,9 +67,8 @@ DURATION=${DURATION:-15s}
 WORKER_GOMAXPROCS=${WORKER_GOMAXPROCS:-1}
 NATS_GOMAXPROCS=${NATS_GOMAXPROCS-1}
 GATEWAY_GOMAXPROCS=${GATEWAY_GOMAXPROCS:-}
-BATCH_WINDOW=${BATCH_WINDOW:-0s}
-GATEWAY_BATCH_WINDOW=${GATEWAY_BATCH_WINDOW:-$BATCH_WINDOW}
-WORKER_BATCH_WINDOW=${WORKER_BATCH_WINDOW:-$BATCH_WINDOW}
+BATCH_WINDOW=${BATCH_WINDOW:-}
+WORKER_BATCH_WINDOW=${WORKER_BATCH_WINDOW:-}
 SYSTEMS=${SYSTEMS:-ellipsis,centrifugo}
 case "$SYSTEMS" in
 ellipsis | ellipsis,centrifugo) ;;
@@ -184,12 +183,12 @@ wait_port "$NATS_PORT" nats-server
 el_env=(ELLIPSIS_REDIS_URL="redis://127.0.0.1:$EL_REDIS_PORT" ELLIPSIS_NATS_URL="nats://127.0.0.1:$NATS_PORT"
 	ELLIPSIS_KEY_PREFIX="peers$$:" ELLIPSIS_SUBJECT_PREFIX="peers$$" ELLIPSIS_LOG_LEVEL=warn
 	ELLIPSIS_AUTH=jwt ELLIPSIS_JWT_SECRET="$SECRET" ELLIPSIS_DEMO_PAGE=false)
-env "${el_env[@]}" GOMAXPROCS="$WORKER_GOMAXPROCS" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" ELLIPSIS_BATCH_WINDOW="$WORKER_BATCH_WINDOW" \
+env "${el_env[@]}" GOMAXPROCS="$WORKER_GOMAXPROCS" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" ${WORKER_BATCH_WINDOW:+ELLIPSIS_WORKER_BATCH_WINDOW=$WORKER_BATCH_WINDOW} \
 	"$BIN/presence-worker" >"$OUT_DIR/worker.log" 2>&1 &
 pids+=($!)
 worker=$!
 env "${el_env[@]}" ${GATEWAY_GOMAXPROCS:+GOMAXPROCS=$GATEWAY_GOMAXPROCS} ELLIPSIS_HTTP_ADDR="$EL_HTTP" ELLIPSIS_ADMIN_ADDR="$EL_GW_ADMIN" ELLIPSIS_MAX_CONNS=$((CONNS + 100)) \
-	ELLIPSIS_BATCH_WINDOW="$GATEWAY_BATCH_WINDOW" \
+	${BATCH_WINDOW:+ELLIPSIS_BATCH_WINDOW=$BATCH_WINDOW} \
 	"$BIN/gateway" >"$OUT_DIR/gateway.log" 2>&1 &
 pids+=($!)
 gateway=$!

@@ -43,20 +43,19 @@ func queueFor(n int) int { return max(shardQueue, commandQueue/n) }
 func startRoom(q int) int { return q * 3 / 4 }
 
 // Shards is the number of command shards of a worker: cfg.WorkerShards,
-// or for 0 (the default) 16 without a batch window and 1 with one. With
-// a window, one shard sends the window's commands in one pipeline; 16
-// would cut it into 16 of about one command each, each waiting the whole
-// window (docs/BENCHMARKS.md, "Batching window": at L2, 16 shards cost
-// Redis 85 µs per script call and the worker 114 µs per change, one shard
-// 49 µs and 56 µs).
+// or for 0 (the default) one. A gateway sends the commands of a batch
+// window as one NATS message (ELLIPSIS_BATCH_WINDOW); one shard sends
+// them to Redis in one pipeline, while 16 would cut it into 16 of about
+// one command each (docs/BENCHMARKS.md, "Batching window": at L2 with a
+// 2 ms window, 16 shards cost Redis 85 µs per script call and the worker
+// 114 µs per change, one shard 49 µs and 56 µs). A busy shard still
+// pipelines: what arrives while its pipeline is in flight goes in the
+// next, up to DefaultCommandBatch calls.
 func Shards(cfg config.Config) int {
-	switch {
-	case cfg.WorkerShards > 0:
+	if cfg.WorkerShards > 0 {
 		return cfg.WorkerShards
-	case cfg.BatchWindow > 0:
-		return 1
 	}
-	return 16
+	return 1
 }
 
 // Dispatch outcomes, in ellipsis_worker_commands_total beside the store's:
@@ -99,14 +98,14 @@ func (s *Server) startShards() {
 
 // runShard applies commands until quit is closed, then applies what is
 // still queued and returns. It waits for the first command of a batch,
-// then, with ELLIPSIS_BATCH_WINDOW above 0, up to the window for more
+// then, with ELLIPSIS_WORKER_BATCH_WINDOW above 0, up to the window for more
 // (fill); without one, fill takes only what is queued already.
 func (s *Server) runShard(ch chan protocol.Command) {
 	defer s.shardWG.Done()
 	batch := make([]protocol.Command, 0, s.commandBatch)
 	var window *time.Timer
-	if s.cfg.BatchWindow > 0 {
-		window = time.NewTimer(s.cfg.BatchWindow)
+	if s.cfg.WorkerBatchWindow > 0 {
+		window = time.NewTimer(s.cfg.WorkerBatchWindow)
 		window.Stop()
 	}
 	run := func(first protocol.Command) {
@@ -136,7 +135,7 @@ func (s *Server) runShard(ch chan protocol.Command) {
 // fill appends to batch the commands waiting in ch until the batch holds
 // s.commandBatch script calls (see DefaultCommandBatch) or ch is empty.
 // With window (the shard's timer; nil: no window) it then waits, until
-// ELLIPSIS_BATCH_WINDOW after it was called, for more commands to arrive,
+// ELLIPSIS_WORKER_BATCH_WINDOW after it was called, for more commands to arrive,
 // so the commands of one window go to Redis in one pipeline; quit (the
 // shutdown) ends the wait at once. A command therefore waits at most one
 // window before its pipeline is sent, plus the pipeline's round trip.
@@ -158,7 +157,7 @@ func (s *Server) fill(ch <-chan protocol.Command, batch []protocol.Command, wind
 	if window == nil || calls >= s.commandBatch {
 		return batch
 	}
-	window.Reset(s.cfg.BatchWindow)
+	window.Reset(s.cfg.WorkerBatchWindow)
 	defer window.Stop()
 	for calls < s.commandBatch {
 		select {

@@ -411,18 +411,13 @@ func BenchmarkOnCommand(b *testing.B) {
 	}
 }
 
-// The shard count's default follows the batch window: 16 shards without
-// one, one with one (so a window's commands share a pipeline), and a
-// setting above 0 is taken as it is; every count queues at least
-// shardQueue per shard and commandQueue in all up to 16 shards.
-func TestShardsFollowTheBatchWindow(t *testing.T) {
+// One shard by default (a gateway's batch stays one pipeline), a setting
+// above 0 as it is; every count queues at least shardQueue per shard and
+// commandQueue in all up to 16 shards.
+func TestShardsDefaultAndQueues(t *testing.T) {
 	cfg := config.Default()
-	if n := Shards(cfg); n != 16 {
-		t.Fatalf("default shards without a window = %d, want 16", n)
-	}
-	cfg.BatchWindow = 2 * time.Millisecond
 	if n := Shards(cfg); n != 1 {
-		t.Fatalf("default shards with a 2ms window = %d, want 1", n)
+		t.Fatalf("default shards = %d, want 1", n)
 	}
 	cfg.WorkerShards = 4
 	if n := Shards(cfg); n != 4 {

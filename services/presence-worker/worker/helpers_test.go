@@ -35,7 +35,7 @@ const (
 )
 
 // testBatchWindow is ELLIPSIS_TEST_BATCH_WINDOW (a duration, e.g. 2ms),
-// the ELLIPSIS_BATCH_WINDOW every test worker runs with, so the package's
+// the ELLIPSIS_WORKER_BATCH_WINDOW every test worker runs with, so the package's
 // contract can be run with batching on; unset: 0, the default.
 func testBatchWindow(t testing.TB) time.Duration {
 	v := os.Getenv("ELLIPSIS_TEST_BATCH_WINDOW")
@@ -93,7 +93,7 @@ func newEnv(t *testing.T, be storetest.Backend, mods ...func(*config.Config)) *e
 	cfg.SweepInterval = testSweep
 	cfg.WorkerShards = 4
 	cfg.LogLevel = "warn"
-	cfg.BatchWindow = testBatchWindow(t)
+	cfg.WorkerBatchWindow = testBatchWindow(t)
 	var mr *miniredis.Miniredis
 	cfg.RedisURL, mr = storetest.RedisURLFor(t, be)
 	cfg.RedisPubSub = be.PubSub

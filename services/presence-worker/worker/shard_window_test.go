@@ -7,11 +7,11 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
-// windowShard is a shard's server with ELLIPSIS_BATCH_WINDOW set, and its
+// windowShard is a shard's server with ELLIPSIS_WORKER_BATCH_WINDOW set, and its
 // timer as runShard makes it.
 func windowShard(t *testing.T, batch int, window time.Duration) (*Server, *time.Timer) {
 	s, _ := shardServer(t, batch)
-	s.cfg.BatchWindow = window
+	s.cfg.WorkerBatchWindow = window
 	tm := time.NewTimer(window)
 	tm.Stop()
 	return s, tm
@@ -97,7 +97,7 @@ func TestWindowEndsAtShutdown(t *testing.T) {
 // batches together hold them all.
 func TestWindowShardAppliesInOrder(t *testing.T) {
 	s, f := shardServer(t, 8)
-	s.cfg.BatchWindow = time.Millisecond
+	s.cfg.WorkerBatchWindow = time.Millisecond
 	ch := make(chan protocol.Command, shardQueue)
 	s.shardWG.Add(1)
 	go s.runShard(ch)
