@@ -111,6 +111,14 @@ type Options struct {
 	Settle time.Duration
 	// SettleMax bounds the settle. Default DefaultSettleMax.
 	SettleMax time.Duration
+	// Warmup is how long the connections stay open, joined and idle after
+	// connecting and before typing is driven; the server CPU and the
+	// latencies are measured from its end. 0 (the default): none. A
+	// server still busy with the connection burst (subscriptions, the
+	// garbage of 15,000 handshakes) otherwise puts that work into the
+	// first seconds measured: docs/BENCHMARKS.md, "Is the harness fair to
+	// Centrifugo".
+	Warmup time.Duration
 	// Keystrokes are the sessions replayed in replay mode. Nil means the
 	// embedded sample (keystrokes.Sample); cmd/ellipsis-loadgen loads the
 	// full data set.

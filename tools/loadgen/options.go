@@ -94,8 +94,8 @@ func checkBounds(o *Options) []error {
 	if o.TypingShare < 0 || o.TypingShare > 1 {
 		errs = append(errs, fmt.Errorf("typing share must be in (0, 1], got %g", o.TypingShare))
 	}
-	if o.Rate < 0 || o.Speed < 0 || o.Duration < 0 || o.Settle < 0 || o.DialTimeout < 0 || o.DialConcurrency < 0 {
-		errs = append(errs, errors.New("rate, speed, duration, settle, dial timeout and dial concurrency must not be negative"))
+	if o.Rate < 0 || o.Speed < 0 || o.Duration < 0 || o.Settle < 0 || o.Warmup < 0 || o.DialTimeout < 0 || o.DialConcurrency < 0 {
+		errs = append(errs, errors.New("rate, speed, duration, settle, warmup, dial timeout and dial concurrency must not be negative"))
 	}
 	if o.Duration > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("duration %s: at most 24h", o.Duration))

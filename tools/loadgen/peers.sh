@@ -41,6 +41,11 @@
 # quota with automaxprocs; empty: every CPU of this machine); the
 # gateway (GATEWAY_GOMAXPROCS, empty by default: its limit is 2) and
 # Centrifugo use every CPU.
+# WARMUP (default 10s) is how long both systems' connections stay joined
+# and idle after connecting before typing is driven and measured
+# (ellipsis-loadgen -warmup): without it, Centrifugo's p99 at 15,000
+# connections was its connection burst's aftermath, not its steady state
+# (docs/BENCHMARKS.md, "Is the harness fair to Centrifugo").
 # BATCH_WINDOW is the gateway's ELLIPSIS_BATCH_WINDOW (0..50ms; unset: its
 # default, 5ms; 0s: send at once) and WORKER_BATCH_WINDOW the worker's
 # ELLIPSIS_WORKER_BATCH_WINDOW (unset: 0s); ELLIPSIS_WORKER_SHARDS in the
@@ -64,6 +69,7 @@ L3) CONNS=${CONNS:-15000} ROOMS=${ROOMS:-3000} RATE=${RATE:-5000} ;;
 	;;
 esac
 DURATION=${DURATION:-15s}
+WARMUP=${WARMUP:-10s}
 WORKER_GOMAXPROCS=${WORKER_GOMAXPROCS:-1}
 NATS_GOMAXPROCS=${NATS_GOMAXPROCS-1}
 GATEWAY_GOMAXPROCS=${GATEWAY_GOMAXPROCS:-}
@@ -170,7 +176,7 @@ start_redis() { # port log
 	wait_port "$1" "redis-server"
 }
 
-lg_common=(-mode rate -conns "$CONNS" -rooms "$ROOMS" -rate "$RATE" -typing-share "$SHARE" -duration "$DURATION" -jwt-secret "$SECRET")
+lg_common=(-mode rate -conns "$CONNS" -rooms "$ROOMS" -rate "$RATE" -typing-share "$SHARE" -duration "$DURATION" -warmup "$WARMUP" -jwt-secret "$SECRET")
 echo "== peers $LOAD: $CONNS connections, $ROOMS rooms, $RATE state changes/s, typing share $SHARE, $DURATION each; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- Ellipsis: private Redis and NATS, worker, gateway.

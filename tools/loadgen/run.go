@@ -30,6 +30,14 @@ func (r *runner) run(parent context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
+	if o.Warmup > 0 {
+		prog.setPhase("warmup")
+		select {
+		case <-time.After(o.Warmup):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	mark, err := r.markCPU()
 	if err != nil {
 		return err

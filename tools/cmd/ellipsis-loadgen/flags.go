@@ -29,6 +29,7 @@ type flags struct {
 	duration    *time.Duration
 	settle      *time.Duration
 	settleMax   *time.Duration
+	warmup      *time.Duration
 	ksPath      *string
 	speed       *float64
 	spread      *time.Duration
@@ -75,6 +76,7 @@ func defineFlags(fs *flag.FlagSet) *flags {
 		share:       fs.Float64("typing-share", 1, "fraction of connections that type; the others only listen"),
 		duration:    fs.Duration("duration", loadgen.DefaultDuration, "how long typing is driven (idle: how long connections stay open)"),
 		settle:      fs.Duration("settle", loadgen.DefaultSettle, "keep reading at least this long after the last send (then while deliveries are missing and frames still arrive)"),
+		warmup:      fs.Duration("warmup", 0, "after connecting, stay idle this long before driving typing; CPU and latencies are measured from its end"),
 		settleMax:   fs.Duration("settle-max", loadgen.DefaultSettleMax, "keep reading at most this long after the last send"),
 		ksPath:      fs.String("keystrokes", "", "replay mode: keystroke CSV (default: tools/keystrokes/data/neuroqwerty_controls_keystrokes.csv in the repository, else the embedded sample)"),
 		speed:       fs.Float64("speed", 1, "replay mode: divide recorded keystroke times by this (client timers stay real time)"),
@@ -143,7 +145,7 @@ func (f *flags) options() (loadgen.Options, error) {
 	opts := loadgen.Options{
 		System: *f.system, CentrifugoNamespace: *f.cfNamespace, CPUPIDs: pids,
 		URLs: splitList(*f.urls), Mode: *f.mode, Conns: *f.conns, Rooms: *f.rooms, Rate: *f.rate, TypingShare: *f.share,
-		Duration: *f.duration, Settle: *f.settle, SettleMax: *f.settleMax, Speed: *f.speed, ReplaySpread: *f.spread, Seed: *f.seed,
+		Duration: *f.duration, Settle: *f.settle, SettleMax: *f.settleMax, Warmup: *f.warmup, Speed: *f.speed, ReplaySpread: *f.spread, Seed: *f.seed,
 		JWTSecret: *f.secret, DialTimeout: *f.dialTimeout, DialConcurrency: *f.dialConc, SourceIPs: *f.sourceIPs,
 		RSSPID: *f.rssPID, Stack: *f.stack,
 		StateSample: *f.stateSample, StallShare: *f.stallShare, StallAt: *f.stallAt, StallFor: *f.stallFor, StallRcvBuf: *f.stallRcvBuf,
