@@ -140,6 +140,7 @@ func TestOptionsValidation(t *testing.T) {
 		"centrifugo with the stack":   {System: SystemCentrifugo, JWTSecret: "s", Stack: true},
 		"centrifugo namespace":        {System: SystemCentrifugo, JWTSecret: "s", CentrifugoNamespace: "a:b"},
 		"run id":                      {RunID: "a b"},
+		"negative warmup":             {Warmup: -time.Second},
 	} {
 		if err := fill(&o); err == nil {
 			t.Errorf("%s: accepted", name)
