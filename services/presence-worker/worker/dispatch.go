@@ -8,6 +8,7 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 )
 
@@ -43,17 +44,24 @@ func queueFor(n int) int { return max(shardQueue, commandQueue/n) }
 func startRoom(q int) int { return q * 3 / 4 }
 
 // Shards is the number of command shards of a worker: cfg.WorkerShards,
-// or for 0 (the default) one. A gateway sends the commands of a batch
-// window as one NATS message (ELLIPSIS_BATCH_WINDOW); one shard sends
-// them to Redis in one pipeline, while 16 would cut it into 16 of about
-// one command each (docs/BENCHMARKS.md, "Batching window": at L2 with a
-// 2 ms window, 16 shards cost Redis 85 µs per script call and the worker
-// 114 µs per change, one shard 49 µs and 56 µs). A busy shard still
-// pipelines: what arrives while its pipeline is in flight goes in the
-// next, up to DefaultCommandBatch calls.
+// or for 0 (the default) one, and 16 on Redis Cluster. A gateway sends
+// the commands of a batch window as one NATS message
+// (ELLIPSIS_BATCH_WINDOW); one shard sends them to Redis in one
+// pipeline, while 16 would cut it into 16 of about one command each
+// (docs/BENCHMARKS.md, "Batching window": at L2 with a 2 ms window, 16
+// shards cost Redis 85 µs per script call and the worker 114 µs per
+// change, one shard 49 µs and 56 µs). A busy shard still pipelines: what
+// arrives while its pipeline is in flight goes in the next, up to
+// DefaultCommandBatch calls. On Cluster a pipeline waits for its slowest
+// master, so one shard would let one slow master hold every command;
+// with 16 it holds only the shards whose pipelines reach it
+// (test/integration, cluster_slow_master_test.go).
 func Shards(cfg config.Config) int {
 	if cfg.WorkerShards > 0 {
 		return cfg.WorkerShards
+	}
+	if o, err := redisconn.Parse(cfg.RedisURL); err == nil && o.Topology == redisconn.Cluster {
+		return 16
 	}
 	return 1
 }

@@ -411,13 +411,18 @@ func BenchmarkOnCommand(b *testing.B) {
 	}
 }
 
-// One shard by default (a gateway's batch stays one pipeline), a setting
+// One shard by default (a gateway's batch stays one pipeline), 16 on
+// Redis Cluster (a slow master holds only some), a setting
 // above 0 as it is; every count queues at least shardQueue per shard and
 // commandQueue in all up to 16 shards.
 func TestShardsDefaultAndQueues(t *testing.T) {
 	cfg := config.Default()
 	if n := Shards(cfg); n != 1 {
 		t.Fatalf("default shards = %d, want 1", n)
+	}
+	cfg.RedisURL = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"
+	if n := Shards(cfg); n != 16 {
+		t.Fatalf("default shards on Redis Cluster = %d, want 16", n)
 	}
 	cfg.WorkerShards = 4
 	if n := Shards(cfg); n != 4 {
