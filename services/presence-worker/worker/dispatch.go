@@ -8,8 +8,8 @@ import (
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
 	"github.com/ellipsis-chat/ellipsis/shared/config"
-	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
 // shardQueue is the least command queue of a shard, in commands, and
