@@ -13,8 +13,8 @@ import (
 )
 
 // shardQueue is the least command queue of a shard, in commands, and
-// commandQueue the most all shards queue together when there are more
-// than 16 of them: a shard queues max(shardQueue, commandQueue / shards)
+// commandQueue what all shards queue together when there are 16 or
+// fewer: a shard queues max(shardQueue, commandQueue / shards)
 // (queueFor). The NATS delivery goroutine never waits for a shard (see
 // dispatch): a command its shard has no room for is dropped and counted,
 // so a slow shard (a hot connection, one slow Redis master on Cluster)
