@@ -8,7 +8,7 @@ import (
 )
 
 // maxCorked bounds the bytes one drain of the writer gathers before they
-// go to the socket in one write (see [writer.drainBatch]): about a TCP
+// go to the socket in one write (see [writer.drainLocked]): about a TCP
 // send buffer's worth; a drain that would pass it writes what it has
 // first.
 const maxCorked = 64 << 10

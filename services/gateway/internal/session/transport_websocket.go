@@ -57,22 +57,22 @@ func (t wsTransport) ReadFrame() (bool, []byte, error) {
 
 func (t wsTransport) WriteTexts(frames [][]byte, deadline time.Time) error {
 	_ = t.ws.SetWriteDeadline(deadline)
-	if len(frames) == 1 || t.cork == nil {
-		for _, f := range frames {
-			if err := t.ws.WriteMessage(websocket.TextMessage, f); err != nil {
-				return err
-			}
-		}
-		return nil
+	corked := len(frames) > 1 && t.cork != nil
+	if corked {
+		t.cork.cork()
 	}
-	t.cork.cork()
+	var err error
 	for _, f := range frames {
-		if err := t.ws.WriteMessage(websocket.TextMessage, f); err != nil {
-			_ = t.cork.flush()
-			return err
+		if err = t.ws.WriteMessage(websocket.TextMessage, f); err != nil {
+			break
 		}
 	}
-	return t.cork.flush()
+	if corked {
+		if ferr := t.cork.flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
 }
 
 func (t wsTransport) WritePing(deadline time.Time) error {
