@@ -128,6 +128,10 @@ type writer struct {
 	writing  bool        // a write loop runs, or the last one closed the transport; mu
 	pingDue  bool        // the ping timer fired: the write loop pings first; mu
 	pinger   *time.Timer // set in start under mu
+	// one backs the drain of a write loop that takes a single frame (the
+	// common case: an event at a person's pace), so it allocates nothing;
+	// only one write loop runs at a time (writing).
+	one [1][]byte
 
 	quit chan struct{} // closed by close
 	// closeBy is the write deadline of a closing connection (UnixNano,
@@ -644,7 +648,7 @@ func (w *writer) drainLocked(batch [][]byte) [][]byte {
 // requested it runs the close sequence instead, and that write loop is
 // the last one (writing stays set).
 func (w *writer) writeLoop() {
-	var batch [][]byte
+	batch := w.one[:0]
 	for {
 		w.mu.Lock()
 		if w.closing() {
