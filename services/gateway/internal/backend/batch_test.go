@@ -86,6 +86,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// addSeq offers n commands of conn to b, numbering those taken 1, 2, …
+// (a refused one is offered again under the next), and returns how many
+// were taken.
+func addSeq(b *batcher, conn string, n uint64) (taken uint64) {
+	for range n {
+		if added, _ := b.add(cmdOf(conn, taken+1, "")); added {
+			taken++
+		}
+	}
+	return taken
+}
+
 func stopBatcher(t *testing.T, b *batcher) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -250,12 +262,7 @@ func TestBatchQueueBound(t *testing.T) {
 	// At most one batch in the (blocked) send, batchQueue waiting and one
 	// filling: the command after those is refused.
 	capacity := uint64((batchQueue + 2) * MaxBatchCommands)
-	taken := uint64(0)
-	for range capacity + 1 {
-		if added, _ := b.add(cmdOf("c", taken+1, "")); added {
-			taken++
-		}
-	}
+	taken := addSeq(b, "c", capacity+1)
 	if m.refused.Load() == 0 || taken > capacity || taken < capacity-MaxBatchCommands {
 		t.Fatalf("%d commands taken with the sender blocked (capacity %d), %v", taken, capacity, m)
 	}
@@ -399,12 +406,7 @@ func TestBatchStopWithSenderStuck(t *testing.T) {
 	s := sink{gate: make(chan struct{})}
 	m := &countMetrics{}
 	b := newBatcher(10*time.Minute, func() int { return 1 << 20 }, s.send, m)
-	taken := uint64(0)
-	for range (batchQueue + 2) * MaxBatchCommands { // one in send, batchQueue waiting, one filling
-		if added, _ := b.add(cmdOf("c", taken+1, "")); added {
-			taken++
-		}
-	}
+	taken := addSeq(b, "c", (batchQueue+2)*MaxBatchCommands) // one in send, batchQueue waiting, one filling
 	b.mu.Lock()
 	pending := b.cur.n
 	b.mu.Unlock()
