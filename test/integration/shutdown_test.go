@@ -56,8 +56,11 @@ func TestGatewaySIGTERMDrains(t *testing.T) {
 	since := bob.mark()
 
 	readyAtFirstClose := watchReadyAtFirstClose(clients, g0.adminAddr)
-	g0.kill(syscall.SIGTERM)
+	// term is taken before the signal is sent: the gateway starts its lame
+	// duck when the signal arrives, which can be before kill returns, so a
+	// time taken after kill could make an on-time close look early.
 	term := time.Now()
+	g0.kill(syscall.SIGTERM)
 
 	// The lame duck. /readyz fails at once.
 	readyFailed := waitReadyz(t, g0.adminAddr, 503, lameDuck, "shutdown")
@@ -243,8 +246,8 @@ func TestWorkerSIGTERMFinishesInFlight(t *testing.T) {
 			if metric(t, w0.adminAddr, "ellipsis_worker_commands_total") == 0 {
 				time.Sleep(20 * time.Millisecond)
 			}
-			w0.kill(syscall.SIGTERM)
 			term = time.Now()
+			w0.kill(syscall.SIGTERM)
 		}
 	}
 	if err := nc.Flush(); err != nil {
