@@ -114,8 +114,9 @@ type Conn struct {
 
 // observed is one reading of the connection status.
 type observed struct {
-	status  nats.Status
-	lastErr string // nats.go's last error while not connected; never holds a secret
+	status     nats.Status
+	lastErr    string // nats.go's last error while not connected; never holds a secret
+	maxPayload int64  // the server's max_payload (bytes) while connected; 0: not read
 }
 
 // Connect checks o.Auth ([Auth.Check], every file parsed) and dials NATS,
@@ -231,6 +232,9 @@ func (c *Conn) watch() {
 		c.reading.Store(time.Now().UnixNano())
 		o := &observed{status: c.NC.Status()}
 		var lastErr error
+		if o.status == nats.CONNECTED {
+			o.maxPayload = c.NC.MaxPayload()
+		}
 		if o.status != nats.CONNECTED && o.status != nats.CLOSED {
 			if lastErr = c.NC.LastError(); lastErr != nil {
 				lastErr = scrub(lastErr, c.urls)
@@ -276,6 +280,18 @@ func (c *Conn) observe() (*observed, bool) {
 func (c *Conn) Connected() bool {
 	o, fresh := c.observe()
 	return fresh && o.status == nats.CONNECTED
+}
+
+// MaxPayload is the server's max_payload in bytes (from its INFO), as
+// observed at most statusPoll (100ms) ago while connected; 0 before the
+// first reading of a connected status. It never waits: nats.go's own
+// MaxPayload takes the connection's lock, which its flusher holds across
+// socket writes, so a per-publish call there waits behind a slow write.
+func (c *Conn) MaxPayload() int64 {
+	if o := c.state.Load(); o != nil && o.maxPayload > 0 {
+		return o.maxPayload
+	}
+	return 0
 }
 
 // Status describes the connection for readiness: "CONNECTED",

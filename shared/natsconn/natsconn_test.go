@@ -557,3 +557,34 @@ func TestCheckTogetherSchemeless(t *testing.T) {
 		t.Fatalf("CheckTogether = %v, want the user info refused, not shown", err)
 	}
 }
+
+// TestMaxPayloadObserved: MaxPayload is 0 while never connected and the
+// server's max_payload once a connected status was read.
+func TestMaxPayloadObserved(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	log, _ := newLogger()
+	never, err := Connect(Options{URLs: []string{"nats://" + dead}, Log: log, Name: "natsconn-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(never.NC.Close)
+	time.Sleep(3 * statusPoll)
+	if n := never.MaxPayload(); n != 0 {
+		t.Fatalf("MaxPayload never connected: %d, want 0", n)
+	}
+
+	s := startServer(t, &server.Options{MaxPayload: 300 << 10})
+	c, _ := connectOK(t, Options{URLs: []string{"nats://" + addr(s)}})
+	deadline := time.Now().Add(waitFor)
+	for c.MaxPayload() != 300<<10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("MaxPayload %d, want %d", c.MaxPayload(), 300<<10)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

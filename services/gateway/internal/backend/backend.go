@@ -190,10 +190,15 @@ func (c *NATS) EnableBatching(window time.Duration, m BatchMetrics) {
 	c.batches = newBatcher(window, c.maxPayload, c.publishData, m)
 }
 
-// maxPayload is the server's max_payload in bytes, or NATS's default
-// (1 MiB) before the first INFO.
+// maxPayload is the server's max_payload in bytes, as natsconn observed it
+// at most 100 ms ago, or NATS's default (1 MiB) before the first reading.
+// The batcher asks for it on every command, so it must not wait on
+// nats.go's lock (natsconn.Conn.MaxPayload). A server reached by a
+// reconnect with a smaller max_payload than the last one can refuse the
+// batches of those 100 ms (counted as failed); batches are at most
+// MaxBatchBytes (64 KiB), far under any max_payload in use.
 func (c *NATS) maxPayload() int {
-	if n := c.nc.MaxPayload(); n > 0 {
+	if n := c.conn.MaxPayload(); n > 0 {
 		return int(n)
 	}
 	return 1 << 20
