@@ -140,7 +140,7 @@ func (c *Config) table() []Setting {
 		{Env: "ELLIPSIS_WRITE_WAIT", For: ForGateway, V: dur(&c.WriteWait, 10*time.Second, atLeast(10*time.Millisecond)),
 			Doc: "deadline of a pong to a client's ping (the longer of it and `ELLIPSIS_WRITE_STALL`; missed: connection dropped)"},
 		{Env: "ELLIPSIS_WRITE_STALL", For: ForGateway, V: dur(&c.WriteStall, 30*time.Second, between(100*time.Millisecond, 10*time.Minute)),
-			Doc: "deadline of every frame and ping written to a client: a connection that has written nothing for this long (a reader that stopped reading) is closed with 1013; until then a slow reader's room events are conflated, not queued"},
+			Doc: "deadline of every frame and ping written to a client (rounded up by at most 1/16, so that writes close together share one deadline): a connection that has written nothing for this long (a reader that stopped reading) is closed with 1013; until then a slow reader's room events are conflated, not queued"},
 		{Env: "ELLIPSIS_STORE", For: ForWorker, V: str(&c.Store, StoreZSet, oneOf(StoreZSet, StoreKeys)),
 			Doc: "typing-state layout: `zset` (one sorted set per room) or `keys` (seed pattern 1, one key per typist listed with `SCAN`; not on Redis Cluster; for comparison, see docs/BENCHMARKS.md)"},
 		{Env: "ELLIPSIS_WORKER_SHARDS", For: ForWorker, V: integer(&c.WorkerShards, 0, between(0, 4096)),

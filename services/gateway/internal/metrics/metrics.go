@@ -206,13 +206,14 @@ func (m *Metrics) FrameOut(t string, n int) {
 // [Metrics.DeliveryDelay]. Frames the gateway makes itself (joined, typing,
 // pong, error, left) carry no ts_ms and are skipped. It reads only the
 // frame's last bytes and never allocates; a negative delay (clock skew
-// between hosts) is not observed.
-func (m *Metrics) Written(frame []byte) {
+// between hosts) is not observed. now is when the write began (the
+// writer reads the clock once per drain, not once per frame).
+func (m *Metrics) Written(frame []byte, now time.Time) {
 	ts, ok := trailingTsMs(frame)
 	if !ok {
 		return
 	}
-	if d := time.Since(time.UnixMilli(ts)); d >= 0 {
+	if d := now.Sub(time.UnixMilli(ts)); d >= 0 {
 		m.DeliveryDelay.Observe(d.Seconds())
 	}
 }

@@ -40,9 +40,9 @@ func TestWrittenObservesRoomEventsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := time.Now().Add(-30 * time.Millisecond).UnixMilli()
-	m.Written([]byte(`{"v":1,"type":"typing_start","room":"r","user":"u","ttl_ms":5000,"ts_ms":` + strconv.FormatInt(ts, 10) + `}`))
-	m.Written([]byte(`{"type":"joined","room":"r","typing":[]}`))
-	m.Written([]byte(`{"v":1,"type":"typing_stop","room":"r","user":"u","reason":"stopped","ts_ms":` + strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10) + `}`)) // future: skew, skipped
+	m.Written([]byte(`{"v":1,"type":"typing_start","room":"r","user":"u","ttl_ms":5000,"ts_ms":`+strconv.FormatInt(ts, 10)+`}`), time.Now())
+	m.Written([]byte(`{"type":"joined","room":"r","typing":[]}`), time.Now())
+	m.Written([]byte(`{"v":1,"type":"typing_stop","room":"r","user":"u","reason":"stopped","ts_ms":`+strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)+`}`), time.Now()) // future: skew, skipped
 	var out dto.Metric
 	if err := m.DeliveryDelay.Write(&out); err != nil {
 		t.Fatal(err)
@@ -64,6 +64,6 @@ func BenchmarkWritten(b *testing.B) {
 	frame := []byte(`{"v":1,"type":"typing_start","room":"42","user":"alice","name":"Alice","ttl_ms":5000,"ts_ms":` + strconv.FormatInt(time.Now().UnixMilli(), 10) + `}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Written(frame)
+		m.Written(frame, time.Now())
 	}
 }

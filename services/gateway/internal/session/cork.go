@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // maxCorked bounds the bytes one drain of the writer gathers before they
@@ -28,6 +29,38 @@ type corkConn struct {
 	mu     sync.Mutex
 	corked bool
 	buf    []byte
+
+	// deadline is the write deadline last set on the socket: gorilla sets
+	// it before every frame, mostly to the value it already has (the
+	// frames of one drain; drains of one stallDeadline step), and setting
+	// it updates a runtime timer. Under dmu, held across the set so that
+	// deadline is always the socket's.
+	dmu      sync.Mutex
+	deadline time.Time
+}
+
+// SetWriteDeadline implements net.Conn; a deadline equal to the one set
+// last is not set again (the socket's is unchanged, expired or not).
+func (c *corkConn) SetWriteDeadline(t time.Time) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if t.Equal(c.deadline) {
+		return nil
+	}
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	c.deadline = t
+	return nil
+}
+
+// SetDeadline implements net.Conn: the read deadline is set, and the
+// write deadline through SetWriteDeadline.
+func (c *corkConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
 }
 
 // Write implements net.Conn: appended while corked (never refused: the

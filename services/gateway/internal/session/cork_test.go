@@ -1,6 +1,7 @@
 package session
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -145,5 +146,74 @@ func TestUpgradeWritesADrainInOneSocketWrite(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no pong within 5 s")
+	}
+}
+
+// deadlineConn counts the write deadlines that reach the socket.
+type deadlineConn struct {
+	net.Conn
+	sets *atomic.Int64
+}
+
+func (c deadlineConn) SetWriteDeadline(t time.Time) error {
+	c.sets.Add(1)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// A write deadline equal to the last one set is not set again, and the
+// socket keeps behaving by the last one set: expired, a write fails;
+// moved later, it succeeds. A different deadline is always set.
+func TestCorkConnSetsOnlyAChangedWriteDeadline(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go func() { _, _ = io.Copy(io.Discard, b) }()
+	var sets atomic.Int64
+	c := &corkConn{Conn: deadlineConn{Conn: a, sets: &sets}}
+	past := time.Now().Add(-time.Second)
+	for range 3 {
+		if err := c.SetWriteDeadline(past); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("x")); err == nil {
+			t.Fatal("write with an expired deadline succeeded")
+		}
+	}
+	if n := sets.Load(); n != 1 {
+		t.Fatalf("the same deadline three times reached the socket %d times, want 1", n)
+	}
+	future := time.Now().Add(time.Minute)
+	if err := c.SetWriteDeadline(future); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatalf("write after the deadline moved later: %v", err)
+	}
+	if err := c.SetDeadline(past); err != nil {
+		t.Fatal(err)
+	}
+	if n := sets.Load(); n != 3 {
+		t.Fatalf("three different deadlines reached the socket %d times, want 3", n)
+	}
+}
+
+// stallDeadline is at least now + stall and at most 17/16 of stall away,
+// and the same for every now of one step.
+func TestStallDeadline(t *testing.T) {
+	const stall = 30 * time.Second
+	now := time.Unix(1_700_000_000, 0)
+	first := stallDeadline(now, stall)
+	for _, d := range []time.Duration{0, time.Millisecond, 100 * time.Millisecond, stall/16 - 1} {
+		at := now.Add(d)
+		got := stallDeadline(at, stall)
+		if got.Before(at.Add(stall)) || got.After(at.Add(stall+stall/16)) {
+			t.Fatalf("stallDeadline(now+%v) = now+%v, want within [stall, 17/16 stall]", d, got.Sub(at))
+		}
+		if d < first.Sub(now)-stall && !got.Equal(first) {
+			t.Fatalf("stallDeadline(now+%v) = %v, want the step's %v", d, got, first)
+		}
+	}
+	if got := stallDeadline(now, 10); !got.Equal(now.Add(10)) {
+		t.Fatalf("a stall under 16 ns is not rounded: got now+%v", got.Sub(now))
 	}
 }

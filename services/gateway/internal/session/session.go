@@ -422,9 +422,9 @@ func (c *Conn) Outbound() Outbound { return c.w.outbound() }
 
 // written, writeFailed, writeStalled, conflating, conflated, pushRoom and
 // readDone are the writer's host (writer.go).
-func (c *Conn) written(frame []byte)      { c.met.Written(frame) }
-func (c *Conn) writeFailed()              { c.terminate(CloseAbnormal) }
-func (c *Conn) readDone() <-chan struct{} { return c.readerDone }
+func (c *Conn) written(frame []byte, now time.Time) { c.met.Written(frame, now) }
+func (c *Conn) writeFailed()                        { c.terminate(CloseAbnormal) }
+func (c *Conn) readDone() <-chan struct{}           { return c.readerDone }
 
 func (c *Conn) overflowed() {
 	// Called with the writer's lock held: closeWith only takes the

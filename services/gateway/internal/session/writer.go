@@ -24,8 +24,9 @@ const keepQueueCap = 16
 
 // writerHost is what the writer tells its connection, and asks of it.
 type writerHost interface {
-	// written reports a text frame written (delivery delay of room events).
-	written(frame []byte)
+	// written reports a text frame written at now, when its write began
+	// (delivery delay of room events).
+	written(frame []byte, now time.Time)
 	// writeFailed reports a failed write: the connection ends without a
 	// close frame (1006).
 	writeFailed()
@@ -667,14 +668,15 @@ func (w *writer) writeLoop() {
 		w.mu.Unlock()
 		// A write may wait for a peer that stopped reading for
 		// WriteStall (ELLIPSIS_WRITE_STALL); then it is closed with 1013.
-		stallBy := time.Now().Add(w.cfg.WriteStall)
+		now := time.Now()
+		stallBy := stallDeadline(now, w.cfg.WriteStall)
 		deadline := w.writeDeadline(stallBy)
 		var err error
 		if ping {
 			err = w.tr.WritePing(deadline)
 		} else if err = w.tr.WriteTexts(batch, deadline); err == nil {
 			for _, f := range batch {
-				w.host.written(f)
+				w.host.written(f, now)
 			}
 		}
 		clear(batch) // the frames are written: drop them until the next drain
@@ -734,6 +736,20 @@ func (w *writer) closeSequence() {
 // deadline). Reader only.
 func (w *writer) pong(data []byte) error {
 	return w.tr.WritePong(data, w.writeDeadline(time.Now().Add(max(w.cfg.WriteWait, w.cfg.WriteStall))))
+}
+
+// stallDeadline is now + stall rounded up to a multiple of stall/16 (of
+// the unix clock): a write waits at least stall and at most 17/16 of it,
+// and the drains of one such step all give the socket the same deadline,
+// which the corked conn then does not set again (a runtime timer update
+// per frame was about 5% of the gateway's CPU at 5,000 changes/s,
+// docs/BENCHMARKS.md, "Batching window").
+func stallDeadline(now time.Time, stall time.Duration) time.Time {
+	t := now.Add(stall).UnixNano()
+	if g := int64(stall / 16); g > 0 {
+		t = (t + g - 1) / g * g
+	}
+	return time.Unix(0, t)
 }
 
 // writeDeadline is d, or the close deadline (closeBy) when a close was

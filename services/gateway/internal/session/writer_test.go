@@ -80,7 +80,7 @@ type fakeHost struct {
 	read      chan struct{} // closed by the test: reading ended
 }
 
-func (h *fakeHost) written([]byte) { h.mu.Lock(); h.n++; h.mu.Unlock() }
+func (h *fakeHost) written([]byte, time.Time) { h.mu.Lock(); h.n++; h.mu.Unlock() }
 func (h *fakeHost) writeFailed() {
 	h.mu.Lock()
 	h.failed++
@@ -177,8 +177,8 @@ func TestWriterWritesInOrderAndEnds(t *testing.T) {
 		if f.kind != fText || f.data != want {
 			t.Fatalf("wrote %v, want text %s", f, want)
 		}
-		if d := time.Until(f.deadline); d <= 9*time.Second || d > 10*time.Second {
-			t.Fatalf("deadline in %v, want writeWait (10 s)", d)
+		if d := time.Until(f.deadline); d <= 9*time.Second || d > 10*time.Second*17/16 {
+			t.Fatalf("deadline in %v, want the stall (10 s) rounded up by at most 1/16 (stallDeadline)", d)
 		}
 	}
 	testkit.WaitFor(t, 10*time.Second, "the write loop to end", func() bool {
