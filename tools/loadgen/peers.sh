@@ -41,7 +41,7 @@
 # quota with automaxprocs; empty: every CPU of this machine); the
 # gateway (GATEWAY_GOMAXPROCS, empty by default: its limit is 2) and
 # Centrifugo use every CPU.
-# WARMUP (default 10s) is how long both systems' connections stay joined
+# WARMUP (default 10s, 30s above 10,000 connections) is how long both systems' connections stay joined
 # and idle after connecting before typing is driven and measured
 # (ellipsis-loadgen -warmup): without it, Centrifugo's p99 at 15,000
 # connections was its connection burst's aftermath, not its steady state
@@ -69,7 +69,11 @@ L3) CONNS=${CONNS:-15000} ROOMS=${ROOMS:-3000} RATE=${RATE:-5000} ;;
 	;;
 esac
 DURATION=${DURATION:-15s}
-WARMUP=${WARMUP:-10s}
+# Centrifugo's tail at 15,000 connections settles only after about 30 s
+# (docs/BENCHMARKS.md, "Second pass"); 10 s is enough at 10,000 and below.
+if [ -z "${WARMUP:-}" ]; then
+	if [ "$CONNS" -gt 10000 ]; then WARMUP=30s; else WARMUP=10s; fi
+fi
 WORKER_GOMAXPROCS=${WORKER_GOMAXPROCS:-1}
 NATS_GOMAXPROCS=${NATS_GOMAXPROCS-1}
 GATEWAY_GOMAXPROCS=${GATEWAY_GOMAXPROCS:-}
