@@ -283,8 +283,9 @@ func (c *Conn) Connected() bool {
 }
 
 // MaxPayload is the server's max_payload in bytes (from its INFO), as
-// observed at most statusPoll (100ms) ago while connected; 0 before the
-// first reading of a connected status. It never waits: nats.go's own
+// observed at most statusPoll (100ms) ago while connected; 0 when the
+// latest reading was not of a connected status (connecting, reconnecting,
+// closed). It never waits: nats.go's own
 // MaxPayload takes the connection's lock, which its flusher holds across
 // socket writes, so a per-publish call there waits behind a slow write.
 func (c *Conn) MaxPayload() int64 {

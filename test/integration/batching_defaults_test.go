@@ -91,7 +91,9 @@ func TestProcessesShippedBatching(t *testing.T) {
 	t.Logf("%v batches, %.1f commands each", batches, inBatches/batches)
 
 	// One connection's burst inside one window: start, stop, start goes
-	// out in one batch and must end shown; start, stop ends not shown.
+	// out in one batch and must end shown, and stay shown (a batch
+	// applied out of order would end in the stop); the stop sent after it
+	// ends it.
 	room := rooms[0]
 	bob := watch(dial(t, g1.wsURL("bob", ""), "bob"))
 	bob.join(room)
@@ -101,6 +103,10 @@ func TestProcessesShippedBatching(t *testing.T) {
 	alice.stop(room)
 	alice.start(room)
 	bob.waitShown(room, "alice", 3*time.Second)
+	time.Sleep(300 * time.Millisecond) // well past the window and a delivery
+	if got := bob.shown(room); got != "alice" {
+		t.Fatalf("after the burst start, stop, start bob shows %q, want alice", got)
+	}
 	alice.stop(room)
 	bob.waitShown(room, "", 3*time.Second)
 

@@ -71,6 +71,12 @@ esac
 DURATION=${DURATION:-15s}
 # Centrifugo's tail at 15,000 connections settles only after about 30 s
 # (docs/BENCHMARKS.md, "Second pass"); 10 s is enough at 10,000 and below.
+case "$CONNS" in
+'' | *[!0-9]*)
+	echo "$0: CONNS=$CONNS: a number of connections" >&2
+	exit 2
+	;;
+esac
 if [ -z "${WARMUP:-}" ]; then
 	if [ "$CONNS" -gt 10000 ]; then WARMUP=30s; else WARMUP=10s; fi
 fi

@@ -191,7 +191,7 @@ func (c *NATS) EnableBatching(window time.Duration, m BatchMetrics) {
 }
 
 // maxPayload is the server's max_payload in bytes, as natsconn observed it
-// at most 100 ms ago, or NATS's default (1 MiB) before the first reading.
+// at most 100 ms ago, or NATS's default (1 MiB) while not connected.
 // The batcher asks for it on every command, so it must not wait on
 // nats.go's lock (natsconn.Conn.MaxPayload). A server reached by a
 // reconnect with a smaller max_payload than the last one can refuse the

@@ -206,7 +206,7 @@ func (m *Metrics) FrameOut(t string, n int) {
 // [Metrics.DeliveryDelay]. Frames the gateway makes itself (joined, typing,
 // pong, error, left) carry no ts_ms and are skipped. It reads only the
 // frame's last bytes and never allocates; a negative delay (clock skew
-// between hosts) is not observed. now is when the write began (the
+// between hosts) is not observed. now is when the write finished (the
 // writer reads the clock once per drain, not once per frame).
 func (m *Metrics) Written(frame []byte, now time.Time) {
 	ts, ok := trailingTsMs(frame)

@@ -39,12 +39,15 @@ type corkConn struct {
 	deadline time.Time
 }
 
-// SetWriteDeadline implements net.Conn; a deadline equal to the one set
-// last is not set again (the socket's is unchanged, expired or not).
+// SetWriteDeadline implements net.Conn; a deadline at the same instant of
+// the wall clock as the one set last is not set again (the socket's is
+// unchanged, expired or not). Wall clock, not Equal: two deadlines of one
+// stallDeadline step carry monotonic readings that differ by the
+// nanoseconds between the clock reads of the two time.Now calls.
 func (c *corkConn) SetWriteDeadline(t time.Time) error {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
-	if t.Equal(c.deadline) {
+	if t.UnixNano() == c.deadline.UnixNano() && t.IsZero() == c.deadline.IsZero() {
 		return nil
 	}
 	if err := c.Conn.SetWriteDeadline(t); err != nil {

@@ -675,8 +675,9 @@ func (w *writer) writeLoop() {
 		if ping {
 			err = w.tr.WritePing(deadline)
 		} else if err = w.tr.WriteTexts(batch, deadline); err == nil {
+			done := time.Now() // once per drain: the frames finished together
 			for _, f := range batch {
-				w.host.written(f, now)
+				w.host.written(f, done)
 			}
 		}
 		clear(batch) // the frames are written: drop them until the next drain
@@ -731,25 +732,35 @@ func (w *writer) closeSequence() {
 	}
 }
 
-// pong answers the peer's ping with data, within the longer of WriteWait
-// and WriteStall (it may wait behind a stalled write; and the close
-// deadline). Reader only.
+// pong answers the peer's ping with data, within the later of WriteWait
+// and the stall deadline a drain would get now (it may wait behind a
+// stalled write, whose socket deadline it then replaces: never with an
+// earlier one, so that write still times out as a stall), and the close
+// deadline. Reader only.
 func (w *writer) pong(data []byte) error {
-	return w.tr.WritePong(data, w.writeDeadline(time.Now().Add(max(w.cfg.WriteWait, w.cfg.WriteStall))))
+	now := time.Now()
+	d := stallDeadline(now, w.cfg.WriteStall)
+	if ww := now.Add(w.cfg.WriteWait); ww.After(d) {
+		d = ww
+	}
+	return w.tr.WritePong(data, w.writeDeadline(d))
 }
 
 // stallDeadline is now + stall rounded up to a multiple of stall/16 (of
 // the unix clock): a write waits at least stall and at most 17/16 of it,
 // and the drains of one such step all give the socket the same deadline,
-// which the corked conn then does not set again (a runtime timer update
-// per frame was about 5% of the gateway's CPU at 5,000 changes/s,
-// docs/BENCHMARKS.md, "Batching window").
+// which the corked conn then does not set again (setting it before every
+// frame was 4.8% of the gateway's CPU profile at 5,000 changes/s,
+// docs/BENCHMARKS.md, "Second pass"). The result is now plus a duration,
+// so it keeps now's monotonic clock reading: comparisons with it (the
+// stall check) do not follow steps of the wall clock. It never decreases
+// as now grows.
 func stallDeadline(now time.Time, stall time.Duration) time.Time {
 	t := now.Add(stall).UnixNano()
 	if g := int64(stall / 16); g > 0 {
 		t = (t + g - 1) / g * g
 	}
-	return time.Unix(0, t)
+	return now.Add(time.Duration(t - now.UnixNano()))
 }
 
 // writeDeadline is d, or the close deadline (closeBy) when a close was

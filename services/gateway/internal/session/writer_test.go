@@ -310,3 +310,51 @@ func TestWriterCloseCutsABlockedWrite(t *testing.T) {
 		t.Fatalf("write deadline after close in %v, want at most closeGrace", time.Until(d))
 	}
 }
+
+// stallDeadline is at least now + stall and at most 17/16 of stall away,
+// and the same instant of the wall clock for every now of one step.
+func TestStallDeadline(t *testing.T) {
+	const stall = 30 * time.Second
+	now := time.Unix(1_700_000_000, 0)
+	first := stallDeadline(now, stall)
+	for _, d := range []time.Duration{0, time.Millisecond, 100 * time.Millisecond, stall/16 - 1} {
+		at := now.Add(d)
+		got := stallDeadline(at, stall)
+		if got.Before(at.Add(stall)) || got.After(at.Add(stall+stall/16)) {
+			t.Fatalf("stallDeadline(now+%v) = now+%v, want within [stall, 17/16 stall]", d, got.Sub(at))
+		}
+		if d < first.Sub(now)-stall && got.UnixNano() != first.UnixNano() {
+			t.Fatalf("stallDeadline(now+%v) = %v, want the step's %v", d, got, first)
+		}
+	}
+	if got := stallDeadline(now, 10); !got.Equal(now.Add(10)) {
+		t.Fatalf("a stall under 16 ns is not rounded: got now+%v", got.Sub(now))
+	}
+}
+
+// A pong's deadline is never before the stall deadline a drain got just
+// before it (the pong replaces the socket's deadline under a write that
+// may be stalled, which must still time out as a stall), nor before
+// WriteWait.
+func TestPongDeadlineNotBeforeStall(t *testing.T) {
+	for _, c := range []struct{ wait, stall time.Duration }{{10 * time.Second, 30 * time.Second}, {40 * time.Second, 30 * time.Second}} {
+		w, tr, _ := newTestWriter(t, 10, time.Hour, c.wait)
+		w.cfg.WriteStall = c.stall
+		w.start()
+		before := time.Now()
+		drain := stallDeadline(before, c.stall)
+		if err := w.pong([]byte("p")); err != nil {
+			t.Fatal(err)
+		}
+		f := tr.next(t)
+		if f.kind != fPong {
+			t.Fatalf("wrote %v, want a pong", f)
+		}
+		// Wall clock: the rounding is of the wall clock, and the monotonic
+		// readings of two time.Now calls differ from it by nanoseconds.
+		if f.deadline.UnixNano() < drain.UnixNano() || f.deadline.Before(before.Add(c.wait)) {
+			t.Fatalf("wait %v, stall %v: pong deadline now+%v, before the drain's now+%v or WriteWait",
+				c.wait, c.stall, f.deadline.Sub(before), drain.Sub(before))
+		}
+	}
+}
