@@ -24,7 +24,7 @@ const keepQueueCap = 16
 
 // writerHost is what the writer tells its connection, and asks of it.
 type writerHost interface {
-	// written reports a text frame written at now, when its write began
+	// written reports a text frame written, its write finished at now
 	// (delivery delay of room events).
 	written(frame []byte, now time.Time)
 	// writeFailed reports a failed write: the connection ends without a
