@@ -561,14 +561,8 @@ func TestCheckTogetherSchemeless(t *testing.T) {
 // TestMaxPayloadObserved: MaxPayload is 0 while never connected and the
 // server's max_payload once a connected status was read.
 func TestMaxPayloadObserved(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
 	log, _ := newLogger()
-	never, err := Connect(Options{URLs: []string{"nats://" + dead}, Log: log, Name: "natsconn-test"})
+	never, err := Connect(Options{URLs: []string{"nats://" + testkit.ClosedAddr(t)}, Log: log, Name: "natsconn-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
