@@ -21,6 +21,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/names"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 	"github.com/ellipsis-chat/ellipsis/testkit"
 )
 
@@ -180,7 +181,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 				b.Fatal(err)
 			}
 			s := &Server{st: st, m: m, rl: ratelog.New(zap.NewNop(), time.Minute), log: zap.NewNop()}
-			shards := Shards(config.Default())
+			shards := Shards(config.Default().WorkerShards, redisconn.Standalone)
 			var next atomic.Int64
 			b.SetParallelism(max(1, shards/runtime.GOMAXPROCS(0))) // shards goroutines in all
 			b.ReportAllocs()

@@ -7,7 +7,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ellipsis-chat/ellipsis/services/presence-worker/internal/store"
-	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
@@ -43,8 +42,9 @@ func queueFor(n int) int { return max(shardQueue, commandQueue/n) }
 // someone.
 func startRoom(q int) int { return q * 3 / 4 }
 
-// Shards is the number of command shards of a worker: cfg.WorkerShards,
-// or for 0 (the default) one, and 16 on Redis Cluster. A gateway sends
+// Shards is the number of command shards of a worker: workerShards
+// (ELLIPSIS_WORKER_SHARDS), or for 0 (the default) one, and 16 when
+// topology (of ELLIPSIS_REDIS_URL) is Redis Cluster. A gateway sends
 // the commands of a batch window as one NATS message
 // (ELLIPSIS_BATCH_WINDOW); one shard sends them to Redis in one
 // pipeline, while 16 would cut it into 16 of about one command each
@@ -56,11 +56,11 @@ func startRoom(q int) int { return q * 3 / 4 }
 // master, so one shard would let one slow master hold every command;
 // with 16 it holds only the shards whose pipelines reach it
 // (test/integration, cluster_slow_master_test.go).
-func Shards(cfg config.Config) int {
-	if cfg.WorkerShards > 0 {
-		return cfg.WorkerShards
+func Shards(workerShards int, topology redisconn.Topology) int {
+	if workerShards > 0 {
+		return workerShards
 	}
-	if o, err := redisconn.Parse(cfg.RedisURL); err == nil && o.Topology == redisconn.Cluster {
+	if topology == redisconn.Cluster {
 		return 16
 	}
 	return 1
@@ -94,7 +94,11 @@ const DefaultCommandBatch = 64
 // in the order this worker received them (a pipeline runs its calls in
 // order); across workers, seq restores order (see start.lua).
 func (s *Server) startShards() {
-	s.shards = make([]chan protocol.Command, Shards(s.cfg))
+	var topology redisconn.Topology // a Server built by hand (tests): standalone
+	if s.redisOpts != nil {
+		topology = s.redisOpts.Topology
+	}
+	s.shards = make([]chan protocol.Command, Shards(s.cfg.WorkerShards, topology))
 	q := queueFor(len(s.shards))
 	for i := range s.shards {
 		ch := make(chan protocol.Command, q)

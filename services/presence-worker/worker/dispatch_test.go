@@ -19,6 +19,7 @@ import (
 	"github.com/ellipsis-chat/ellipsis/shared/config"
 	"github.com/ellipsis-chat/ellipsis/shared/protocol"
 	"github.com/ellipsis-chat/ellipsis/shared/ratelog"
+	"github.com/ellipsis-chat/ellipsis/shared/redisconn"
 )
 
 // dispatchServer is a Server with just what dispatch and the shards need,
@@ -416,16 +417,17 @@ func BenchmarkOnCommand(b *testing.B) {
 // above 0 as it is; every count queues at least shardQueue per shard and
 // commandQueue in all up to 16 shards.
 func TestShardsDefaultAndQueues(t *testing.T) {
-	cfg := config.Default()
-	if n := Shards(cfg); n != 1 {
+	def := config.Default().WorkerShards
+	if n := Shards(def, redisconn.Standalone); n != 1 {
 		t.Fatalf("default shards = %d, want 1", n)
 	}
-	cfg.RedisURL = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"
-	if n := Shards(cfg); n != 16 {
+	if n := Shards(def, redisconn.Sentinel); n != 1 {
+		t.Fatalf("default shards on Sentinel = %d, want 1", n)
+	}
+	if n := Shards(def, redisconn.Cluster); n != 16 {
 		t.Fatalf("default shards on Redis Cluster = %d, want 16", n)
 	}
-	cfg.WorkerShards = 4
-	if n := Shards(cfg); n != 4 {
+	if n := Shards(4, redisconn.Cluster); n != 4 {
 		t.Fatalf("ELLIPSIS_WORKER_SHARDS=4 gave %d shards", n)
 	}
 	for n, want := range map[int]int{1: commandQueue, 4: commandQueue / 4, 16: shardQueue, 64: shardQueue} {
