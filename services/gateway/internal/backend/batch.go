@@ -78,7 +78,10 @@ type batcher struct {
 	stopped bool          // after stop: Publish sends directly
 	queued  uint64        // batches put in ready so far; mu
 	sent    atomic.Uint64 // batches run has handed to send (or failed) so far
-	done    chan struct{} // closed when run returned
+	// progress is closed (and replaced, under mu) each time run has
+	// handed a batch to send, so flush waits for it instead of polling.
+	progress chan struct{}
+	done     chan struct{} // closed when run returned
 }
 
 func newBatcher(window time.Duration, maxBytes func() int, send func([]byte) error, m BatchMetrics) *batcher {
@@ -87,6 +90,8 @@ func newBatcher(window time.Duration, maxBytes func() int, send func([]byte) err
 		ready: make(chan batch, batchQueue),
 		free:  make(chan []byte, batchQueue+1),
 		done:  make(chan struct{}),
+
+		progress: make(chan struct{}),
 	}
 	b.timer = time.AfterFunc(time.Hour, b.expire)
 	b.timer.Stop()
@@ -188,6 +193,10 @@ func (b *batcher) run() {
 			b.m.BatchSent(bt.n)
 		}
 		b.sent.Add(1)
+		b.mu.Lock()
+		close(b.progress)
+		b.progress = make(chan struct{})
+		b.mu.Unlock()
 		if !bt.single {
 			select {
 			case b.free <- data:
@@ -198,32 +207,33 @@ func (b *batcher) run() {
 }
 
 // flush closes the batch being filled and waits until it and every batch
-// closed before it were handed to NATS (sent or failed), polling every
-// millisecond until deadline; false when deadline came first (the sender
-// is blocked on a stalled socket, or batchQueue batches kept the one
-// being filled from closing). No lock is held while it waits.
+// closed before it were handed to NATS (sent or failed), woken by run's
+// progress, until deadline; false when deadline came first (the sender is
+// blocked on a stalled socket, or batchQueue batches kept the one being
+// filled from closing). No lock is held while it waits; batches closed
+// after the one it closed are not waited for.
 func (b *batcher) flush(deadline time.Time) bool {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	var target uint64
+	closed := false
 	for {
 		b.mu.Lock()
-		closed := b.stopped || b.closeLocked()
-		target = b.queued
+		if !closed {
+			closed = b.stopped || b.closeLocked()
+			target = b.queued
+		}
+		wake := b.progress
 		b.mu.Unlock()
-		if closed {
-			break
+		if closed && b.sent.Load() >= target {
+			return true
 		}
-		if !time.Now().Before(deadline) {
+		select {
+		case <-wake:
+		case <-timer.C:
 			return false
 		}
-		time.Sleep(time.Millisecond)
 	}
-	for b.sent.Load() < target {
-		if !time.Now().Before(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
 }
 
 // stop closes the batch being filled, waits until every closed batch was
