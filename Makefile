@@ -61,7 +61,8 @@ bench:
 ## bench-peers: the same typing workload against Ellipsis, then against Centrifugo v6 (built from the Go module proxy
 ## into bin/peers, cached), back to back, and one table with the ratios (docs/BENCHMARKS.md, "Against Centrifugo").
 ## LOAD=L1 (default: 2,000 conns) | L2 (10,000) | L3 (15,000) | custom with CONNS= ROOMS= RATE=; DURATION=15s; PEERS_ARGS= go to the load generator;
-## BATCH_WINDOW=0s sets the gateway's ELLIPSIS_BATCH_WINDOW (default 5ms), WORKER_BATCH_WINDOW=2ms the worker's (default 0s)
+## BATCH_WINDOW=0s sets the gateway's ELLIPSIS_BATCH_WINDOW (default 5ms), WORKER_BATCH_WINDOW=2ms the worker's (default 0s);
+## a sweep in one invocation: WINDOWS="0s 2ms 5ms" and/or RATES="3000 5000 7000" (P99_TARGET=200 ms: each system's capacity)
 bench-peers:
 	tools/loadgen/peers.sh $(PEERS_ARGS)
 

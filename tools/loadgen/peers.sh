@@ -49,8 +49,11 @@
 # BATCH_WINDOW is the gateway's ELLIPSIS_BATCH_WINDOW (0..50ms; unset: its
 # default, 5ms; 0s: send at once) and WORKER_BATCH_WINDOW the worker's
 # ELLIPSIS_WORKER_BATCH_WINDOW (unset: 0s); ELLIPSIS_WORKER_SHARDS in the
-# environment reaches the worker (default 1). docs/BENCHMARKS.md,
-# "Batching window", sweeps BATCH_WINDOW one invocation per window.
+# environment reaches the worker (default 1).
+# WINDOWS and RATES sweep the window and the rate in one invocation (the
+# sweep's rules are below; docs/BENCHMARKS.md, "Batching window"):
+#   WINDOWS="0s 1ms 2ms 5ms 10ms" SYSTEMS=ellipsis LOAD=L2 tools/loadgen/peers.sh
+#   LOAD=L3 RATES="3000 4000 5000 7000" tools/loadgen/peers.sh   # capacity at p99 <= P99_TARGET (200) ms
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 cd "$(dirname "$0")/../.."
@@ -93,6 +96,31 @@ ellipsis | ellipsis,centrifugo) ;;
 	exit 2
 	;;
 esac
+# A sweep (WINDOWS and/or RATES, space-separated lists): one Ellipsis run
+# per window and rate, one Centrifugo run per rate, then the sweep table
+# (ellipsis-loadgen -sweep): each run against p99 <= P99_TARGET ms with
+# nothing lost, each system's and window's capacity, the ratios to
+# Centrifugo at the same rate. WINDOWS entries are Go durations or
+# "default" (unset: BATCH_WINDOW); RATES unset: RATE.
+WINDOWS=${WINDOWS:-}
+RATES=${RATES:-}
+P99_TARGET=${P99_TARGET:-200}
+for w in $WINDOWS; do
+	if ! [[ $w =~ ^(default|0|[0-9]+(\.[0-9]+)?(ns|us|µs|ms|s))$ ]]; then
+		echo "$0: WINDOWS: $w: a Go duration (0s, 500us, 2ms) or default" >&2
+		exit 2
+	fi
+done
+for r in $RATES; do
+	if ! [[ $r =~ ^[1-9][0-9]*$ ]]; then
+		echo "$0: RATES: $r: a whole number of state changes per second" >&2
+		exit 2
+	fi
+done
+if ! [[ $P99_TARGET =~ ^[0-9]+(\.[0-9]+)?$ ]] || [[ $P99_TARGET =~ ^0+(\.0+)?$ ]]; then
+	echo "$0: P99_TARGET=$P99_TARGET: a positive number of milliseconds" >&2
+	exit 2
+fi
 SHARE=${SHARE:-0.5}
 BIN=${BIN:-bin}
 PEERS_BIN=${PEERS_BIN:-$BIN/peers}
@@ -186,53 +214,64 @@ start_redis() { # port log
 	wait_port "$1" "redis-server"
 }
 
-lg_common=(-mode rate -conns "$CONNS" -rooms "$ROOMS" -rate "$RATE" -typing-share "$SHARE" -duration "$DURATION" -warmup "$WARMUP" -jwt-secret "$SECRET")
-echo "== peers $LOAD: $CONNS connections, $ROOMS rooms, $RATE state changes/s, typing share $SHARE, $DURATION each; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-
-# --- Ellipsis: private Redis and NATS, worker, gateway.
-start_redis "$EL_REDIS_PORT" "$OUT_DIR/ellipsis-redis.log"
-el_redis=${pids[-1]}
-env ${NATS_GOMAXPROCS:+GOMAXPROCS=$NATS_GOMAXPROCS} "$NATS_SERVER" -a 127.0.0.1 -p "$NATS_PORT" >"$OUT_DIR/nats.log" 2>&1 &
-pids+=($!)
-nats=$!
-wait_port "$NATS_PORT" nats-server
-el_env=(ELLIPSIS_REDIS_URL="redis://127.0.0.1:$EL_REDIS_PORT" ELLIPSIS_NATS_URL="nats://127.0.0.1:$NATS_PORT"
-	ELLIPSIS_KEY_PREFIX="peers$$:" ELLIPSIS_SUBJECT_PREFIX="peers$$" ELLIPSIS_LOG_LEVEL=warn
-	ELLIPSIS_AUTH=jwt ELLIPSIS_JWT_SECRET="$SECRET" ELLIPSIS_DEMO_PAGE=false)
-env "${el_env[@]}" GOMAXPROCS="$WORKER_GOMAXPROCS" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" ${WORKER_BATCH_WINDOW:+ELLIPSIS_WORKER_BATCH_WINDOW=$WORKER_BATCH_WINDOW} \
-	"$BIN/presence-worker" >"$OUT_DIR/worker.log" 2>&1 &
-pids+=($!)
-worker=$!
-env "${el_env[@]}" ${GATEWAY_GOMAXPROCS:+GOMAXPROCS=$GATEWAY_GOMAXPROCS} ELLIPSIS_HTTP_ADDR="$EL_HTTP" ELLIPSIS_ADMIN_ADDR="$EL_GW_ADMIN" ELLIPSIS_MAX_CONNS=$((CONNS + 100)) \
-	${BATCH_WINDOW:+ELLIPSIS_BATCH_WINDOW=$BATCH_WINDOW} \
-	"$BIN/gateway" >"$OUT_DIR/gateway.log" 2>&1 &
-pids+=($!)
-gateway=$!
-for _ in $(seq 100); do
-	curl -fsS "http://$EL_GW_ADMIN/readyz" >/dev/null 2>&1 && break
-	sleep 0.1
-done
-curl -fsS "http://$EL_GW_ADMIN/readyz" >/dev/null || {
-	echo "$0: the gateway is not ready (log: $OUT_DIR/gateway.log)" >&2
-	exit 1
+# lg_common RATE: the load generator's flags for both systems at RATE, in lg.
+lg_common() {
+	lg=(-mode rate -conns "$CONNS" -rooms "$ROOMS" -rate "$1" -typing-share "$SHARE" -duration "$DURATION" -warmup "$WARMUP" -jwt-secret "$SECRET")
 }
-echo "== Ellipsis: gateway $gateway, worker $worker, nats-server $nats, redis-server $el_redis"
-"$BIN/ellipsis-loadgen" -system ellipsis -url "ws://$EL_HTTP/v1/ws" "${lg_common[@]}" \
-	-cpu-pids "$gateway,$worker,$nats,$el_redis" -rss-pid "$gateway" -json "$OUT_DIR/ellipsis-$LOAD.json" -q "$@"
-if command -v redis-cli >/dev/null; then
-	redis-cli -p "$EL_REDIS_PORT" INFO commandstats >"$OUT_DIR/ellipsis-$LOAD-redis.txt"
-	redis-cli -p "$EL_REDIS_PORT" INFO cpu >>"$OUT_DIR/ellipsis-$LOAD-redis.txt"
-fi
-stop_all
-if [ "$SYSTEMS" = ellipsis ]; then
-	echo "JSON: $OUT_DIR/ellipsis-$LOAD.json; Redis INFO: $OUT_DIR/ellipsis-$LOAD-redis.txt"
-	exit 0
-fi
 
-# --- Centrifugo: its Redis engine on a private Redis.
-start_redis "$CF_REDIS_PORT" "$OUT_DIR/centrifugo-redis.log"
-cf_redis=${pids[-1]}
-cat >"$OUT_DIR/centrifugo.json" <<EOF
+# run_ellipsis RATE WINDOW JSON [load generator flags]: Ellipsis (private
+# Redis and NATS, worker, gateway) at RATE with the gateway's batch window
+# WINDOW ('' or default: its default); the summary to JSON, Redis's INFO
+# commandstats and cpu next to it (JSON without .json, then -redis.txt).
+run_ellipsis() {
+	local rate=$1 window=$2 json=$3
+	shift 3
+	[ "$window" = default ] && window=
+	start_redis "$EL_REDIS_PORT" "$OUT_DIR/ellipsis-redis.log"
+	local el_redis=${pids[-1]}
+	env ${NATS_GOMAXPROCS:+GOMAXPROCS=$NATS_GOMAXPROCS} "$NATS_SERVER" -a 127.0.0.1 -p "$NATS_PORT" >"$OUT_DIR/nats.log" 2>&1 &
+	pids+=($!)
+	local nats=$!
+	wait_port "$NATS_PORT" nats-server
+	local el_env=(ELLIPSIS_REDIS_URL="redis://127.0.0.1:$EL_REDIS_PORT" ELLIPSIS_NATS_URL="nats://127.0.0.1:$NATS_PORT"
+		ELLIPSIS_KEY_PREFIX="peers$$:" ELLIPSIS_SUBJECT_PREFIX="peers$$" ELLIPSIS_LOG_LEVEL=warn
+		ELLIPSIS_AUTH=jwt ELLIPSIS_JWT_SECRET="$SECRET" ELLIPSIS_DEMO_PAGE=false)
+	env "${el_env[@]}" GOMAXPROCS="$WORKER_GOMAXPROCS" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" ${WORKER_BATCH_WINDOW:+ELLIPSIS_WORKER_BATCH_WINDOW=$WORKER_BATCH_WINDOW} \
+		"$BIN/presence-worker" >"$OUT_DIR/worker.log" 2>&1 &
+	pids+=($!)
+	local worker=$!
+	env "${el_env[@]}" ${GATEWAY_GOMAXPROCS:+GOMAXPROCS=$GATEWAY_GOMAXPROCS} ELLIPSIS_HTTP_ADDR="$EL_HTTP" ELLIPSIS_ADMIN_ADDR="$EL_GW_ADMIN" ELLIPSIS_MAX_CONNS=$((CONNS + 100)) \
+		${window:+ELLIPSIS_BATCH_WINDOW=$window} \
+		"$BIN/gateway" >"$OUT_DIR/gateway.log" 2>&1 &
+	pids+=($!)
+	local gateway=$!
+	for _ in $(seq 100); do
+		curl -fsS "http://$EL_GW_ADMIN/readyz" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	curl -fsS "http://$EL_GW_ADMIN/readyz" >/dev/null || {
+		echo "$0: the gateway is not ready (log: $OUT_DIR/gateway.log)" >&2
+		exit 1
+	}
+	echo "== Ellipsis at $rate/s, batch window ${window:-default}: gateway $gateway, worker $worker, nats-server $nats, redis-server $el_redis"
+	lg_common "$rate"
+	"$BIN/ellipsis-loadgen" -system ellipsis -url "ws://$EL_HTTP/v1/ws" "${lg[@]}" -label "batch_window=${window:-default}" \
+		-cpu-pids "$gateway,$worker,$nats,$el_redis" -rss-pid "$gateway" -json "$json" -q "$@"
+	if command -v redis-cli >/dev/null; then
+		redis-cli -p "$EL_REDIS_PORT" INFO commandstats >"${json%.json}-redis.txt"
+		redis-cli -p "$EL_REDIS_PORT" INFO cpu >>"${json%.json}-redis.txt"
+	fi
+	stop_all
+}
+
+# run_centrifugo RATE JSON [load generator flags]: Centrifugo, its Redis
+# engine on another private Redis, at RATE; the summary to JSON.
+run_centrifugo() {
+	local rate=$1 json=$2
+	shift 2
+	start_redis "$CF_REDIS_PORT" "$OUT_DIR/centrifugo-redis.log"
+	local cf_redis=${pids[-1]}
+	cat >"$OUT_DIR/centrifugo.json" <<CONFIG
 {
   "http_server": {"address": "127.0.0.1", "port": $CF_PORT},
   "log": {"level": "error"},
@@ -245,15 +284,47 @@ cat >"$OUT_DIR/centrifugo.json" <<EOF
     ]
   }
 }
-EOF
-"$CF" --config "$OUT_DIR/centrifugo.json" >"$OUT_DIR/centrifugo.log" 2>&1 &
-pids+=($!)
-cf=$!
-wait_port "$CF_PORT" centrifugo
-echo "== Centrifugo $CENTRIFUGO_VERSION: centrifugo $cf, redis-server $cf_redis"
-"$BIN/ellipsis-loadgen" -system centrifugo -url "ws://127.0.0.1:$CF_PORT/connection/websocket" "${lg_common[@]}" \
-	-cpu-pids "$cf,$cf_redis" -rss-pid "$cf" -json "$OUT_DIR/centrifugo-$LOAD.json" -q "$@"
-stop_all
+CONFIG
+	"$CF" --config "$OUT_DIR/centrifugo.json" >"$OUT_DIR/centrifugo.log" 2>&1 &
+	pids+=($!)
+	local cf=$!
+	wait_port "$CF_PORT" centrifugo
+	echo "== Centrifugo $CENTRIFUGO_VERSION at $rate/s: centrifugo $cf, redis-server $cf_redis"
+	lg_common "$rate"
+	"$BIN/ellipsis-loadgen" -system centrifugo -url "ws://127.0.0.1:$CF_PORT/connection/websocket" "${lg[@]}" \
+		-cpu-pids "$cf,$cf_redis" -rss-pid "$cf" -json "$json" -q "$@"
+	stop_all
+}
+
+if [ -n "$WINDOWS$RATES" ]; then
+	# --- A sweep: Ellipsis at every rate and window, Centrifugo at every
+	# rate, then the sweep table.
+	echo "== peers sweep $LOAD: $CONNS connections, $ROOMS rooms, rates ${RATES:-$RATE}, windows ${WINDOWS:-${BATCH_WINDOW:-default}}, typing share $SHARE, $DURATION each; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	dir="$OUT_DIR/sweep-$LOAD"
+	mkdir -p "$dir"
+	files=()
+	for r in ${RATES:-$RATE}; do
+		for w in ${WINDOWS:-${BATCH_WINDOW:-default}}; do
+			run_ellipsis "$r" "$w" "$dir/ellipsis-w$w-r$r.json" "$@"
+			files+=("$dir/ellipsis-w$w-r$r.json")
+		done
+		if [ "$SYSTEMS" != ellipsis ]; then
+			run_centrifugo "$r" "$dir/centrifugo-r$r.json" "$@"
+			files+=("$dir/centrifugo-r$r.json")
+		fi
+	done
+	"$BIN/ellipsis-loadgen" -sweep "$(IFS=,; echo "${files[*]}")" -load "$LOAD" -p99-target "$P99_TARGET" -json "$OUT_DIR/sweep-$LOAD.json"
+	echo "JSON: $OUT_DIR/sweep-$LOAD.json (each run's: $dir)"
+	exit 0
+fi
+
+echo "== peers $LOAD: $CONNS connections, $ROOMS rooms, $RATE state changes/s, typing share $SHARE, $DURATION each; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+run_ellipsis "$RATE" "$BATCH_WINDOW" "$OUT_DIR/ellipsis-$LOAD.json" "$@"
+if [ "$SYSTEMS" = ellipsis ]; then
+	echo "JSON: $OUT_DIR/ellipsis-$LOAD.json; Redis INFO: $OUT_DIR/ellipsis-$LOAD-redis.txt"
+	exit 0
+fi
+run_centrifugo "$RATE" "$OUT_DIR/centrifugo-$LOAD.json" "$@"
 
 "$BIN/ellipsis-loadgen" -compare "$OUT_DIR/ellipsis-$LOAD.json,$OUT_DIR/centrifugo-$LOAD.json" -load "$LOAD" -json "$OUT_DIR/peers-$LOAD.json"
 echo "JSON: $OUT_DIR/ellipsis-$LOAD.json, $OUT_DIR/centrifugo-$LOAD.json, $OUT_DIR/peers-$LOAD.json"

@@ -23,6 +23,10 @@ type Result struct {
 	SettleSeconds   float64  `json:"settle_s"`
 	ConnectSeconds  float64  `json:"connect_s"`
 	RunID           string   `json:"run_id"`
+	// Labels are the -label key=value pairs of the command line: what the
+	// load generator cannot see of the system (tools/loadgen/peers.sh
+	// sets LabelBatchWindow).
+	Labels map[string]string `json:"labels,omitempty"`
 
 	Sent struct {
 		Starts    int64 `json:"starts"`

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
+	"unicode"
 
 	"go.uber.org/zap"
 
@@ -58,17 +60,20 @@ type flags struct {
 	watchAt     *time.Duration
 	side        *string
 	sideNames   *string
+	sweep       *string
+	p99Target   *float64
+	labels      labels
 }
 
 // defineFlags declares the flags on fs.
 func defineFlags(fs *flag.FlagSet) *flags {
-	return &flags{
+	f := &flags{
 		urls:        fs.String("url", loadgen.DefaultURL, "gateway WebSocket endpoints, comma-separated (ignored with -stack; -system centrifugo: default "+loadgen.DefaultCentrifugoURL+")"),
 		system:      fs.String("system", loadgen.SystemEllipsis, "system under test: ellipsis (its gateways) or centrifugo (Centrifugo v6, JSON protocol over WebSocket; needs -jwt-secret, its client.token.hmac_secret_key)"),
 		cfNamespace: fs.String("centrifugo-namespace", loadgen.DefaultCentrifugoNamespace, "-system centrifugo: the channel namespace of the rooms (room R is channel <namespace>:R)"),
 		cpuPIDs:     fs.String("cpu-pids", "", "comma-separated pids of the system's server processes (gateway, worker, NATS, Redis; or Centrifugo and its Redis): their CPU time over the run, per state change"),
 		compare:     fs.String("compare", "", "ELLIPSIS.json,CENTRIFUGO.json: print the peer table of two runs' -json outputs (no run); -json writes the pair with the ratios"),
-		loadName:    fs.String("load", "custom", "-compare: the load's name in the table (L1, L2, L3)"),
+		loadName:    fs.String("load", "custom", "-compare, -sweep: the load's name in the table (L1, L2, L3)"),
 		mode:        fs.String("mode", loadgen.ModeRate, "rate (fixed rate of state changes), replay (real keystrokes through the SDK timers) or idle (connect, join, send nothing)"),
 		conns:       fs.Int("conns", loadgen.DefaultConns, "connections to open (one user each)"),
 		rooms:       fs.Int("rooms", loadgen.DefaultRooms, "rooms to spread them over (connection i joins room i % rooms)"),
@@ -106,7 +111,11 @@ func defineFlags(fs *flag.FlagSet) *flags {
 		watchAt:     fs.Duration("watch-at", 0, "watch case: when the watchers start watching after the start of the run (default half of -duration)"),
 		side:        fs.String("side", "", "A.json,B.json,...: print the side-by-side table of runs' -json outputs (no run)"),
 		sideNames:   fs.String("side-names", "", "-side: the columns' names, comma-separated (default the file names)"),
+		sweep:       fs.String("sweep", "", "A.json,B.json,...: print the peer sweep table of runs' -json outputs (no run): each run against -p99-target, the ratios to Centrifugo at the same rate, each system's and window's capacity; -json writes it"),
+		p99Target:   fs.Float64("p99-target", loadgen.DefaultSweepP99TargetMs, "-sweep: the p99 (ms) a run must stay within to count towards capacity"),
 	}
+	fs.Var(&f.labels, "label", "key=value (repeatable): recorded in the -json output's labels, e.g. batch_window=5ms (key: a-z, 0-9, _, up to 32 bytes; value: printable, up to 64 bytes)")
+	return f
 }
 
 // parseFlags parses args into f; the error is flag.ErrHelp for -h. An
@@ -191,5 +200,43 @@ func (f *flags) stackAndReplay(opts *loadgen.Options) error {
 		}
 		opts.Keystrokes, opts.KeystrokesSource = sessions, src
 	}
+	return nil
+}
+
+// labels is the repeatable -label key=value flag.
+type labels map[string]string
+
+// Label bounds: a key is a short identifier, a value a short printable
+// string.
+const (
+	maxLabelKey   = 32
+	maxLabelValue = 64
+)
+
+func (l *labels) String() string { return fmt.Sprint(map[string]string(*l)) }
+
+// Set parses one key=value, refusing a key outside [a-z0-9_] or longer
+// than 32 bytes, a value longer than 64 bytes or with a control byte, and
+// a key given twice.
+func (l *labels) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return fmt.Errorf("%q: want key=value", s)
+	}
+	if k == "" || len(k) > maxLabelKey || strings.IndexFunc(k, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
+	}) >= 0 {
+		return fmt.Errorf("key %q: 1 to %d bytes of a-z, 0-9 and _", k, maxLabelKey)
+	}
+	if len(v) > maxLabelValue || strings.IndexFunc(v, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Errorf("value of %s: up to %d bytes, printable", k, maxLabelValue)
+	}
+	if _, dup := (*l)[k]; dup {
+		return fmt.Errorf("key %s given twice", k)
+	}
+	if *l == nil {
+		*l = labels{}
+	}
+	(*l)[k] = v
 	return nil
 }

@@ -62,6 +62,9 @@ func run(args []string) int {
 	if *f.compare != "" {
 		return comparePeers(*f.compare, *f.loadName, *f.jsonOut)
 	}
+	if *f.sweep != "" {
+		return peerSweep(*f.sweep, *f.loadName, *f.p99Target, *f.jsonOut)
+	}
 	opts, err := f.options()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: %v\n", err)
@@ -91,6 +94,9 @@ func run(args []string) int {
 	}
 	opts.BeforeClose = f.beforeClose()
 	res, err := loadgen.Run(ctx, opts)
+	if res != nil && len(f.labels) > 0 {
+		res.Labels = f.labels
+	}
 	return report(res, err, *f.jsonOut)
 }
 
@@ -193,6 +199,33 @@ func comparePeers(files, load, out string) int {
 	peers := loadgen.ComparePeers(load, res[0], res[1])
 	peers.WriteTable(os.Stdout)
 	if out != "" && !writeJSON(out, peers) {
+		return 1
+	}
+	return 0
+}
+
+// peerSweep prints the sweep table of -json outputs (-sweep) against a
+// p99 target (ms) and, with out set, writes it as JSON.
+func peerSweep(files, load string, p99TargetMs float64, out string) int {
+	paths := splitList(files)
+	if p99TargetMs <= 0 {
+		fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -p99-target %g: want a positive number of ms\n", p99TargetMs)
+		return 2
+	}
+	res := make([]*loadgen.Result, len(paths))
+	for i, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = json.Unmarshal(b, &res[i])
+		}
+		if err != nil || res[i] == nil {
+			fmt.Fprintf(os.Stderr, "ellipsis-loadgen: -sweep: %s: %v\n", p, err)
+			return 1
+		}
+	}
+	s := loadgen.NewSweep(load, p99TargetMs, res)
+	s.WriteTable(os.Stdout)
+	if out != "" && !writeJSON(out, s) {
 		return 1
 	}
 	return 0
