@@ -158,11 +158,12 @@ end
 -- outlive makes key live at least px ms more: its expiry only moves later
 -- (PEXPIRE GT, Redis 7.0), so a worker with a shorter ttl never cuts
 -- short what a longer-ttl worker wrote, and a key without an expiry (just
--- created: GT takes it as infinite and refuses) gets one. One call, three
--- when refused.
+-- created: GT takes it as infinite and refuses) gets one (PEXPIRE NX:
+-- only a key without an expiry). One call, two when refused; a missing
+-- key is left alone.
 local function outlive(key, px)
-  if redis.call('PEXPIRE', key, px, 'GT') == 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, px)
+  if redis.call('PEXPIRE', key, px, 'GT') == 0 then
+    redis.call('PEXPIRE', key, px, 'NX')
   end
 end
 

@@ -120,6 +120,7 @@ local shown = f[2] == '1'
 local changed = shown and act ~= told
 local throttled = shown and not changed and (tonumber(f[3] or '') or 0) > now
 local due = 0
+local added = false -- the user joined the users zset (its expiry renewed then)
 local indexed = tonumber(f[7] or '') or 0
 -- The user's true expiry, where store keys's typist key expires (mark):
 -- this entry's, unless the users zset says another entry may be later.
@@ -133,7 +134,7 @@ if not (throttled and indexed <= expiry and indexed > expiry - math.min(INDEX_LA
     score = math.max(expiry, live_until(user, 'c:' .. conn))
     until_ms, exact = score, true
   end
-  local added = redis.call('ZADD', users, itoa(score), euser) == 1
+  added = redis.call('ZADD', users, itoa(score), euser) == 1
   if added then outlive(users, tonumber(keypx)) end
   if added or score < indexed then due = score end
   kv[#kv + 1] = 'i'; kv[#kv + 1] = itoa(score)
@@ -172,7 +173,7 @@ hset(user, kv)
 -- least once per refresh window, and live ttl + grace + throttle. The
 -- typist key lives exactly as long as the user's entries.
 outlive(user, tonumber(keypx))
-outlive(users, tonumber(keypx))
+if not added then outlive(users, tonumber(keypx)) end
 mark(typist, user, euser, until_ms, exact)
 index(KEYS[11], due, ARGV[10])
 return {outcome, now, due}
