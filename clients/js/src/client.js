@@ -7,7 +7,7 @@
 
 import { Emitter } from "./emitter.js";
 import { systemClock } from "./clock.js";
-import { DEFAULT_GRACE_MS } from "./store.js";
+import { DEFAULT_GRACE_MS, activityOf } from "./store.js";
 import { Scope, Thread, threadKey, activityKey, ACTIVITIES } from "./scope.js";
 import {
   validateTimers,
@@ -993,7 +993,12 @@ export class Client extends Emitter {
     if (typeof f.room !== "string" || !this._watch.has(f.room) || !Array.isArray(f.typing)) return;
     const typing = f.typing
       .filter((t) => t && typeof t.user === "string" && t.user !== "")
-      .map(({ user, name }) => Object.freeze(typeof name === "string" && name ? { user, name } : { user }));
+      .map(({ user, name, activity }) => {
+        const t = typeof name === "string" && name ? { user, name } : { user };
+        const a = activityOf(activity);
+        if (a) t.activity = a;
+        return Object.freeze(t);
+      });
     const total = Number.isFinite(f.total) ? Math.max(typing.length, Math.floor(f.total)) : typing.length;
     const summary = Object.freeze({ room: f.room, typing: Object.freeze(typing), total });
     this._summaries.set(f.room, summary);

@@ -34,8 +34,13 @@ export const DEFAULT_ACTIVITY = "typing";
  * @property {string} [activity] what the user is doing, absent for "typing"
  */
 
-// The activity of an event or snapshot entry as kept: "" for typing (absent).
-const activityOf = (a) => (typeof a === "string" && a !== "" && a !== DEFAULT_ACTIVITY ? a : "");
+/**
+ * The activity of an event, snapshot or summary entry as kept: "" for
+ * typing (absent).
+ * @param {unknown} a
+ * @returns {string}
+ */
+export const activityOf = (a) => (typeof a === "string" && a !== "" && a !== DEFAULT_ACTIVITY ? a : "");
 
 /**
  * A per-scope typist set. Emits "change" (typists: Typist[], total: number)

@@ -239,7 +239,7 @@ test("an id-less rate_limited error (a frame dropped undecoded) sends the unansw
   assert.deepEqual(p.value, { rooms: ["a", "b"], refused: [], watched: 2 });
 });
 
-test("summary event and client.summary: the last per room, frozen; only for watched rooms", async (t) => {
+test("summary event and client.summary: the last per room, frozen, typists with their activity; only for watched rooms", async (t) => {
   const { client, summaries } = setup(t);
   const ws = await open(client);
   const p = client.watch(["42", "43"]);
@@ -248,7 +248,12 @@ test("summary event and client.summary: the last per room, frozen; only for watc
   await p;
   assert.equal(client.summary("42"), undefined, "none before the first");
   ws.receive({ type: "summary", room: "42", typing: [], total: 0 });
-  ws.receive({ type: "summary", room: "42", typing: [{ user: "alice", name: "Alice" }, { user: "bob" }], total: 5 });
+  ws.receive({
+    type: "summary",
+    room: "42",
+    typing: [{ user: "alice", name: "Alice" }, { user: "bob", activity: "thinking", ttl_ms: 30000 }, { user: "cy", activity: "typing" }],
+    total: 5,
+  });
   ws.receive({ type: "summary", room: "99", typing: [{ user: "carol" }], total: 1 }); // not watched: ignored
   ws.receive({ type: "summary", room: "43", typing: "nope", total: 1 }); // malformed: ignored
   ws.receive({ type: "summary", room: "43", typing: [{ user: "dan", name: "" }, null, { name: "x" }] }); // no total: the list
@@ -256,7 +261,7 @@ test("summary event and client.summary: the last per room, frozen; only for watc
     summaries.map((s) => ({ ...s })),
     [
       { room: "42", typing: [], total: 0 },
-      { room: "42", typing: [{ user: "alice", name: "Alice" }, { user: "bob" }], total: 5 },
+      { room: "42", typing: [{ user: "alice", name: "Alice" }, { user: "bob", activity: "thinking" }, { user: "cy" }], total: 5 },
       { room: "43", typing: [{ user: "dan" }], total: 1 },
     ],
   );
