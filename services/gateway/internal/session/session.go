@@ -24,7 +24,7 @@
 //
 // The connection talks to its socket through a [Transport] (transport.go;
 // [WebSocket] adapts gorilla's). Files: session.go the lifecycle and
-// close, writer.go the outbound queue, write loop and pings, reader.go the
+// close, writer.go the outbound queue, writeloop.go the write loop and pings, reader.go the
 // read loop and the inbound limit, handlers.go the client frames' handlers
 // and the commands, scopes.go the threads a connection types in, watch.go watch and unwatch (and SendSummary), lanes.go
 // the room lanes, inbound.go the inbound token bucket, budget.go and
@@ -177,7 +177,7 @@ type Conn struct {
 	deps  Deps
 	met   *metrics.Metrics
 
-	// w is the outbound queue, pings and close sequence (writer.go); its
+	// w is the outbound queue, pings and close sequence (writer.go, writeloop.go); its
 	// transport (w.tr) is the reader's too: nil in tests of the handlers,
 	// where frames stay queued.
 	w writer
@@ -280,7 +280,7 @@ func (c *Conn) User() string { return c.ident.User }
 
 // Serve runs the connection until it is closed: the calling goroutine
 // reads (reader.go); the writer's goroutine runs while frames are queued,
-// a ping is due or the connection closes (writer.go). When reading ends
+// a ping is due or the connection closes (writeloop.go). When reading ends
 // (the connection's context is cancelled then) it waits for the room
 // lanes to end, publishes the disconnect command (once, if rooms were
 // joined), leaves every room and waits for the writer's close sequence.
