@@ -54,6 +54,12 @@
 # sweep's rules are below; docs/BENCHMARKS.md, "Batching window"):
 #   WINDOWS="0s 1ms 2ms 5ms 10ms" SYSTEMS=ellipsis LOAD=L2 tools/loadgen/peers.sh
 #   LOAD=L3 RATES="3000 4000 5000 7000" tools/loadgen/peers.sh   # capacity at p99 <= P99_TARGET (200) ms
+# SERVER_CPUS and LOADGEN_CPUS (taskset CPU lists, e.g. 1 and 0, or 2-7
+# and 0-1; unset: no pinning) pin every server process of both systems to
+# one set of CPUs and the load generator to another, so the load
+# generator's own CPU does not decide where either system saturates
+# (docs/BENCHMARKS.md, "Third pass"):
+#   SERVER_CPUS=1 LOADGEN_CPUS=0 LOAD=custom CONNS=15000 ROOMS=3000 RATES="2000 3000 4000" tools/loadgen/peers.sh
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 cd "$(dirname "$0")/../.."
@@ -65,8 +71,12 @@ L1) CONNS=${CONNS:-2000} ROOMS=${ROOMS:-400} RATE=${RATE:-500} ;;
 L2) CONNS=${CONNS:-10000} ROOMS=${ROOMS:-2000} RATE=${RATE:-2000} ;;
 L3) CONNS=${CONNS:-15000} ROOMS=${ROOMS:-3000} RATE=${RATE:-5000} ;;
 *)
+	# A sweep's rates stand in for RATE: the first is the single-run rate.
+	if [ -z "${RATE:-}" ] && [ -n "${RATES:-}" ]; then
+		RATE=${RATES%% *}
+	fi
 	if [ -z "${CONNS:-}" ] || [ -z "${ROOMS:-}" ] || [ -z "${RATE:-}" ]; then
-		echo "$0: LOAD=$LOAD: L1, L2, L3, or CONNS, ROOMS and RATE all set" >&2
+		echo "$0: LOAD=$LOAD: L1, L2, L3, or CONNS, ROOMS and RATE (or RATES) all set" >&2
 		exit 2
 	fi
 	;;
@@ -121,6 +131,29 @@ if ! [[ $P99_TARGET =~ ^[0-9]+(\.[0-9]+)?$ ]] || [[ $P99_TARGET =~ ^0+(\.0+)?$ ]
 	echo "$0: P99_TARGET=$P99_TARGET: a positive number of milliseconds" >&2
 	exit 2
 fi
+# on_servers and on_loadgen: the command prefixes that pin (taskset -c
+# LIST) or nothing.
+SERVER_CPUS=${SERVER_CPUS:-}
+LOADGEN_CPUS=${LOADGEN_CPUS:-}
+on_servers=()
+on_loadgen=()
+for v in SERVER_CPUS LOADGEN_CPUS; do
+	list=${!v}
+	[ -z "$list" ] && continue
+	if ! [[ $list =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]]; then
+		echo "$0: $v=$list: a CPU list as taskset -c takes it (0, 1-3, 0,2)" >&2
+		exit 2
+	fi
+	if ! command -v taskset >/dev/null; then
+		echo "$0: $v needs taskset (Debian: util-linux)" >&2
+		exit 1
+	fi
+	if ! taskset -c "$list" true 2>/dev/null; then
+		echo "$0: $v=$list: not CPUs this process may run on (this machine: $(nproc) CPUs, allowed $(taskset -cp $$ | sed 's/.*: //'))" >&2
+		exit 2
+	fi
+	if [ "$v" = SERVER_CPUS ]; then on_servers=(taskset -c "$list"); else on_loadgen=(taskset -c "$list"); fi
+done
 SHARE=${SHARE:-0.5}
 BIN=${BIN:-bin}
 PEERS_BIN=${PEERS_BIN:-$BIN/peers}
@@ -209,7 +242,7 @@ wait_port() { # port name
 	exit 1
 }
 start_redis() { # port log
-	"$REDIS_SERVER" --bind 127.0.0.1 --port "$1" --save '' --appendonly no --daemonize no --maxclients 10000 >"$2" 2>&1 &
+	"${on_servers[@]}" "$REDIS_SERVER" --bind 127.0.0.1 --port "$1" --save '' --appendonly no --daemonize no --maxclients 10000 >"$2" 2>&1 &
 	pids+=($!)
 	wait_port "$1" "redis-server"
 }
@@ -229,18 +262,18 @@ run_ellipsis() {
 	[ "$window" = default ] && window=
 	start_redis "$EL_REDIS_PORT" "$OUT_DIR/ellipsis-redis.log"
 	local el_redis=${pids[-1]}
-	env ${NATS_GOMAXPROCS:+GOMAXPROCS=$NATS_GOMAXPROCS} "$NATS_SERVER" -a 127.0.0.1 -p "$NATS_PORT" >"$OUT_DIR/nats.log" 2>&1 &
+	"${on_servers[@]}" env ${NATS_GOMAXPROCS:+GOMAXPROCS=$NATS_GOMAXPROCS} "$NATS_SERVER" -a 127.0.0.1 -p "$NATS_PORT" >"$OUT_DIR/nats.log" 2>&1 &
 	pids+=($!)
 	local nats=$!
 	wait_port "$NATS_PORT" nats-server
 	local el_env=(ELLIPSIS_REDIS_URL="redis://127.0.0.1:$EL_REDIS_PORT" ELLIPSIS_NATS_URL="nats://127.0.0.1:$NATS_PORT"
 		ELLIPSIS_KEY_PREFIX="peers$$:" ELLIPSIS_SUBJECT_PREFIX="peers$$" ELLIPSIS_LOG_LEVEL=warn
 		ELLIPSIS_AUTH=jwt ELLIPSIS_JWT_SECRET="$SECRET" ELLIPSIS_DEMO_PAGE=false)
-	env "${el_env[@]}" GOMAXPROCS="$WORKER_GOMAXPROCS" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" ${WORKER_BATCH_WINDOW:+ELLIPSIS_WORKER_BATCH_WINDOW=$WORKER_BATCH_WINDOW} \
+	"${on_servers[@]}" env "${el_env[@]}" GOMAXPROCS="$WORKER_GOMAXPROCS" ELLIPSIS_ADMIN_ADDR="$EL_WK_ADMIN" ${WORKER_BATCH_WINDOW:+ELLIPSIS_WORKER_BATCH_WINDOW=$WORKER_BATCH_WINDOW} \
 		"$BIN/presence-worker" >"$OUT_DIR/worker.log" 2>&1 &
 	pids+=($!)
 	local worker=$!
-	env "${el_env[@]}" ${GATEWAY_GOMAXPROCS:+GOMAXPROCS=$GATEWAY_GOMAXPROCS} ELLIPSIS_HTTP_ADDR="$EL_HTTP" ELLIPSIS_ADMIN_ADDR="$EL_GW_ADMIN" ELLIPSIS_MAX_CONNS=$((CONNS + 100)) \
+	"${on_servers[@]}" env "${el_env[@]}" ${GATEWAY_GOMAXPROCS:+GOMAXPROCS=$GATEWAY_GOMAXPROCS} ELLIPSIS_HTTP_ADDR="$EL_HTTP" ELLIPSIS_ADMIN_ADDR="$EL_GW_ADMIN" ELLIPSIS_MAX_CONNS=$((CONNS + 100)) \
 		${window:+ELLIPSIS_BATCH_WINDOW=$window} \
 		"$BIN/gateway" >"$OUT_DIR/gateway.log" 2>&1 &
 	pids+=($!)
@@ -255,7 +288,7 @@ run_ellipsis() {
 	}
 	echo "== Ellipsis at $rate/s, batch window ${window:-default}: gateway $gateway, worker $worker, nats-server $nats, redis-server $el_redis"
 	lg_common "$rate"
-	"$BIN/ellipsis-loadgen" -system ellipsis -url "ws://$EL_HTTP/v1/ws" "${lg[@]}" -label "batch_window=${window:-default}" \
+	"${on_loadgen[@]}" "$BIN/ellipsis-loadgen" -system ellipsis -url "ws://$EL_HTTP/v1/ws" "${lg[@]}" -label "batch_window=${window:-default}" \
 		-cpu-pids "$gateway,$worker,$nats,$el_redis" -rss-pid "$gateway" -json "$json" -q "$@"
 	if command -v redis-cli >/dev/null; then
 		redis-cli -p "$EL_REDIS_PORT" INFO commandstats >"${json%.json}-redis.txt"
@@ -285,13 +318,13 @@ run_centrifugo() {
   }
 }
 CONFIG
-	"$CF" --config "$OUT_DIR/centrifugo.json" >"$OUT_DIR/centrifugo.log" 2>&1 &
+	"${on_servers[@]}" "$CF" --config "$OUT_DIR/centrifugo.json" >"$OUT_DIR/centrifugo.log" 2>&1 &
 	pids+=($!)
 	local cf=$!
 	wait_port "$CF_PORT" centrifugo
 	echo "== Centrifugo $CENTRIFUGO_VERSION at $rate/s: centrifugo $cf, redis-server $cf_redis"
 	lg_common "$rate"
-	"$BIN/ellipsis-loadgen" -system centrifugo -url "ws://127.0.0.1:$CF_PORT/connection/websocket" "${lg[@]}" \
+	"${on_loadgen[@]}" "$BIN/ellipsis-loadgen" -system centrifugo -url "ws://127.0.0.1:$CF_PORT/connection/websocket" "${lg[@]}" \
 		-cpu-pids "$cf,$cf_redis" -rss-pid "$cf" -json "$json" -q "$@"
 	stop_all
 }
@@ -299,7 +332,7 @@ CONFIG
 if [ -n "$WINDOWS$RATES" ]; then
 	# --- A sweep: Ellipsis at every rate and window, Centrifugo at every
 	# rate, then the sweep table.
-	echo "== peers sweep $LOAD: $CONNS connections, $ROOMS rooms, rates ${RATES:-$RATE}, windows ${WINDOWS:-${BATCH_WINDOW:-default}}, typing share $SHARE, $DURATION each; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "== peers sweep $LOAD: $CONNS connections, $ROOMS rooms, rates ${RATES:-$RATE}, windows ${WINDOWS:-${BATCH_WINDOW:-default}}, typing share $SHARE, $DURATION each; $(nproc) CPUs${SERVER_CPUS:+, servers on CPUs $SERVER_CPUS}${LOADGEN_CPUS:+, load generator on CPUs $LOADGEN_CPUS}, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	dir="$OUT_DIR/sweep-$LOAD"
 	mkdir -p "$dir"
 	files=()
@@ -318,7 +351,7 @@ if [ -n "$WINDOWS$RATES" ]; then
 	exit 0
 fi
 
-echo "== peers $LOAD: $CONNS connections, $ROOMS rooms, $RATE state changes/s, typing share $SHARE, $DURATION each; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== peers $LOAD: $CONNS connections, $ROOMS rooms, $RATE state changes/s, typing share $SHARE, $DURATION each; $(nproc) CPUs${SERVER_CPUS:+, servers on CPUs $SERVER_CPUS}${LOADGEN_CPUS:+, load generator on CPUs $LOADGEN_CPUS}, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 run_ellipsis "$RATE" "$BATCH_WINDOW" "$OUT_DIR/ellipsis-$LOAD.json" "$@"
 if [ "$SYSTEMS" = ellipsis ]; then
 	echo "JSON: $OUT_DIR/ellipsis-$LOAD.json; Redis INFO: $OUT_DIR/ellipsis-$LOAD-redis.txt"
