@@ -49,7 +49,11 @@ type SweepPoint struct {
 	Rate float64 `json:"rate"`
 	// Verdict is "ok" within the target, else the first reason it is not:
 	// "connect" (not every connection opened), "short" (achieved rate
-	// below 95 % of the offered), "lost" (a state change not delivered),
+	// below 95 % of the offered), "throttle" (an Ellipsis run whose
+	// typists each sent more state changes than the transition throttle
+	// lets through at the protocol's default throttle: the workload, not
+	// the system, sets what is delivered; see ThrottleLoad), "lost" (a
+	// state change not delivered),
 	// "errors" (any other error the load generator counted), "p99" (over
 	// the target).
 	Verdict string `json:"verdict"`
@@ -70,9 +74,15 @@ type SweepCapacity struct {
 	// every lower rate tried, was within the target; 0 when the lowest
 	// was not.
 	Rate float64 `json:"rate"`
-	// AtLeast: every rate tried was within the target, so the capacity
-	// is at least Rate (the sweep did not find the limit).
+	// AtLeast: every rate tried was within the target, or the first that
+	// was not is a "throttle" run (Throttled), so the capacity is at
+	// least Rate (the sweep did not find the limit).
 	AtLeast bool `json:"at_least"`
+	// Throttled: the rate after Rate was a "throttle" run: above Rate
+	// this workload's typists outrun the transition throttle, so a
+	// sweep that is to find the limit needs more typists (SHARE, CONNS)
+	// at the same rate.
+	Throttled bool `json:"throttled,omitempty"`
 	// Ratio is Rate ÷ Centrifugo's capacity (Ellipsis only): 0 when
 	// either is 0 or the sweep did not find Centrifugo's limit (its
 	// AtLeast); a lower bound when AtLeast.
@@ -119,9 +129,16 @@ func NewSweep(load string, p99TargetMs float64, results []*Result) *Sweep {
 			broken = false
 		}
 		c := &s.Capacity[n-1]
-		if p.Verdict != "ok" {
-			broken, c.AtLeast = true, false
-		} else if !broken {
+		switch {
+		case p.Verdict == "throttle" && !broken:
+			broken, c.Throttled = true, true
+		case p.Verdict == "throttle":
+		case p.Verdict != "ok":
+			if !broken {
+				c.AtLeast = false
+			}
+			broken = true
+		case !broken:
 			c.Rate = p.Rate
 		}
 	}
@@ -178,6 +195,8 @@ func verdict(r *Result, p99TargetMs float64) string {
 		return "connect"
 	case r.Rate > 0 && r.StateChangesPerSec < sweepShortFraction*r.Rate:
 		return "short"
+	case outrunsThrottle(r):
+		return "throttle"
 	case r.Delivered.LostState > 0:
 		return "lost"
 	case errs > 0:
@@ -233,8 +252,12 @@ func (s *Sweep) WriteTable(w io.Writer) {
 			name += ", window " + c.Window
 		}
 		switch {
+		case c.Rate == 0 && c.Throttled:
+			fmt.Fprintf(w, "  %s: not found (at every rate tried this workload's typists outrun the transition throttle: more typists, SHARE or CONNS)\n", name)
 		case c.Rate == 0:
 			fmt.Fprintf(w, "  %s: none of the rates tried\n", name)
+		case c.Throttled:
+			fmt.Fprintf(w, "  %s: at least %.0f/s (above it this workload's typists outrun the transition throttle: more typists, SHARE or CONNS, to find the limit)", name, c.Rate)
 		case c.AtLeast:
 			fmt.Fprintf(w, "  %s: at least %.0f/s (the highest rate tried)", name, c.Rate)
 		default:
@@ -250,4 +273,11 @@ func (s *Sweep) WriteTable(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// outrunsThrottle: r is an Ellipsis rate-mode run whose typists outran
+// the transition throttle at the protocol's default (ThrottleLoad).
+func outrunsThrottle(r *Result) bool {
+	t, ok := defaultThrottleLoad(r)
+	return ok && t.Outruns()
 }

@@ -123,6 +123,10 @@ func (res *Result) WriteTable(w io.Writer) {
 	if res.Mode != ModeIdle {
 		fmt.Fprintf(w, "\n  sent          %d starts, %d refreshes, %d stops: %.1f state changes/s\n",
 			res.Sent.Starts, res.Sent.Refreshes, res.Sent.Stops, res.StateChangesPerSec)
+		if t, ok := defaultThrottleLoad(res); ok && t.Outruns() {
+			fmt.Fprintf(w, "  throttle      each typist sent %.1f state changes, more than the transition throttle lets through in %.0fs (%.1f: a burst of %d, then %d per %s; docs/protocol.md, \"Throttle\"): the surplus is coalesced by contract, so missing deliveries and the tail here are the workload's; add typists (SHARE, CONNS) for this rate\n",
+				t.PerTypist, res.DurationSeconds, t.Through, throttleBurst, throttleTokensPerWindow, defaultThrottle())
+		}
 		fmt.Fprintf(w, "  delivered     %d frames read, %.0f frames/s; state changes %d of %d expected (missing %d), refreshes %d of %d; %.0f events/s\n",
 			d.Frames, res.FramesPerSec, d.MatchedState, d.ExpectedState, d.LostState, d.MatchedRefresh, d.ExpectedRefresh, d.EventsPerSecond)
 		if d.Echoes+d.Replies+d.Pings > 0 {
