@@ -63,7 +63,7 @@ bench:
 ## LOAD=L1 (default: 2,000 conns) | L2 (10,000) | L3 (15,000) | custom with CONNS= ROOMS= RATE=; DURATION=15s; PEERS_ARGS= go to the load generator;
 ## BATCH_WINDOW=0s sets the gateway's ELLIPSIS_BATCH_WINDOW (default 5ms), WORKER_BATCH_WINDOW=2ms the worker's (default 0s);
 ## a sweep in one invocation: WINDOWS="0s 2ms 5ms" and/or RATES="3000 5000 7000" (P99_TARGET=200 ms: each system's capacity)
-## SERVER_CPUS=1 LOADGEN_CPUS=0 pin both systems' servers to one CPU list and the load generator to another (taskset)
+## SHARE=0.5 the share of connections that type (raise it to sweep past the throttle); SERVER_CPUS=1 LOADGEN_CPUS=0 pin both systems' servers to one CPU list and the load generator to another (taskset)
 bench-peers:
 	tools/loadgen/peers.sh $(PEERS_ARGS)
 

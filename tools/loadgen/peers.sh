@@ -20,6 +20,11 @@
 # 3 per room), the others only listen; each typing connection toggles
 # start / stop at RATE / typing state changes per second (L1 0.5/s, L2
 # 0.4/s, L3 0.67/s: a person's pace), far below the transition throttle.
+# SHARE (default 0.5, above 0 and at most 1: ellipsis-loadgen
+# -typing-share) is the share of connections that type. A typist that
+# sends more than the transition throttle's burst of 4 plus 1 per second
+# over the run has the surplus coalesced by contract (a `throttle`
+# verdict), so a sweep that is to find the limit raises SHARE or CONNS.
 # Centrifugo: every member subscribes to channel typing:<room> and
 # publishes {"type":"typing_start"} / {"type":"typing_stop"} into it
 # (namespace "typing", allow_subscribe_for_client and
